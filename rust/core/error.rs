@@ -1,0 +1,55 @@
+//! Every way a call into the core can be refused.
+
+use std::fmt;
+
+/// A refused argument or a failed proof. `Display` names the bad value and the valid range.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// `n` must be in `[1, 2^64 - 1]`.
+    EmptyDomain,
+    /// A position or a sample id outside `[0, n)`.
+    OutOfRange { what: &'static str, value: u64, n: u64 },
+    /// A slice `[start, start + len)` that does not fit in `[0, n)`.
+    SliceOutOfRange { start: u64, len: u64, n: u64 },
+    /// `num_replicas` must be at least 1.
+    InvalidReplicas { num_replicas: u64 },
+    /// `rank` must be in `[0, num_replicas)`.
+    InvalidRank { rank: u64, num_replicas: u64 },
+    /// A rank's local slice `[start, start + len)` past its `num_samples`.
+    LocalOutOfRange { rank: u64, start: u64, len: u64, num_samples: u64 },
+    /// The exact proof found a counter-example.
+    Violation(String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::EmptyDomain => write!(f, "n must be in [1, 2**64 - 1], got 0"),
+            Error::OutOfRange { what, value, n } => {
+                write!(f, "{what} {value} is out of range: expected 0 <= {what} < {n}")
+            }
+            Error::SliceOutOfRange { start, len, n } => write!(
+                f,
+                "slice [{start}, {start} + {len}) does not fit in [0, {n}); \
+                 pass 0 <= start <= stop <= {n}"
+            ),
+            Error::InvalidReplicas { num_replicas } => write!(
+                f,
+                "Invalid num_replicas {num_replicas}, num_replicas should be at least 1"
+            ),
+            Error::InvalidRank { rank, num_replicas } => write!(
+                f,
+                "Invalid rank {rank}, rank should be in the interval [0, {}]",
+                num_replicas.saturating_sub(1)
+            ),
+            Error::LocalOutOfRange { rank, start, len, num_samples } => write!(
+                f,
+                "rank {rank} has {num_samples} samples; local slice [{start}, {start} + {len}) \
+                 is past its end"
+            ),
+            Error::Violation(msg) => f.write_str(msg),
+        }
+    }
+}
+
+impl std::error::Error for Error {}

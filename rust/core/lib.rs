@@ -1,0 +1,24 @@
+//! permshard-core: keyed pseudo-random permutations of `[0, N)` in O(1) memory and
+//! the exact arithmetic of splitting them across data-parallel ranks.
+//!
+//! This crate knows nothing of Python; `rust/python` binds it.
+//!
+//! * [`Permutation`] — perm-v1: `forward`, `inverse`, batched `fill`.
+//! * [`Partition`] — which global positions (and samples) each rank takes, with padding,
+//!   `drop_last` and resume from a consumed prefix.
+//! * [`verify`] — the exact proof that ranks are disjoint and cover the data.
+//! * [`Fingerprint`] — an O(1)-memory summary of a multiset of sample ids.
+
+mod error;
+mod fingerprint;
+mod mix;
+mod partition;
+mod permutation;
+mod verify;
+
+pub use error::Error;
+pub use fingerprint::Fingerprint;
+pub use mix::splitmix64;
+pub use partition::{Order, Partition};
+pub use permutation::{Permutation, ALGORITHM};
+pub use verify::{verify, Certificate};

@@ -1,0 +1,303 @@
+//! How an epoch's positions are dealt to ranks (DistributedSampler's rule, exactly).
+//!
+//! Global positions `[start, end)` are dealt round-robin: rank `r` takes
+//! `start + r, start + r + W, ...`, so after `k` steps on every rank the consumed positions
+//! are exactly `[start, start + k·W)` — what makes resuming with another `W` exact.
+//! Position `p` holds sample `order(p mod n)`: positions `>= n` are padding that repeats the
+//! first samples of the order, as DistributedSampler pads.
+
+use crate::error::Error;
+use crate::permutation::Permutation;
+
+/// The order of the epoch: the identity (`shuffle=False`) or a perm-v1 permutation.
+#[derive(Clone, Debug)]
+pub enum Order {
+    Identity,
+    Shuffled(Permutation),
+}
+
+impl Order {
+    /// The sample at position `p < n`.
+    #[inline]
+    fn at(&self, p: u64) -> u64 {
+        match self {
+            Order::Identity => p,
+            Order::Shuffled(perm) => perm.forward_unchecked(p),
+        }
+    }
+
+    /// The position of `sample < n`.
+    fn position_of(&self, sample: u64) -> Result<u64, Error> {
+        match self {
+            Order::Identity => Ok(sample),
+            Order::Shuffled(perm) => perm.inverse(sample),
+        }
+    }
+}
+
+/// The split of one epoch (or of its remainder after `start` consumed positions) across
+/// `num_replicas` ranks.
+#[derive(Clone, Debug)]
+pub struct Partition {
+    n: u64,
+    num_replicas: u64,
+    start: u64,
+    drop_last: bool,
+    num_samples: u64,
+    order: Order,
+}
+
+impl Partition {
+    /// Splits positions `[start, ...)` of an epoch of `n` samples across `num_replicas`.
+    ///
+    /// With `start = 0` the lengths are DistributedSampler's: `ceil(n / W)` per rank, or
+    /// `floor(n / W)` with `drop_last`. With `start > 0` (a resume) the same rule applies to
+    /// the `n - start` positions left.
+    pub fn new(
+        n: u64,
+        num_replicas: u64,
+        start: u64,
+        drop_last: bool,
+        order: Order,
+    ) -> Result<Self, Error> {
+        if n == 0 {
+            return Err(Error::EmptyDomain);
+        }
+        if num_replicas == 0 {
+            return Err(Error::InvalidReplicas { num_replicas });
+        }
+        if let Order::Shuffled(perm) = &order {
+            if perm.len() != n {
+                return Err(Error::Violation(format!(
+                    "the permutation is over {} samples but the partition over {n}",
+                    perm.len()
+                )));
+            }
+        }
+        let remaining = n.saturating_sub(start);
+        let num_samples = if drop_last {
+            remaining / num_replicas
+        } else {
+            remaining.div_ceil(num_replicas)
+        };
+        // The end of the epoch, start + num_samples·W, must be representable.
+        if (num_samples as u128) * (num_replicas as u128) + start as u128 > u64::MAX as u128 {
+            return Err(Error::Violation(format!(
+                "n={n} with num_replicas={num_replicas} needs positions past 2**64 - 1; \
+                 use a smaller n"
+            )));
+        }
+        Ok(Partition { n, num_replicas, start, drop_last, num_samples, order })
+    }
+
+    pub fn n(&self) -> u64 {
+        self.n
+    }
+
+    pub fn num_replicas(&self) -> u64 {
+        self.num_replicas
+    }
+
+    pub fn start(&self) -> u64 {
+        self.start
+    }
+
+    pub fn drop_last(&self) -> bool {
+        self.drop_last
+    }
+
+    pub fn order(&self) -> &Order {
+        &self.order
+    }
+
+    /// Samples every rank yields (the same on all ranks).
+    pub fn num_samples(&self) -> u64 {
+        self.num_samples
+    }
+
+    /// `num_samples · num_replicas`: positions dealt out, padding included.
+    pub fn total_size(&self) -> u64 {
+        self.num_samples * self.num_replicas
+    }
+
+    /// One past the last dealt position.
+    pub fn end(&self) -> u64 {
+        self.start + self.total_size()
+    }
+
+    /// Positions `>= n` dealt out: padding that repeats samples.
+    pub fn padding(&self) -> u64 {
+        self.end().saturating_sub(self.n.max(self.start))
+    }
+
+    /// Positions in `[max(start, end), n)`: never dealt (`drop_last`).
+    pub fn dropped(&self) -> u64 {
+        self.n.saturating_sub(self.end().max(self.start))
+    }
+
+    fn check_rank(&self, rank: u64) -> Result<(), Error> {
+        if rank >= self.num_replicas {
+            return Err(Error::InvalidRank { rank, num_replicas: self.num_replicas });
+        }
+        Ok(())
+    }
+
+    /// The global position of the `local`-th item of `rank` (no range check on `local`).
+    #[inline]
+    pub fn position(&self, rank: u64, local: u64) -> u64 {
+        self.start + rank + local * self.num_replicas
+    }
+
+    /// The sample at global position `p` (padding wraps around).
+    #[inline]
+    pub fn sample_at(&self, p: u64) -> u64 {
+        self.order.at(if p < self.n { p } else { p % self.n })
+    }
+
+    /// `out[i]` = the sample of `rank`'s item `local_start + i`. Batched.
+    pub fn fill_rank(&self, rank: u64, local_start: u64, out: &mut [u64]) -> Result<(), Error> {
+        self.check_rank(rank)?;
+        let len = out.len() as u64;
+        if local_start > self.num_samples || len > self.num_samples - local_start {
+            return Err(Error::LocalOutOfRange {
+                rank,
+                start: local_start,
+                len,
+                num_samples: self.num_samples,
+            });
+        }
+        for (i, slot) in out.iter_mut().enumerate() {
+            let p = self.position(rank, local_start + i as u64);
+            *slot = if p < self.n { p } else { p % self.n };
+        }
+        if let Order::Shuffled(perm) = &self.order {
+            perm.map_in_place(out);
+        }
+        Ok(())
+    }
+
+    /// Every `(rank, local position)` that yields `sample` in this partition: none when it
+    /// was dropped or already consumed, several when padding repeats it.
+    pub fn locate(&self, sample: u64) -> Result<Vec<(u64, u64)>, Error> {
+        if sample >= self.n {
+            return Err(Error::OutOfRange { what: "sample", value: sample, n: self.n });
+        }
+        let first = self.order.position_of(sample)?;
+        let end = self.end();
+        let mut hits = Vec::new();
+        // Positions holding `sample`: first, first + n, first + 2n, ... (padding wraps).
+        let mut p = first;
+        while p < end {
+            if p >= self.start {
+                let offset = p - self.start;
+                hits.push((offset % self.num_replicas, offset / self.num_replicas));
+            }
+            match p.checked_add(self.n) {
+                Some(next) => p = next,
+                None => break,
+            }
+        }
+        Ok(hits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shuffled(n: u64) -> Order {
+        Order::Shuffled(Permutation::new(n, 1, 0).unwrap())
+    }
+
+    /// DistributedSampler's rule written out directly, as the reference.
+    fn reference(n: u64, w: u64, drop_last: bool, order: &[u64]) -> Vec<Vec<u64>> {
+        let num_samples = if drop_last && n % w != 0 { n / w } else { n.div_ceil(w) };
+        let total = (num_samples * w) as usize;
+        let mut indices = order.to_vec();
+        if drop_last {
+            indices.truncate(total);
+        } else {
+            while indices.len() < total {
+                let need = total - indices.len();
+                let take = need.min(order.len());
+                indices.extend_from_slice(&order[..take]);
+            }
+        }
+        (0..w as usize).map(|r| indices.iter().skip(r).step_by(w as usize).copied().collect()).collect()
+    }
+
+    #[test]
+    fn matches_distributed_sampler_rule() {
+        for n in 1..40u64 {
+            for w in 1..10u64 {
+                for drop_last in [false, true] {
+                    let part = Partition::new(n, w, 0, drop_last, shuffled(n)).unwrap();
+                    let order: Vec<u64> = (0..n).map(|p| part.sample_at(p)).collect();
+                    let want = reference(n, w, drop_last, &order);
+                    for r in 0..w {
+                        let mut got = vec![0u64; part.num_samples() as usize];
+                        part.fill_rank(r, 0, &mut got).unwrap();
+                        assert_eq!(got, want[r as usize], "n={n} w={w} drop_last={drop_last}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn locate_finds_every_occurrence() {
+        for (n, w, drop_last) in [(10, 4, false), (3, 8, false), (10, 4, true), (17, 5, false)] {
+            let part = Partition::new(n, w, 0, drop_last, shuffled(n)).unwrap();
+            for s in 0..n {
+                let mut want = Vec::new();
+                for r in 0..w {
+                    let mut items = vec![0u64; part.num_samples() as usize];
+                    part.fill_rank(r, 0, &mut items).unwrap();
+                    for (k, &x) in items.iter().enumerate() {
+                        if x == s {
+                            want.push((r, k as u64));
+                        }
+                    }
+                }
+                let mut got = part.locate(s).unwrap();
+                got.sort();
+                want.sort();
+                assert_eq!(got, want, "n={n} w={w} sample={s}");
+            }
+        }
+    }
+
+    #[test]
+    fn resumed_partition_covers_the_rest_exactly_once() {
+        let n = 23;
+        for consumed in 0..=n {
+            let part = Partition::new(n, 5, consumed, false, shuffled(n)).unwrap();
+            let mut seen = vec![0u32; n as usize];
+            for p in 0..consumed.min(n) {
+                seen[part.sample_at(p) as usize] += 1;
+            }
+            for r in 0..5 {
+                let mut items = vec![0u64; part.num_samples() as usize];
+                part.fill_rank(r, 0, &mut items).unwrap();
+                for k in 0..items.len() as u64 {
+                    if part.position(r, k) < n {
+                        seen[items[k as usize] as usize] += 1;
+                    }
+                }
+            }
+            assert!(seen.iter().all(|&c| c == 1), "consumed={consumed}");
+        }
+    }
+
+    #[test]
+    fn rejects_bad_arguments() {
+        assert!(Partition::new(0, 1, 0, false, Order::Identity).is_err());
+        assert!(Partition::new(5, 0, 0, false, Order::Identity).is_err());
+        assert!(Partition::new(5, 2, 0, false, shuffled(6)).is_err());
+        let part = Partition::new(5, 2, 0, false, Order::Identity).unwrap();
+        assert!(part.fill_rank(2, 0, &mut [0; 1]).is_err());
+        assert!(part.fill_rank(0, 2, &mut [0; 2]).is_err());
+        assert!(part.locate(5).is_err());
+        assert!(Partition::new(u64::MAX, 2, 0, false, Order::Identity).is_err());
+    }
+}

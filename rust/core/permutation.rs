@@ -1,0 +1,469 @@
+//! perm-v1: a keyed pseudo-random permutation of `[0, n)` with O(1) memory.
+//!
+//! An 8-round unbalanced Feistel cipher on the smallest bit domain covering `n` (at least
+//! 16 bits), made a permutation of `[0, n)` by cycle walking: re-encrypt until the value
+//! falls below `n`. Because the domain is `< 2n` (above 16 bits), a walk takes fewer than
+//! two steps on average. The inverse runs the rounds backwards with the same walk.
+
+use std::sync::Arc;
+
+use crate::error::Error;
+use crate::mix::{chain, splitmix64};
+
+/// Name and version of the construction; stored in every state dict.
+pub const ALGORITHM: &str = "perm-v1";
+
+/// Version tag mixed first into every key, so a future perm-v2 shares no keys with v1.
+const VERSION_TAG: u64 = 0x7065_726d_2d76_3101; // "perm-v1" + 0x01
+const ROUNDS: usize = 8;
+/// Below 16 bits a Feistel network reaches too few permutations (only even ones at
+/// 1-bit halves); the walk pays for it at tiny n, which the lookup table absorbs.
+const MIN_BITS: u32 = 16;
+/// At or below this n, a walk averages >= 2 steps: precompute both directions instead.
+const TABLE_MAX_N: u64 = 1 << 15;
+/// Lanes evaluated together by the batched path.
+const BLOCK: usize = 64;
+
+/// The Feistel cipher on `bits` bits; round `i` splits into (hi, lo) halves of widths
+/// `(hi_bits, lo_bits)` for even `i` and `(lo_bits, hi_bits)` for odd `i`.
+#[derive(Clone, Debug)]
+struct Feistel {
+    hi_bits: u32,
+    lo_bits: u32,
+    keys: [u64; ROUNDS],
+}
+
+#[inline(always)]
+fn mask(width: u32) -> u64 {
+    (1u64 << width) - 1 // width <= 32
+}
+
+#[inline(always)]
+fn round_fn(half: u64, key: u64) -> u64 {
+    splitmix64(half ^ key)
+}
+
+impl Feistel {
+    fn new(bits: u32, key: u64) -> Self {
+        let mut keys = [0u64; ROUNDS];
+        for (i, k) in keys.iter_mut().enumerate() {
+            *k = chain(key, &[i as u64]);
+        }
+        Feistel { hi_bits: bits.div_ceil(2), lo_bits: bits / 2, keys }
+    }
+
+    /// One round: `hi ^= F(lo)`, then rotate so `lo` becomes the high part.
+    #[inline(always)]
+    fn encrypt(&self, mut x: u64) -> u64 {
+        let (mut h, mut l) = (self.hi_bits, self.lo_bits);
+        for &k in &self.keys {
+            let lo = x & mask(l);
+            let hi = (x >> l) ^ (round_fn(lo, k) & mask(h));
+            x = (lo << h) | hi;
+            std::mem::swap(&mut h, &mut l);
+        }
+        x
+    }
+
+    #[inline(always)]
+    fn decrypt(&self, mut y: u64) -> u64 {
+        for (i, &k) in self.keys.iter().enumerate().rev() {
+            let (h, l) = if i % 2 == 0 {
+                (self.hi_bits, self.lo_bits)
+            } else {
+                (self.lo_bits, self.hi_bits)
+            };
+            let lo = y >> h;
+            let hi = (y & mask(h)) ^ (round_fn(lo, k) & mask(h));
+            y = (hi << l) | lo;
+        }
+        y
+    }
+}
+
+/// Both directions of a small permutation, precomputed.
+#[derive(Debug)]
+struct Table {
+    forward: Vec<u16>,
+    inverse: Vec<u16>,
+}
+
+/// A keyed pseudo-random permutation π of `[0, n)`.
+///
+/// Deterministic in `(n, seed, epoch, stream)` on every platform: only wrapping `u64`
+/// arithmetic, no floats, no `usize`-dependent results.
+#[derive(Clone, Debug)]
+pub struct Permutation {
+    n: u64,
+    seed: u64,
+    epoch: u64,
+    stream: u64,
+    cipher: Feistel,
+    table: Option<Arc<Table>>,
+}
+
+impl Permutation {
+    /// The permutation of `[0, n)` for `(seed, epoch)` on stream 0.
+    pub fn new(n: u64, seed: u64, epoch: u64) -> Result<Self, Error> {
+        Self::with_stream(n, seed, epoch, 0)
+    }
+
+    /// As [`Permutation::new`], with an extra stream id mixed into the key (independent
+    /// permutations for the same `(n, seed, epoch)`).
+    pub fn with_stream(n: u64, seed: u64, epoch: u64, stream: u64) -> Result<Self, Error> {
+        if n == 0 {
+            return Err(Error::EmptyDomain);
+        }
+        // Integer bit width of the largest value, never a float log2: a float rounds
+        // 2^k + 1 to 2^k for large k and yields a domain too small to hold n values.
+        let bits = (u64::BITS - (n - 1).leading_zeros()).max(MIN_BITS);
+        let key = chain(VERSION_TAG, &[seed, epoch, n, stream]);
+        let mut perm = Permutation {
+            n,
+            seed,
+            epoch,
+            stream,
+            cipher: Feistel::new(bits, key),
+            table: None,
+        };
+        if n <= TABLE_MAX_N {
+            perm.table = Some(Arc::new(perm.build_table()));
+        }
+        Ok(perm)
+    }
+
+    /// Walks every cycle of the 16-bit domain once: O(2^16) for the whole table.
+    fn build_table(&self) -> Table {
+        let n = self.n as usize;
+        let mut forward = vec![0u16; n];
+        let mut inverse = vec![0u16; n];
+        for (p, slot) in forward.iter_mut().enumerate() {
+            let x = self.walk_forward(p as u64);
+            *slot = x as u16;
+            inverse[x as usize] = p as u16;
+        }
+        Table { forward, inverse }
+    }
+
+    pub fn len(&self) -> u64 {
+        self.n
+    }
+
+    /// Never true: n >= 1 always. Present for the `len`/`is_empty` convention.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    pub fn stream(&self) -> u64 {
+        self.stream
+    }
+
+    /// Width in bits of the cipher's domain.
+    pub fn domain_bits(&self) -> u32 {
+        self.cipher.hi_bits + self.cipher.lo_bits
+    }
+
+    #[inline(always)]
+    fn walk_forward(&self, p: u64) -> u64 {
+        let mut x = self.cipher.encrypt(p);
+        while x >= self.n {
+            x = self.cipher.encrypt(x);
+        }
+        x
+    }
+
+    #[inline(always)]
+    fn walk_inverse(&self, x: u64) -> u64 {
+        let mut p = self.cipher.decrypt(x);
+        while p >= self.n {
+            p = self.cipher.decrypt(p);
+        }
+        p
+    }
+
+    /// π(position). Errors when `position >= n`.
+    pub fn forward(&self, position: u64) -> Result<u64, Error> {
+        if position >= self.n {
+            return Err(Error::OutOfRange { what: "position", value: position, n: self.n });
+        }
+        Ok(self.forward_unchecked(position))
+    }
+
+    /// π⁻¹(sample): the position holding `sample`. Errors when `sample >= n`.
+    pub fn inverse(&self, sample: u64) -> Result<u64, Error> {
+        if sample >= self.n {
+            return Err(Error::OutOfRange { what: "sample", value: sample, n: self.n });
+        }
+        Ok(match &self.table {
+            Some(t) => t.inverse[sample as usize] as u64,
+            None => self.walk_inverse(sample),
+        })
+    }
+
+    /// π(position) for `position < n` (checked by the caller).
+    #[inline]
+    pub(crate) fn forward_unchecked(&self, position: u64) -> u64 {
+        match &self.table {
+            Some(t) => t.forward[position as usize] as u64,
+            None => self.walk_forward(position),
+        }
+    }
+
+    /// `out[i] = π(start + i)`, batched; identical to calling [`Permutation::forward`].
+    pub fn fill(&self, start: u64, out: &mut [u64]) -> Result<(), Error> {
+        let len = out.len() as u64;
+        if start > self.n || len > self.n - start {
+            return Err(Error::SliceOutOfRange { start, len, n: self.n });
+        }
+        if let Some(t) = &self.table {
+            let (s, len) = (start as usize, out.len());
+            for (o, &v) in out.iter_mut().zip(&t.forward[s..s + len]) {
+                *o = v as u64;
+            }
+            return Ok(());
+        }
+        for (b, chunk) in out.chunks_mut(BLOCK).enumerate() {
+            let base = start + (b * BLOCK) as u64;
+            for (i, slot) in chunk.iter_mut().enumerate() {
+                *slot = base + i as u64;
+            }
+            self.map_in_place(chunk);
+        }
+        Ok(())
+    }
+
+    /// Replaces every position in `values` (all `< n`, checked by the caller) by π(position).
+    pub(crate) fn map_in_place(&self, values: &mut [u64]) {
+        if let Some(t) = &self.table {
+            for v in values.iter_mut() {
+                *v = t.forward[*v as usize] as u64;
+            }
+            return;
+        }
+        for chunk in values.chunks_mut(BLOCK) {
+            simd::map_block(self, chunk);
+        }
+    }
+
+    /// One block of at most `BLOCK` lanes: every lane encrypted together (vectorisable:
+    /// same round widths and keys on all lanes), then the lanes still `>= n` are compacted
+    /// into a short list without branches and walked again until none is left.
+    #[inline(always)]
+    fn map_block_generic(&self, lanes: &mut [u64]) {
+        let n = self.n;
+        for x in lanes.iter_mut() {
+            *x = self.cipher.encrypt(*x);
+        }
+        let mut pending = [0u8; BLOCK];
+        let mut count = 0usize;
+        for (i, &x) in lanes.iter().enumerate() {
+            pending[count] = i as u8;
+            count += (x >= n) as usize;
+        }
+        while count > 0 {
+            let mut next = 0usize;
+            for j in 0..count {
+                let i = pending[j] as usize;
+                let x = self.cipher.encrypt(lanes[i]);
+                lanes[i] = x;
+                pending[next] = i as u8;
+                next += (x >= n) as usize;
+            }
+            count = next;
+        }
+    }
+}
+
+/// Runtime CPU-feature dispatch for the batched path. Every variant compiles the same
+/// integer code, so the output never depends on the path taken.
+mod simd {
+    use super::Permutation;
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512dq,avx512vl")]
+    fn map_block_avx512(perm: &Permutation, lanes: &mut [u64]) {
+        perm.map_block_generic(lanes)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn map_block_avx2(perm: &Permutation, lanes: &mut [u64]) {
+        perm.map_block_generic(lanes)
+    }
+
+    #[inline]
+    pub(super) fn map_block(perm: &Permutation, lanes: &mut [u64]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512dq")
+                && std::arch::is_x86_feature_detected!("avx512vl")
+            {
+                // SAFETY: the features were detected on this CPU just above.
+                return unsafe { map_block_avx512(perm, lanes) };
+            }
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: as above.
+                return unsafe { map_block_avx2(perm, lanes) };
+            }
+        }
+        perm.map_block_generic(lanes)
+    }
+
+    /// The portable path, for tests that compare it with the dispatched one.
+    #[cfg(test)]
+    pub(super) fn map_block_portable(perm: &Permutation, lanes: &mut [u64]) {
+        perm.map_block_generic(lanes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_bijection(n: u64) {
+        let p = Permutation::new(n, 7, 3).unwrap();
+        let mut seen = vec![false; n as usize];
+        let mut all = vec![0u64; n as usize];
+        p.fill(0, &mut all).unwrap();
+        for (i, &x) in all.iter().enumerate() {
+            assert!(x < n, "n={n}: π({i}) = {x} out of range");
+            assert!(!seen[x as usize], "n={n}: value {x} appears twice");
+            seen[x as usize] = true;
+            assert_eq!(p.inverse(x).unwrap(), i as u64, "n={n}: inverse mismatch at {i}");
+        }
+    }
+
+    #[test]
+    fn bijective_for_every_n_up_to_5000() {
+        for n in 1..=5000 {
+            assert_bijection(n);
+        }
+    }
+
+    #[test]
+    fn bijective_around_powers_of_two_up_to_2_pow_22() {
+        for k in 1..=22u32 {
+            let m = 1u64 << k;
+            for n in [m - 1, m, m + 1] {
+                assert_bijection(n);
+            }
+        }
+    }
+
+    #[test]
+    fn bijective_where_float_log2_domains_fail() {
+        // Sizes where a ceil(log2(n - 1)) domain is one bit short.
+        for n in [65_537, 262_145, 1_048_577, 4_194_305] {
+            assert_bijection(n);
+        }
+    }
+
+    #[test]
+    fn table_and_walk_agree() {
+        for n in [1u64, 2, 3, 100, 4096, TABLE_MAX_N] {
+            let p = Permutation::new(n, 11, 2).unwrap();
+            for i in 0..n {
+                assert_eq!(p.forward(i).unwrap(), p.walk_forward(i));
+                assert_eq!(p.inverse(i).unwrap(), p.walk_inverse(i));
+            }
+        }
+    }
+
+    #[test]
+    fn batched_equals_scalar_on_every_path() {
+        for n in [TABLE_MAX_N + 1, 1_000_003, 1 << 40, u64::MAX] {
+            let p = Permutation::new(n, 5, 9).unwrap();
+            let start = n - 1000;
+            let mut batched = vec![0u64; 1000];
+            p.fill(start, &mut batched).unwrap();
+            let mut portable: Vec<u64> = (start..n).collect();
+            for chunk in portable.chunks_mut(BLOCK) {
+                simd::map_block_portable(&p, chunk);
+            }
+            for (i, (&b, &q)) in batched.iter().zip(&portable).enumerate() {
+                let scalar = p.forward(start + i as u64).unwrap();
+                assert_eq!(b, scalar);
+                assert_eq!(q, scalar);
+            }
+        }
+    }
+
+    #[test]
+    fn rejects_bad_arguments() {
+        assert_eq!(Permutation::new(0, 0, 0).unwrap_err(), Error::EmptyDomain);
+        let p = Permutation::new(10, 0, 0).unwrap();
+        assert!(p.forward(10).is_err());
+        assert!(p.inverse(10).is_err());
+        assert!(p.fill(5, &mut [0; 6]).is_err());
+        assert!(p.fill(11, &mut []).is_err());
+        assert!(p.fill(10, &mut []).is_ok());
+    }
+
+    #[test]
+    fn domain_is_at_least_16_bits_and_below_2n() {
+        assert_eq!(Permutation::new(1, 0, 0).unwrap().domain_bits(), 16);
+        assert_eq!(Permutation::new(65_537, 0, 0).unwrap().domain_bits(), 17);
+        assert_eq!(Permutation::new(u64::MAX, 0, 0).unwrap().domain_bits(), 64);
+        for n in [65_537u64, 1 << 20, (1 << 20) + 1, 1_000_000_007] {
+            let bits = Permutation::new(n, 0, 0).unwrap().domain_bits();
+            assert!(1u128 << bits < 2 * n as u128 && (1u128 << bits) >= n as u128);
+        }
+    }
+
+    #[test]
+    fn keys_separate_seed_epoch_and_n() {
+        let first = |n, s, e| {
+            let p = Permutation::new(n, s, e).unwrap();
+            let mut v = vec![0u64; 64];
+            p.fill(0, &mut v).unwrap();
+            v
+        };
+        assert_ne!(first(1 << 20, 1, 2), first(1 << 20, 2, 1));
+        assert_ne!(first(1 << 20, 0, 1), first(1 << 20, 1, 0));
+        assert_ne!(first(1 << 20, 0, 0), first((1 << 20) + 1, 0, 0));
+        assert_eq!(first(1 << 20, 3, 4), first(1 << 20, 3, 4));
+    }
+}
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn large_n() -> impl Strategy<Value = u64> {
+        prop_oneof![(1u64 << 16)..(1u64 << 40), (1u64 << 40)..=u64::MAX]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        #[test]
+        fn inverse_undoes_forward(n in large_n(), seed: u64, epoch: u64, frac in 0.0f64..1.0) {
+            let p = Permutation::new(n, seed, epoch).unwrap();
+            let pos = ((n as f64) * frac) as u64 % n;
+            let x = p.forward(pos).unwrap();
+            prop_assert!(x < n);
+            prop_assert_eq!(p.inverse(x).unwrap(), pos);
+        }
+
+        #[test]
+        fn fill_matches_forward(n in large_n(), seed: u64, len in 0usize..300) {
+            let p = Permutation::new(n, seed, 0).unwrap();
+            let len = len.min(n as usize);
+            let start = n - len as u64;
+            let mut out = vec![0u64; len];
+            p.fill(start, &mut out).unwrap();
+            for (i, &x) in out.iter().enumerate() {
+                prop_assert_eq!(x, p.forward(start + i as u64).unwrap());
+            }
+        }
+    }
+}

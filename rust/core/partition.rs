@@ -135,9 +135,18 @@ impl Partition {
         self.n.saturating_sub(self.end().max(self.start))
     }
 
-    fn check_rank(&self, rank: u64) -> Result<(), Error> {
+    /// Checks that `rank` exists and has items `[local_start, local_start + len)`.
+    pub fn check_slice(&self, rank: u64, local_start: u64, len: u64) -> Result<(), Error> {
         if rank >= self.num_replicas {
             return Err(Error::InvalidRank { rank, num_replicas: self.num_replicas });
+        }
+        if local_start > self.num_samples || len > self.num_samples - local_start {
+            return Err(Error::LocalOutOfRange {
+                rank,
+                start: local_start,
+                len,
+                num_samples: self.num_samples,
+            });
         }
         Ok(())
     }
@@ -156,16 +165,7 @@ impl Partition {
 
     /// `out[i]` = the sample of `rank`'s item `local_start + i`. Batched.
     pub fn fill_rank(&self, rank: u64, local_start: u64, out: &mut [u64]) -> Result<(), Error> {
-        self.check_rank(rank)?;
-        let len = out.len() as u64;
-        if local_start > self.num_samples || len > self.num_samples - local_start {
-            return Err(Error::LocalOutOfRange {
-                rank,
-                start: local_start,
-                len,
-                num_samples: self.num_samples,
-            });
-        }
+        self.check_slice(rank, local_start, out.len() as u64)?;
         for (i, slot) in out.iter_mut().enumerate() {
             let p = self.position(rank, local_start + i as u64);
             *slot = if p < self.n { p } else { p % self.n };

@@ -1,0 +1,46 @@
+# permshard — `make demo` runs the main job, `make test` the whole test suite.
+# Both set up what they need: a virtualenv in .venv with torch from PyPI, the Rust build.
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export PYO3_PYTHON := $(abspath $(PY))
+
+.PHONY: help demo test bench build lint rust-test py-test clean
+
+help:  ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(VENV)/.ready: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[dev]" accelerate torchdata
+	touch $@
+
+build: $(VENV)/.ready  ## Build the Rust extension into the virtualenv (release)
+	$(PY) -m pip install -q --no-deps -e .
+
+demo: build  ## The main job: 4 real ranks shard a generated token file, with proofs
+	$(VENV)/bin/permshard demo
+
+lint: build  ## rustfmt, clippy, mypy --strict, stubtest
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets --release -- -D warnings
+	$(PY) -m mypy
+	$(PY) -m mypy.stubtest permshard._core
+
+rust-test:  ## Rust unit, property and golden tests
+	cargo test --release -p permshard-core
+
+py-test: build  ## Python tests (real multi-process runs included)
+	$(PY) -m pytest
+
+test: lint rust-test py-test  ## Everything CI runs
+
+bench: build  ## criterion + pytest-benchmark + side-by-side; writes docs/benchmarks.md and the plot
+	cargo bench -p permshard-core --bench permutation
+	$(PY) -m pytest benches --benchmark-enable --benchmark-only -q
+	$(PY) -m permshard bench --n 1e6,1e7,1e8 --markdown docs/benchmarks.md --plot docs/benchmarks.png
+
+clean:  ## Remove build outputs and the virtualenv
+	cargo clean
+	rm -rf $(VENV)

@@ -1,0 +1,111 @@
+"""``ShardPlan``: the exact split of one epoch, readable by people and programs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
+
+from . import _core
+
+if TYPE_CHECKING:
+    from .sampler import ShardedSampler
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """What every rank yields in one epoch, in closed form.
+
+    Attributes:
+        n: dataset length.
+        num_replicas: number of ranks.
+        rank: the rank this plan was made on.
+        epoch, seed, shuffle, drop_last: the sampler's configuration.
+        start: global positions consumed before this pass (non-zero after a resume).
+        num_samples: items every rank yields.
+        total_size: ``num_samples * num_replicas``.
+        lengths: items per rank (all equal: that is what keeps DDP in step).
+        padding_per_rank: how many of each rank's items are padding.
+        padding_positions: global positions ``>= n`` dealt out to make ranks even.
+        padding_samples: the samples those positions repeat.
+        dropped_samples: samples no rank yields this epoch (``drop_last``).
+    """
+
+    n: int
+    num_replicas: int
+    rank: int
+    epoch: int
+    seed: int
+    shuffle: bool
+    drop_last: bool
+    start: int
+    num_samples: int
+    total_size: int
+    lengths: tuple[int, ...]
+    padding_per_rank: tuple[int, ...]
+    padding_positions: tuple[int, ...]
+    padding_samples: tuple[int, ...]
+    dropped_samples: tuple[int, ...]
+
+    def steps(self, batch_size: int, drop_last: bool = False) -> int:
+        """Batches per rank for ``batch_size``."""
+        if drop_last:
+            return self.num_samples // batch_size
+        return -(-self.num_samples // batch_size)
+
+    def table(self, batch_size: Optional[int] = None) -> str:
+        """The per-rank table of ``__str__``, with a ``steps`` column for ``batch_size``."""
+        head = f"{'rank':>6} {'samples':>14} {'padding':>8}"
+        if batch_size:
+            head += f" {'steps':>10}"
+        rows = [head]
+        for r, (length, pad) in enumerate(zip(self.lengths, self.padding_per_rank)):
+            row = f"{r:>6} {length:>14,} {pad:>8}"
+            if batch_size:
+                row += f" {self.steps(batch_size):>10,}"
+            rows.append(row)
+        return "\n".join(rows)
+
+    def __str__(self) -> str:
+        lines = [
+            f"ShardPlan: n={self.n:,} num_replicas={self.num_replicas} epoch={self.epoch} "
+            f"seed={self.seed} shuffle={self.shuffle} drop_last={self.drop_last}"
+            + (f" resumed at position {self.start:,}" if self.start else ""),
+            self.table(),
+            f"total_size={self.total_size:,}  padding={len(self.padding_positions)}  "
+            f"dropped={len(self.dropped_samples)}",
+        ]
+        for p, s in zip(self.padding_positions, self.padding_samples):
+            lines.append(f"  padding: position {p:,} repeats sample {s:,}")
+        if self.dropped_samples:
+            shown = ", ".join(f"{s:,}" for s in self.dropped_samples[:10])
+            more = " ..." if len(self.dropped_samples) > 10 else ""
+            lines.append(f"  dropped samples: {shown}{more}")
+        return "\n".join(lines)
+
+
+def build_plan(part: _core.Partition, sampler: ShardedSampler) -> ShardPlan:
+    """Builds the plan of ``part``: O(num_replicas) work and memory."""
+    n, w, start = sampler.n, sampler.num_replicas, part.end - part.total_size
+    end = part.end
+    padding_positions = tuple(range(max(n, start), end))
+    dropped_positions = range(max(end, start), n)
+    pad_per_rank = [0] * w
+    for p in padding_positions:
+        pad_per_rank[(p - start) % w] += 1
+    return ShardPlan(
+        n=n,
+        num_replicas=w,
+        rank=sampler.rank,
+        epoch=sampler.epoch,
+        seed=sampler.seed,
+        shuffle=sampler.shuffle,
+        drop_last=sampler.drop_last,
+        start=start,
+        num_samples=part.num_samples,
+        total_size=part.total_size,
+        lengths=(part.num_samples,) * w,
+        padding_per_rank=tuple(pad_per_rank),
+        padding_positions=padding_positions,
+        padding_samples=tuple(part.sample_at(p) for p in padding_positions),
+        dropped_samples=tuple(part.sample_at(p) for p in dropped_positions),
+    )

@@ -1,0 +1,439 @@
+"""Proofs that sharding is right: exact (bitmap), distributed (consensus and coverage),
+and the checks that catch a dataset split twice."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+import torch.distributed as dist
+from torch.utils.data import DistributedSampler, Subset
+
+from . import _core
+from ._core import ShardingError
+from ._validation import as_positive, as_u64
+
+if TYPE_CHECKING:
+    from torch.utils.data import DataLoader
+
+    from .sampler import ShardedSampler
+
+_FIX_DOUBLE_SPLIT = (
+    "shard once: pass the full dataset, or use num_replicas=1 on a pre-sharded dataset"
+)
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """What a proof established.
+
+    Attributes:
+        algorithm, n, num_replicas, seed, epoch, shuffle, drop_last: what was proven.
+        lengths: items per rank.
+        covered: distinct samples yielded, all ranks together.
+        padding: items that repeat a sample to make ranks even.
+        dropped: samples of the epoch that no rank yields (``drop_last``).
+        seconds: time the proof took.
+        method: ``"bitmap"`` (exact) or ``"fingerprint"`` (distributed).
+    """
+
+    algorithm: str
+    n: int
+    num_replicas: int
+    seed: int
+    epoch: int
+    shuffle: bool
+    drop_last: bool
+    lengths: tuple[int, ...]
+    covered: int
+    padding: int
+    dropped: int
+    seconds: float
+    method: str = "bitmap"
+
+    def __str__(self) -> str:
+        return (
+            f"PROVEN ({self.method}, {self.algorithm}): n={self.n:,} over {self.num_replicas} "
+            f"ranks x {self.lengths[0]:,} samples (seed={self.seed}, epoch={self.epoch}, "
+            f"shuffle={self.shuffle}, drop_last={self.drop_last}): every sample exactly once "
+            f"-- covered {self.covered:,}, padding {self.padding:,}, dropped {self.dropped:,} "
+            f"[{self.seconds:.2f} s]"
+        )
+
+
+def verify_partition(
+    part: _core.Partition,
+    config: Mapping[str, Any],
+    *,
+    threads: int = 0,
+    on_progress: Optional[Callable[[int], None]] = None,
+) -> Certificate:
+    """Runs the exact bitmap proof on ``part``; ``on_progress(done)`` is called about
+    ten times a second from this thread while the proof runs in Rust."""
+    began = time.perf_counter()
+    progress = _core.Progress()
+    result: list[tuple[int, int, int]] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(_core.verify(part, threads, progress))
+        except BaseException as e:  # handed back to the calling thread
+            failure.append(e)
+
+    if on_progress is None:
+        run()
+    else:
+        worker = threading.Thread(target=run, name="permshard-verify")
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.1)
+            on_progress(progress.done)
+        on_progress(progress.done)
+    if failure:
+        raise failure[0]
+    covered, padding, dropped = result[0]
+    return Certificate(
+        algorithm=_core.ALGORITHM,
+        n=config["n"],
+        num_replicas=config["num_replicas"],
+        seed=config["seed"],
+        epoch=config["epoch"],
+        shuffle=config["shuffle"],
+        drop_last=config["drop_last"],
+        lengths=(part.num_samples,) * config["num_replicas"],
+        covered=covered,
+        padding=padding,
+        dropped=dropped,
+        seconds=time.perf_counter() - began,
+    )
+
+
+def verify(
+    n: int,
+    num_replicas: int,
+    seed: int = 0,
+    epoch: int = 0,
+    shuffle: bool = True,
+    drop_last: bool = False,
+    *,
+    threads: int = 0,
+    on_progress: Optional[Callable[[int], None]] = None,
+) -> Certificate:
+    r"""Proves, exactly, that ``num_replicas`` ShardedSamplers over ``n`` samples yield
+    every sample once (plus declared padding, minus declared drops).
+
+    Every rank's indices are streamed through a bitmap of ``n`` bits (``n / 8`` bytes) in
+    Rust, on all cores, with the GIL released.
+
+    Args:
+        n (int): dataset length.
+        num_replicas (int): number of ranks.
+        seed, epoch, shuffle, drop_last: as for :class:`ShardedSampler`.
+        threads (int, optional): worker threads; ``0`` uses every core. Default: ``0``.
+        on_progress (callable, optional): called with the number of items checked so far.
+
+    Returns:
+        Certificate: lengths, coverage, padding, drops and the time taken.
+
+    Raises:
+        ShardingError: with the first counter-example found.
+
+    Example::
+
+        >>> print(permshard.verify(1000, 8, seed=1))  # doctest: +ELLIPSIS
+        PROVEN (bitmap, perm-v1): n=1,000 over 8 ranks x 125 samples ...
+    """
+    n = as_u64("n", n, minimum=1)
+    num_replicas = as_positive("num_replicas", num_replicas)
+    config = {
+        "n": n,
+        "num_replicas": num_replicas,
+        "seed": as_u64("seed", seed),
+        "epoch": as_u64("epoch", epoch),
+        "shuffle": bool(shuffle),
+        "drop_last": bool(drop_last),
+    }
+    part = _core.Partition(
+        n,
+        num_replicas,
+        drop_last=config["drop_last"],
+        shuffle=config["shuffle"],
+        seed=config["seed"],
+        epoch=config["epoch"],
+    )
+    return verify_partition(part, config, threads=threads, on_progress=on_progress)
+
+
+# -- the double split ------------------------------------------------------------------------
+
+
+def _arithmetic_step(indices: Sequence[int]) -> Optional[tuple[int, int]]:
+    """``(first, step)`` when ``indices`` is an arithmetic progression, else None."""
+    if isinstance(indices, range):
+        return (indices.start, indices.step) if len(indices) > 1 else None
+    if len(indices) < 2:
+        return None
+    first, step = int(indices[0]), int(indices[1]) - int(indices[0])
+    probe = range(0, len(indices), max(1, len(indices) // 64))
+    if all(int(indices[i]) == first + i * step for i in probe) and int(indices[-1]) == first + (
+        len(indices) - 1
+    ) * step:
+        return first, step
+    return None
+
+
+def check_not_presharded(dataset: Any, num_replicas: int) -> None:
+    """Raises ShardingError for a dataset already sliced per rank (``Subset(full,
+    range(r, N, W))``) handed to a sampler that splits it again across ``num_replicas``."""
+    if num_replicas < 2 or not isinstance(dataset, Subset):
+        return
+    progression = _arithmetic_step(dataset.indices)
+    if progression is None:
+        return
+    first, step = progression
+    full = len(dataset.dataset)  # type: ignore[arg-type]
+    if step > 1 and first < step and len(dataset) == len(range(first, full, step)):
+        raise ShardingError(
+            f"the dataset is already a per-rank shard (Subset of every {step}th of {full} "
+            f"samples, starting at {first}) and the sampler splits it again across "
+            f"{num_replicas} replicas: each rank would see 1/{step * num_replicas} of the "
+            f"data. {_FIX_DOUBLE_SPLIT}"
+        )
+
+
+def dataset_fingerprint(dataset: Any) -> dict[str, Any]:
+    """A cheap identity of ``dataset``: its type, length and, when cheap, a content hash
+    (Subset indices, range bounds, a sequence's first and last items, an HF fingerprint)."""
+    if isinstance(dataset, int):
+        return {"type": "int", "len": dataset, "content": None}
+    kind = f"{type(dataset).__module__}.{type(dataset).__qualname__}"
+    content: Optional[str] = None
+    h = hashlib.blake2b(digest_size=8)
+    with contextlib.suppress(Exception):
+        if isinstance(dataset, Subset):
+            indices = dataset.indices
+            if isinstance(indices, range):
+                h.update(repr(indices).encode())
+            elif len(indices) <= 10_000_000:
+                h.update(repr(list(map(int, indices))).encode())
+            content = h.hexdigest()
+        elif isinstance(dataset, range):
+            content = repr(dataset)
+        elif isinstance(dataset, (list, tuple)):
+            probe = list(dataset[:4]) + list(dataset[-4:])
+            h.update(repr(probe).encode())
+            content = h.hexdigest()
+        elif isinstance(getattr(dataset, "_fingerprint", None), str):
+            content = dataset._fingerprint
+    return {"type": kind, "len": len(dataset), "content": content}
+
+
+# -- distributed: consensus and coverage --------------------------------------------------
+
+
+def _gather(obj: Any, group: Any) -> list[Any]:
+    out: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(out, obj, group=group)
+    return out
+
+
+_FIXES = {
+    "n": f"the ranks see datasets of different lengths; if each rank's dataset is a "
+    f"per-rank slice, the data is split twice: {_FIX_DOUBLE_SPLIT}",
+    "seed": "pass the same seed=... to ShardedSampler on every rank",
+    "epoch": "call sampler.set_epoch(epoch) on every rank before each epoch",
+    "num_replicas": "every rank must use the same num_replicas (the world size)",
+    "shuffle": "pass the same shuffle=... on every rank",
+    "drop_last": "pass the same drop_last=... on every rank",
+    "algorithm": "install the same permshard version on every rank",
+    "dataset": f"the ranks hold different datasets of the same length; if each rank's "
+    f"dataset is a per-rank slice, the data is split twice: {_FIX_DOUBLE_SPLIT}",
+}
+
+
+def check_consensus(sampler: ShardedSampler, group: Any = None) -> None:
+    """All-gathers every rank's configuration and raises ShardingError naming the first
+    rank and value that differ from rank 0, and the fix."""
+    mine = dict(sampler.describe(), rank=sampler.rank, dataset=dataset_fingerprint(sampler.dataset))
+    everyone = _gather(mine, group)
+    world = len(everyone)
+    ranks = sorted(c["rank"] for c in everyone)
+    if ranks != list(range(world)):
+        raise ShardingError(
+            f"sampler ranks {ranks} across the {world} processes of the group are not "
+            f"0..{world - 1} each once; leave rank=None (it defaults to the process rank)"
+        )
+    reference = everyone[0]
+    for key in ("algorithm", "n", "num_replicas", "seed", "epoch", "shuffle", "drop_last", "dataset"):
+        for proc, config in enumerate(everyone):
+            if config[key] != reference[key]:
+                raise ShardingError(
+                    f"ranks disagree on {key}: rank {reference['rank']} has {key}="
+                    f"{reference[key]!r}, rank {config['rank']} (process {proc}) has {key}="
+                    f"{config[key]!r}. Fix: {_FIXES[key]}"
+                )
+    if reference["num_replicas"] != world:
+        raise ShardingError(
+            f"the sampler splits across num_replicas={reference['num_replicas']} but the "
+            f"process group has {world} processes; leave num_replicas=None"
+        )
+
+
+def _merge(a: Sequence[int], b: Sequence[int]) -> tuple[int, int, int, int]:
+    mask = 2**64 - 1
+    return ((a[0] + b[0]) & mask, (a[1] + b[1]) & mask, (a[2] + b[2]) & mask, a[3] ^ b[3])
+
+
+def verify_distributed(sampler: ShardedSampler, group: Any = None) -> Certificate:
+    """Consensus, then coverage: each rank fingerprints what it yields this epoch
+    (count, sum, keyed-hash sum, XOR) and a 1/W slice of ``[0, n)``; the sums across ranks
+    must match. O(n / W) time and O(1) memory per rank.
+
+    Raises:
+        ShardingError: naming the rank, the value that differs and the fix.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        raise ValueError("verify_distributed needs torch.distributed to be initialized")
+    began = time.perf_counter()
+    check_consensus(sampler, group)
+    n, w, rank = sampler.n, sampler.num_replicas, sampler.rank
+    part = sampler._partition(sampler.epoch, 0)
+    real, padding = part.fingerprint(rank)
+    lo, hi = n * rank // w, n * (rank + 1) // w
+    reference = _core.range_fingerprint(lo, hi)
+    dropped = [0, 0, 0, 0]
+    if rank == 0:  # drop_last: the last n - total_size positions go to nobody
+        for p in range(part.end, n):
+            s = part.sample_at(p)
+            dropped = list(_merge(dropped, _core.range_fingerprint(s, s + 1)))
+    everyone = _gather((rank, real, padding, reference, dropped, part.num_samples), group)
+    total_real = total_pad = total_ref = total_drop = (0, 0, 0, 0)
+    for r, real_r, pad_r, ref_r, drop_r, length in everyone:
+        if length != part.num_samples:
+            raise ShardingError(
+                f"rank {r} yields {length} samples per epoch, rank {rank} {part.num_samples}; "
+                "DDP would hang on the last step. Use the same dataset and num_replicas everywhere"
+            )
+        total_real = _merge(total_real, real_r)
+        total_pad = _merge(total_pad, pad_r)
+        total_ref = _merge(total_ref, ref_r)
+        total_drop = _merge(total_drop, drop_r)
+    if _merge(total_real, total_drop) != total_ref:
+        missing = total_ref[0] - total_real[0] - total_drop[0]
+        raise ShardingError(
+            f"coverage fingerprint mismatch: the ranks together yield {total_real[0]} real "
+            f"samples plus {total_drop[0]} dropped, expected every one of [0, {n}) once "
+            f"({missing:+d} by count); some sample is missing or repeated. Check that every "
+            "rank uses the same dataset, seed and epoch"
+        )
+    return Certificate(
+        algorithm=_core.ALGORITHM,
+        n=n,
+        num_replicas=w,
+        seed=sampler.seed,
+        epoch=sampler.epoch,
+        shuffle=sampler.shuffle,
+        drop_last=sampler.drop_last,
+        lengths=(part.num_samples,) * w,
+        covered=total_real[0],
+        padding=total_pad[0],
+        dropped=total_drop[0],
+        seconds=time.perf_counter() - began,
+        method="fingerprint",
+    )
+
+
+# -- DataLoaders ------------------------------------------------------------------------------
+
+
+def _unwrap(obj: Any) -> Iterator[Any]:
+    """The chain of samplers under a DataLoader or batch sampler, outermost first."""
+    seen = set()
+    while obj is not None and id(obj) not in seen:
+        seen.add(id(obj))
+        yield obj
+        nxt = None
+        for attr in ("batch_sampler", "sampler"):
+            nxt = getattr(obj, attr, None)
+            if nxt is not None and nxt is not obj:
+                break
+        obj = nxt
+
+
+@contextlib.contextmanager
+def _preserved(objs: Sequence[Any]) -> Iterator[None]:
+    """Restores the attributes of ``objs`` afterwards: counting a loader's indices must not
+    advance its samplers."""
+    saved = [(o, dict(vars(o))) for o in objs if hasattr(o, "__dict__")]
+    try:
+        yield
+    finally:
+        for o, state in saved:
+            vars(o).clear()
+            vars(o).update(state)
+
+
+def check_loader(dataloader: DataLoader[Any], total: Optional[int] = None) -> int:
+    """Raises ShardingError unless this rank's DataLoader draws its fair share.
+
+    Walks the loader's batch sampler and samplers (also accelerate's ``BatchSamplerShard``
+    and ``DataLoaderShard`` around them): a sampler that already splits by rank inside a
+    wrapper that splits again is the 1/N² bug. Then counts the indices this rank will
+    draw this epoch (index lists only, no data is loaded) and compares with the closed
+    form ``ceil(total / world_size)``.
+
+    Args:
+        dataloader: the DataLoader to check, as the training loop will iterate it.
+        total (int, optional): the full dataset length. Default: the length of the
+            sampler's dataset.
+
+    Returns:
+        int: the number of indices this rank draws per epoch.
+    """
+    chain = list(_unwrap(dataloader))
+    splitters = []
+    for obj in chain:
+        processes = getattr(obj, "num_processes", None)
+        if isinstance(processes, int) and processes > 1 and hasattr(obj, "process_index"):
+            splitters.append((f"{type(obj).__name__}(num_processes={processes})", processes))
+        elif isinstance(obj, DistributedSampler) and obj.num_replicas > 1:
+            splitters.append((f"{type(obj).__name__}(num_replicas={obj.num_replicas})", obj.num_replicas))
+    if len(splitters) > 1:
+        names = " inside ".join(name for name, _ in splitters)
+        share = math.prod(w for _, w in splitters)
+        raise ShardingError(
+            f"the DataLoader splits the data twice ({names}): each rank sees 1/{share} of it. "
+            f"{_FIX_DOUBLE_SPLIT}; with accelerate use permshard.accelerate.prepare_data_loader "
+            "instead of accelerator.prepare for this loader"
+        )
+    samplers = [o for o in chain if isinstance(o, DistributedSampler)]
+    world = splitters[0][1] if splitters else 1
+    if not splitters and dist.is_available() and dist.is_initialized():
+        world = dist.get_world_size()
+    if total is None:
+        base = samplers[0].dataset if samplers else getattr(dataloader, "dataset", None)
+        total = len(base) if not isinstance(base, int) else base  # type: ignore[arg-type]
+    total = as_u64("total", total, minimum=1)
+    batches = getattr(dataloader, "batch_sampler", None)
+    source = batches if batches is not None else getattr(dataloader, "sampler", dataloader)
+    with _preserved(chain):
+        drawn = 0
+        for item in source:
+            drawn += len(item) if isinstance(item, (list, tuple)) else 1
+    low = total // world
+    batch = getattr(dataloader, "batch_size", None) or 1
+    high = -(-total // world) + batch  # even_batches may top up the last batch
+    if not low <= drawn <= high:
+        raise ShardingError(
+            f"this rank draws {drawn} samples per epoch but its share of {total} samples over "
+            f"{world} ranks is {low}..{-(-total // world)}: the data is split "
+            f"{'more than once' if drawn < low else 'too little'}. {_FIX_DOUBLE_SPLIT}"
+        )
+    return drawn

@@ -1,0 +1,474 @@
+"""``ShardedSampler`` and ``ShardedBatchSampler``: DistributedSampler without the O(N)."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from collections.abc import Iterator, Mapping, Sized
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+import torch.distributed as dist
+from torch.utils.data import BatchSampler, DistributedSampler
+
+from . import _core
+from ._validation import as_int, as_positive, as_u64
+from .plan import ShardPlan, build_plan
+
+#: Items computed per call into Rust while iterating (GIL released for each chunk).
+_CHUNK = 1 << 13
+
+#: Keys of a state dict, in the order they are written.
+STATE_KEYS = ("algorithm", "n", "seed", "epoch", "shuffle", "drop_last", "consumed", "num_replicas")
+
+
+def dataset_length(dataset: Any) -> int:
+    """Length of ``dataset``: an int N, or anything with ``__len__``."""
+    if isinstance(dataset, bool):
+        raise TypeError("dataset must be a dataset with __len__ or an int, got a bool")
+    if isinstance(dataset, int):
+        n = dataset
+    elif isinstance(dataset, Sized):
+        n = len(dataset)
+    else:
+        raise TypeError(
+            f"dataset must have __len__ or be an int, got {type(dataset).__name__}; for an "
+            "IterableDataset use permshard.data.shard_iterable instead of a sampler"
+        )
+    if n < 1:
+        raise ValueError(f"dataset is empty (length {n}); a sampler needs at least one sample")
+    if n > 2**63:
+        raise ValueError(f"dataset length {n} exceeds 2**63, the largest index torch can hold")
+    return n
+
+
+def _world(num_replicas: Optional[int], rank: Optional[int]) -> tuple[int, int]:
+    """Fills in ``num_replicas`` / ``rank`` from torch.distributed, like DistributedSampler."""
+    if num_replicas is None or rank is None:
+        if not (dist.is_available() and dist.is_initialized()):
+            raise ValueError(
+                "num_replicas and rank default to torch.distributed's world size and rank, but "
+                "torch.distributed is not initialized: call torch.distributed.init_process_group "
+                "first, or pass num_replicas=... and rank=..."
+            )
+        if num_replicas is None:
+            num_replicas = dist.get_world_size()
+        if rank is None:
+            rank = dist.get_rank()
+    num_replicas = as_int("num_replicas", num_replicas)
+    rank = as_int("rank", rank)
+    if num_replicas < 1:
+        raise ValueError(f"Invalid num_replicas {num_replicas}, num_replicas should be at least 1")
+    if not 0 <= rank < num_replicas:
+        raise ValueError(
+            f"Invalid rank {rank}, rank should be in the interval [0, {num_replicas - 1}]"
+        )
+    return num_replicas, rank
+
+
+@dataclass
+class _Pass:
+    """One iteration over the sampler: where it started and how far it got."""
+
+    epoch: int
+    start: int
+    partition: _core.Partition
+    chunk_base: int = 0
+    chunk_len: int = 0
+    chunk: Optional[Iterator[int]] = None
+
+    def yielded(self) -> int:
+        """Items this rank has handed out in this pass (exact, even mid-chunk)."""
+        if self.chunk is None:
+            return self.chunk_base
+        left = self.chunk.__length_hint__()  # type: ignore[attr-defined]
+        return self.chunk_base + self.chunk_len - left
+
+
+class ShardedSampler(DistributedSampler[int]):
+    r"""Sampler that restricts data loading to a subset of the dataset, in O(1) memory.
+
+    A drop-in for :class:`torch.utils.data.DistributedSampler` (and a subclass of it): the
+    same arguments, lengths, padding, ``drop_last`` and ``set_epoch``; with
+    ``shuffle=False`` the same indices. With ``shuffle=True`` the order is perm-v1, computed
+    in Rust per chunk, never ``randperm(N)``: memory does not grow with the dataset.
+
+    Global positions are dealt round-robin (rank ``r`` takes ``r, r + W, ...``), so resuming
+    with another number of replicas is exact; see :meth:`state_dict`.
+
+    Args:
+        dataset: dataset used for sampling (anything with ``__len__``), or its length.
+        num_replicas (int, optional): number of processes participating in distributed
+            training. By default, ``world_size`` is retrieved from the current
+            distributed group.
+        rank (int, optional): rank of the current process within ``num_replicas``. By
+            default, ``rank`` is retrieved from the current distributed group.
+        shuffle (bool, optional): if ``True`` (default), sampler will shuffle the indices.
+        seed (int, optional): random seed used to shuffle the sampler if
+            :attr:`shuffle=True`, in ``[0, 2**64 - 1]``. This number should be identical
+            across all processes in the distributed group. Default: ``0``.
+        drop_last (bool, optional): if ``True``, then the sampler will drop the tail of the
+            data to make it evenly divisible across the number of replicas. If ``False``,
+            the sampler will add extra indices to make the data evenly divisible across the
+            replicas. Default: ``False``.
+        auto_epoch (bool, optional): advance the epoch by one each time the sampler is
+            iterated again without :meth:`set_epoch`. Default: ``False`` (warn instead).
+        check_consensus (bool, optional): when torch.distributed is initialized, check at
+            the first iteration of each epoch (one small all-gather) that every rank uses
+            the same configuration. Default: ``True``.
+
+    .. warning::
+        As with DistributedSampler, call :meth:`set_epoch` at the beginning of each epoch
+        **before** creating the DataLoader iterator. Iterating twice in the same epoch
+        repeats the order; this sampler warns when that happens (or set ``auto_epoch``).
+
+    Example::
+
+        >>> sampler = ShardedSampler(dataset, shuffle=True) if is_distributed else None
+        >>> loader = DataLoader(dataset, shuffle=(sampler is None), sampler=sampler)
+        >>> for epoch in range(start_epoch, n_epochs):
+        ...     if is_distributed:
+        ...         sampler.set_epoch(epoch)
+        ...     train(loader)
+    """
+
+    def __init__(
+        self,
+        dataset: Union[Sized, int],
+        num_replicas: Optional[int] = None,
+        rank: Optional[int] = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        *,
+        auto_epoch: bool = False,
+        check_consensus: bool = True,
+    ) -> None:
+        # DistributedSampler.__init__ is not called: it would compute nothing we use.
+        self.dataset = dataset
+        self._n = dataset_length(dataset)
+        self.num_replicas, self.rank = _world(num_replicas, rank)
+        self.shuffle = bool(shuffle)
+        self.seed = as_u64("seed", seed)
+        self.drop_last = bool(drop_last)
+        self.auto_epoch = bool(auto_epoch)
+        self.check_consensus = bool(check_consensus)
+        self.epoch = 0
+        self._start = 0  # global positions consumed before the next pass (a resume)
+        self._pass: Optional[_Pass] = None
+        self._iterated_epoch: Optional[int] = None
+        self._warned_repeat = False
+        self._agreed_epoch: Optional[int] = None
+        from .proofs import check_not_presharded
+
+        check_not_presharded(dataset, self.num_replicas)
+
+    # -- DistributedSampler's attributes -------------------------------------------------
+
+    @property
+    def n(self) -> int:
+        """Length of the dataset."""
+        return self._n
+
+    @property
+    def num_samples(self) -> int:  # type: ignore[override]
+        """Items this rank yields in the next pass (the rest of the epoch after a resume)."""
+        return self._partition(self.epoch, self._start).num_samples
+
+    @num_samples.setter
+    def num_samples(self, value: int) -> None:
+        raise AttributeError("num_samples is computed from the dataset length and num_replicas")
+
+    @property
+    def total_size(self) -> int:  # type: ignore[override]
+        """``num_samples * num_replicas``: positions dealt out in the next pass."""
+        return self._partition(self.epoch, self._start).total_size
+
+    @total_size.setter
+    def total_size(self, value: int) -> None:
+        raise AttributeError("total_size is computed from the dataset length and num_replicas")
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def set_epoch(self, epoch: int) -> None:
+        r"""Sets the epoch for this sampler.
+
+        When :attr:`shuffle=True`, this ensures all replicas use a different random
+        ordering for each epoch. Setting the epoch of a loaded state dict keeps its
+        resume point.
+
+        Args:
+            epoch (int): epoch number, in ``[0, 2**64 - 1]``.
+        """
+        epoch = as_u64("epoch", epoch)
+        if epoch != self.epoch:
+            self._start = 0
+        self.epoch = epoch
+        self._iterated_epoch = None
+
+    # -- iteration -------------------------------------------------------------------------
+
+    def _partition(self, epoch: int, start: int) -> _core.Partition:
+        return _core.Partition(
+            self._n,
+            self.num_replicas,
+            start=start,
+            drop_last=self.drop_last,
+            shuffle=self.shuffle,
+            seed=self.seed,
+            epoch=epoch,
+        )
+
+    def _check_dataset_unchanged(self) -> None:
+        if isinstance(self.dataset, int):
+            return
+        n = len(self.dataset)  # type: ignore[arg-type]
+        if n != self._n:
+            raise ValueError(
+                f"the dataset's length changed from {self._n} to {n} since the sampler was "
+                "built; build a new ShardedSampler for the new dataset"
+            )
+
+    def _begin_pass(self) -> _Pass:
+        self._check_dataset_unchanged()
+        if self._iterated_epoch == self.epoch and self._start == 0:
+            if self.auto_epoch:
+                self.epoch += 1
+            elif not self._warned_repeat:
+                self._warned_repeat = True
+                warnings.warn(
+                    f"ShardedSampler is iterated again in epoch {self.epoch} without "
+                    "set_epoch(): the order repeats. Call sampler.set_epoch(epoch) before each "
+                    "epoch, or pass auto_epoch=True.",
+                    UserWarning,
+                    stacklevel=3,
+                )
+        if self.check_consensus and self._agreed_epoch != self.epoch:
+            if dist.is_available() and dist.is_initialized():
+                from .proofs import check_consensus
+
+                check_consensus(self)
+            self._agreed_epoch = self.epoch
+        part = self._partition(self.epoch, self._start)
+        self._pass = _Pass(self.epoch, self._start, part)
+        self._iterated_epoch = self.epoch
+        self._start = 0
+        return self._pass
+
+    def _chunks(self, current: _Pass) -> Iterator[Iterator[int]]:
+        total = current.partition.num_samples
+        for base in range(0, total, _CHUNK):
+            count = min(_CHUNK, total - base)
+            chunk = iter(current.partition.take(self.rank, base, count))
+            current.chunk_base, current.chunk_len, current.chunk = base, count, chunk
+            yield chunk
+
+    def __iter__(self) -> Iterator[int]:
+        current = self._begin_pass()
+        # chain() hands out the ints at C speed; _Pass.yielded() still counts exactly.
+        return itertools.chain.from_iterable(self._chunks(current))
+
+    def iter_with_padding(self) -> Iterator[tuple[int, bool]]:
+        """Like ``iter(sampler)``, yielding ``(index, is_padding)``.
+
+        ``is_padding`` marks the items that repeat a sample only to make ranks even: drop
+        them from metrics for an exact evaluation.
+        """
+        current = self._begin_pass()
+        # Local item k sits at global position start + rank + k·W: padding once that is >= n.
+        behind = self._n - current.start - self.rank
+        first_padding = max(0, -(-behind // self.num_replicas))
+        for k, index in enumerate(itertools.chain.from_iterable(self._chunks(current))):
+            yield index, k >= first_padding
+
+    # -- proofs and plans ------------------------------------------------------------------
+
+    def plan(self) -> ShardPlan:
+        """The exact split of the current epoch: lengths, padding and dropped samples."""
+        return build_plan(self._partition(self.epoch, self._start), self)
+
+    def locate(self, sample: int, epoch: Optional[int] = None) -> list[tuple[int, int]]:
+        """Every ``(rank, local_position)`` that yields ``sample`` in ``epoch``; O(1).
+
+        Empty when the sample is dropped (``drop_last``) or was consumed before a resume;
+        several entries when padding repeats it.
+
+        Args:
+            sample (int): a dataset index in ``range(len(dataset))``.
+            epoch (int, optional): the epoch to look in. Default: the current epoch.
+        """
+        sample = as_int("sample", sample)
+        if not 0 <= sample < self._n:
+            raise ValueError(f"sample {sample} is not in range({self._n})")
+        if epoch is None:
+            start = self._start
+            epoch = self.epoch
+        else:
+            epoch = as_u64("epoch", epoch)
+            start = self._start if epoch == self.epoch else 0
+        return [tuple(hit) for hit in self._partition(epoch, start).locate(sample)]  # type: ignore[misc]
+
+    def verify(self) -> Any:
+        """Exact proof for this sampler's epoch; see :func:`permshard.verify`."""
+        from .proofs import verify_partition
+
+        return verify_partition(self._partition(self.epoch, self._start), self.describe())
+
+    def verify_distributed(self, group: Any = None) -> Any:
+        """Consensus and coverage across the ranks of ``group``; see ``permshard.proofs``."""
+        from .proofs import verify_distributed
+
+        return verify_distributed(self, group)
+
+    def describe(self) -> dict[str, Any]:
+        """The configuration every rank must agree on (without ``rank``)."""
+        return {
+            "algorithm": _core.ALGORITHM,
+            "n": self._n,
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "num_replicas": self.num_replicas,
+            "shuffle": self.shuffle,
+            "drop_last": self.drop_last,
+        }
+
+    # -- state -----------------------------------------------------------------------------
+
+    def state_dict(self, consumed_local_samples: Optional[int] = None) -> dict[str, Any]:
+        r"""The resume point, O(1).
+
+        ``consumed`` counts global positions of the epoch already consumed. Without an
+        argument every rank is assumed to have consumed what this rank's iterator has
+        yielded (lockstep data parallelism). A DataLoader prefetches ahead of the training
+        loop, so pass what the loop really consumed when that matters.
+
+        Args:
+            consumed_local_samples (int, optional): samples this rank's training loop has
+                consumed in the current pass (e.g. ``steps * batch_size``).
+        """
+        current = self._pass
+        if current is None or current.epoch != self.epoch or self._start:
+            start, local = self._start, 0
+        else:
+            start, local = current.start, current.yielded()
+        if consumed_local_samples is not None:
+            local = as_int("consumed_local_samples", consumed_local_samples)
+            limit = self._partition(self.epoch, start).num_samples
+            if not 0 <= local <= limit:
+                raise ValueError(
+                    f"consumed_local_samples must be in [0, {limit}] (this rank's samples in "
+                    f"the current pass), got {local}"
+                )
+        return {
+            "algorithm": _core.ALGORITHM,
+            "n": self._n,
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "shuffle": self.shuffle,
+            "drop_last": self.drop_last,
+            "consumed": start + local * self.num_replicas,
+            "num_replicas": self.num_replicas,
+        }
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Restores a resume point saved by :meth:`state_dict`, possibly with another
+        number of replicas: the remaining positions are re-split so every sample of the
+        epoch is yielded exactly once across both runs (plus declared padding)."""
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"state_dict must be a mapping, got {type(state_dict).__name__}")
+        missing = [k for k in STATE_KEYS if k not in state_dict]
+        if missing:
+            raise ValueError(
+                f"state_dict is missing {missing}; pass a dict saved by ShardedSampler.state_dict()"
+            )
+        if state_dict["algorithm"] != _core.ALGORITHM:
+            raise ValueError(
+                f"state_dict is for algorithm {state_dict['algorithm']!r}, this sampler runs "
+                f"{_core.ALGORITHM!r}; the saved order cannot be reproduced"
+            )
+        for key, mine in (
+            ("n", self._n),
+            ("seed", self.seed),
+            ("shuffle", self.shuffle),
+            ("drop_last", self.drop_last),
+        ):
+            if state_dict[key] != mine:
+                raise ValueError(
+                    f"state_dict has {key}={state_dict[key]!r} but this sampler has "
+                    f"{key}={mine!r}; build the sampler with the same {key} to resume"
+                )
+        epoch = as_u64("state_dict['epoch']", state_dict["epoch"])
+        consumed = as_u64("state_dict['consumed']", state_dict["consumed"])
+        as_positive("state_dict['num_replicas']", state_dict["num_replicas"])
+        self.epoch = epoch
+        self._start = consumed
+        self._pass = None
+        self._iterated_epoch = None
+
+    def __repr__(self) -> str:
+        return (
+            f"ShardedSampler(n={self._n}, num_replicas={self.num_replicas}, rank={self.rank}, "
+            f"shuffle={self.shuffle}, seed={self.seed}, drop_last={self.drop_last}, "
+            f"epoch={self.epoch}, num_samples={self.num_samples})"
+        )
+
+
+class ShardedBatchSampler(BatchSampler):
+    r"""Wraps a :class:`ShardedSampler` to yield lists of indices, built in Rust.
+
+    Same batches, in the same order, as ``BatchSampler(sampler, batch_size, drop_last)``;
+    for ``DataLoader(dataset, batch_sampler=...)``, which lets a dataset with
+    ``__getitems__`` fetch a whole batch at once.
+
+    Args:
+        sampler (ShardedSampler): the per-rank sampler.
+        batch_size (int): size of mini-batch.
+        drop_last (bool): if ``True``, drop the last batch when it is smaller than
+            ``batch_size``. Default: ``False``.
+
+    Example::
+
+        >>> sampler = ShardedSampler(dataset, num_replicas=4, rank=0)
+        >>> loader = DataLoader(dataset, batch_sampler=ShardedBatchSampler(sampler, 64))
+    """
+
+    def __init__(self, sampler: ShardedSampler, batch_size: int, drop_last: bool = False) -> None:
+        if not isinstance(sampler, ShardedSampler):
+            raise TypeError(
+                f"sampler must be a ShardedSampler, got {type(sampler).__name__}; wrap other "
+                "samplers in torch.utils.data.BatchSampler"
+            )
+        if isinstance(drop_last, bool) is False:
+            raise TypeError(f"drop_last should be a boolean value, but got drop_last={drop_last!r}")
+        self.sampler = sampler
+        self.batch_size = as_positive("batch_size", batch_size)
+        self.drop_last = drop_last
+
+    def __iter__(self) -> Iterator[list[int]]:
+        current = self.sampler._begin_pass()
+        part, rank = current.partition, self.sampler.rank
+        total = part.num_samples
+        if self.drop_last:
+            total -= total % self.batch_size
+        # Whole batches per call into Rust, about _CHUNK items at a time.
+        step = max(1, _CHUNK // self.batch_size) * self.batch_size
+        for base in range(0, total, step):
+            count = min(step, total - base)
+            batches = part.take_batches(rank, base, count, self.batch_size)
+            for i, batch in enumerate(batches):
+                current.chunk_base = min(base + (i + 1) * self.batch_size, base + count)
+                yield batch
+
+    def __len__(self) -> int:
+        n = self.sampler.num_samples
+        if self.drop_last:
+            return n // self.batch_size
+        return (n + self.batch_size - 1) // self.batch_size
+
+    def state_dict(self) -> dict[str, Any]:
+        """The sampler's state dict (batches yielded count as consumed)."""
+        return self.sampler.state_dict()
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        self.sampler.load_state_dict(state_dict)

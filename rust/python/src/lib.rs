@@ -1,0 +1,30 @@
+//! `permshard._core`: the native module. Only conversions and error mapping live here;
+//! everything else is in `permshard-core` (Rust) or `permshard` (Python).
+
+use pyo3::prelude::*;
+
+mod errors;
+mod partition;
+mod permutation;
+mod verify;
+
+#[pymodule(gil_used = false)]
+mod _core {
+    #[pymodule_export]
+    use super::errors::ShardingError;
+    #[pymodule_export]
+    use super::partition::Partition;
+    #[pymodule_export]
+    use super::permutation::Permutation;
+    #[pymodule_export]
+    use super::verify::{range_fingerprint, verify, Progress};
+
+    use pyo3::prelude::*;
+
+    #[pymodule_init]
+    fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+        m.add("ALGORITHM", permshard_core::ALGORITHM)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,162 @@
+//! `_core.Partition`: one epoch's split across ranks.
+
+use numpy::{IntoPyArray, PyArray1};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use permshard_core::{Fingerprint, Order};
+
+use crate::errors::to_py;
+use crate::permutation::{alloc, DETACH_MIN};
+
+/// The four columns of a fingerprint, as Python receives them.
+pub type FingerprintTuple = (u64, u64, u64, u64);
+
+pub fn fingerprint_tuple(f: &Fingerprint) -> FingerprintTuple {
+    (f.count, f.sum, f.hash_sum, f.xor)
+}
+
+#[pyclass(frozen, module = "permshard._core", name = "Partition")]
+pub struct Partition {
+    pub inner: permshard_core::Partition,
+}
+
+#[pymethods]
+impl Partition {
+    #[new]
+    #[pyo3(signature = (n, num_replicas, *, start = 0, drop_last = false, shuffle = true, seed = 0, epoch = 0))]
+    fn new(
+        n: u64,
+        num_replicas: u64,
+        start: u64,
+        drop_last: bool,
+        shuffle: bool,
+        seed: u64,
+        epoch: u64,
+    ) -> PyResult<Self> {
+        let order = if shuffle {
+            Order::Shuffled(permshard_core::Permutation::new(n, seed, epoch).map_err(to_py)?)
+        } else {
+            Order::Identity
+        };
+        let inner = permshard_core::Partition::new(n, num_replicas, start, drop_last, order)
+            .map_err(to_py)?;
+        Ok(Partition { inner })
+    }
+
+    #[getter]
+    fn num_samples(&self) -> u64 {
+        self.inner.num_samples()
+    }
+
+    #[getter]
+    fn total_size(&self) -> u64 {
+        self.inner.total_size()
+    }
+
+    #[getter]
+    fn end(&self) -> u64 {
+        self.inner.end()
+    }
+
+    #[getter]
+    fn padding(&self) -> u64 {
+        self.inner.padding()
+    }
+
+    #[getter]
+    fn dropped(&self) -> u64 {
+        self.inner.dropped()
+    }
+
+    /// The sample at global position `position` (padding wraps around).
+    fn sample_at(&self, position: u64) -> PyResult<u64> {
+        if position >= self.inner.end().max(self.inner.n()) {
+            return Err(PyValueError::new_err(format!(
+                "position {position} is past the end of the epoch ({})",
+                self.inner.end().max(self.inner.n())
+            )));
+        }
+        Ok(self.inner.sample_at(position))
+    }
+
+    /// Items `[local_start, local_start + count)` of `rank` as a list of Python ints.
+    fn take(&self, py: Python<'_>, rank: u64, local_start: u64, count: u64) -> PyResult<Vec<u64>> {
+        self.fill(py, rank, local_start, count)
+    }
+
+    /// As `take`, as a new int64 array.
+    fn take_array<'py>(
+        &self,
+        py: Python<'py>,
+        rank: u64,
+        local_start: u64,
+        count: u64,
+    ) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        if self.inner.n() > 1 << 63 {
+            return Err(PyValueError::new_err("int64 cannot hold samples of n > 2**63"));
+        }
+        let values = self.fill(py, rank, local_start, count)?;
+        let values: Vec<i64> = values.into_iter().map(|v| v as i64).collect();
+        Ok(values.into_pyarray(py))
+    }
+
+    /// Items `[local_start, local_start + count)` of `rank`, cut into lists of
+    /// `batch_size` (the last one may be shorter).
+    fn take_batches(
+        &self,
+        py: Python<'_>,
+        rank: u64,
+        local_start: u64,
+        count: u64,
+        batch_size: u64,
+    ) -> PyResult<Vec<Vec<u64>>> {
+        if batch_size == 0 {
+            return Err(PyValueError::new_err("batch_size should be a positive integer, got 0"));
+        }
+        let values = self.fill(py, rank, local_start, count)?;
+        Ok(values.chunks(batch_size as usize).map(<[u64]>::to_vec).collect())
+    }
+
+    /// Every `(rank, local_position)` that yields `sample`.
+    fn locate(&self, sample: u64) -> PyResult<Vec<(u64, u64)>> {
+        self.inner.locate(sample).map_err(to_py)
+    }
+
+    /// Fingerprints of what `rank` yields: (real positions, padding positions).
+    fn fingerprint(&self, py: Python<'_>, rank: u64) -> PyResult<(FingerprintTuple, FingerprintTuple)> {
+        let part = &self.inner;
+        let n = part.n();
+        let result = py.detach(|| {
+            let mut real = Fingerprint::default();
+            let mut padding = Fingerprint::default();
+            let mut buf = vec![0u64; 1 << 16];
+            let mut local = 0;
+            while local < part.num_samples() {
+                let len = (buf.len() as u64).min(part.num_samples() - local);
+                let items = &mut buf[..len as usize];
+                part.fill_rank(rank, local, items)?;
+                for (k, &s) in items.iter().enumerate() {
+                    if part.position(rank, local + k as u64) < n {
+                        real.add(s);
+                    } else {
+                        padding.add(s);
+                    }
+                }
+                local += len;
+            }
+            Ok((fingerprint_tuple(&real), fingerprint_tuple(&padding)))
+        });
+        result.map_err(to_py)
+    }
+}
+
+impl Partition {
+    fn fill(&self, py: Python<'_>, rank: u64, local_start: u64, count: u64) -> PyResult<Vec<u64>> {
+        self.inner.check_slice(rank, local_start, count).map_err(to_py)?;
+        let mut out = alloc(count)?;
+        let compute = || self.inner.fill_rank(rank, local_start, &mut out).map(|_| out);
+        let out = if count >= DETACH_MIN { py.detach(compute) } else { compute() };
+        out.map_err(to_py)
+    }
+}

@@ -22,7 +22,7 @@ const MIN_BITS: u32 = 16;
 /// At or below this n, a walk averages >= 2 steps: precompute both directions instead.
 const TABLE_MAX_N: u64 = 1 << 15;
 /// Lanes evaluated together by the batched path.
-const BLOCK: usize = 64;
+const BLOCK: usize = 256;
 
 /// The Feistel cipher on `bits` bits; round `i` splits into (hi, lo) halves of widths
 /// `(hi_bits, lo_bits)` for even `i` and `(lo_bits, hi_bits)` for odd `i`.
@@ -132,13 +132,21 @@ impl Permutation {
         Ok(perm)
     }
 
-    /// Walks every cycle of the 16-bit domain once: O(2^16) for the whole table.
+    /// Encrypts the whole 16-bit domain once (batched), then follows each position's walk
+    /// through that array: O(2^16) for the whole table, whatever n.
     fn build_table(&self) -> Table {
+        let mut next: Vec<u64> = (0..1u64 << MIN_BITS).collect();
+        for chunk in next.chunks_mut(BLOCK) {
+            simd::encrypt_block(self, chunk);
+        }
         let n = self.n as usize;
         let mut forward = vec![0u16; n];
         let mut inverse = vec![0u16; n];
         for (p, slot) in forward.iter_mut().enumerate() {
-            let x = self.walk_forward(p as u64);
+            let mut x = next[p];
+            while x >= self.n {
+                x = next[x as usize];
+            }
             *slot = x as u16;
             inverse[x as usize] = p as u16;
         }
@@ -253,29 +261,47 @@ impl Permutation {
         }
     }
 
-    /// One block of at most `BLOCK` lanes: every lane encrypted together (vectorisable:
-    /// same round widths and keys on all lanes), then the lanes still `>= n` are compacted
-    /// into a short list without branches and walked again until none is left.
+    /// Round-major: each round runs over all lanes with the same widths and key, which is
+    /// what lets the compiler turn the lane loop into vector instructions.
+    #[inline(always)]
+    fn encrypt_block_generic(&self, lanes: &mut [u64]) {
+        let (mut h, mut l) = (self.cipher.hi_bits, self.cipher.lo_bits);
+        for &k in &self.cipher.keys {
+            let (mask_h, mask_l) = (mask(h), mask(l));
+            for x in lanes.iter_mut() {
+                let lo = *x & mask_l;
+                let hi = (*x >> l) ^ (round_fn(lo, k) & mask_h);
+                *x = (lo << h) | hi;
+            }
+            std::mem::swap(&mut h, &mut l);
+        }
+    }
+
+    /// One block of at most `BLOCK` lanes: every lane encrypted together, then the lanes
+    /// still `>= n` are compacted without branches into a dense buffer, encrypted together
+    /// again, and written back, until none is left.
     #[inline(always)]
     fn map_block_generic(&self, lanes: &mut [u64]) {
         let n = self.n;
-        for x in lanes.iter_mut() {
-            *x = self.cipher.encrypt(*x);
-        }
-        let mut pending = [0u8; BLOCK];
+        self.encrypt_block_generic(lanes);
+        let mut pending = [0u16; BLOCK];
         let mut count = 0usize;
         for (i, &x) in lanes.iter().enumerate() {
-            pending[count] = i as u8;
+            pending[count] = i as u16;
             count += (x >= n) as usize;
         }
+        let mut walk = [0u64; BLOCK];
         while count > 0 {
+            for j in 0..count {
+                walk[j] = lanes[pending[j] as usize];
+            }
+            self.encrypt_block_generic(&mut walk[..count]);
             let mut next = 0usize;
             for j in 0..count {
                 let i = pending[j] as usize;
-                let x = self.cipher.encrypt(lanes[i]);
-                lanes[i] = x;
-                pending[next] = i as u8;
-                next += (x >= n) as usize;
+                lanes[i] = walk[j];
+                pending[next] = i as u16;
+                next += (walk[j] >= n) as usize;
             }
             count = next;
         }
@@ -287,35 +313,40 @@ impl Permutation {
 mod simd {
     use super::Permutation;
 
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,avx512dq,avx512vl")]
-    fn map_block_avx512(perm: &Permutation, lanes: &mut [u64]) {
-        perm.map_block_generic(lanes)
+    /// Defines `$name(perm, lanes)`: `$method` compiled for AVX-512, for AVX2 and portably,
+    /// picked at run time.
+    macro_rules! dispatch {
+        ($name:ident, $method:ident) => {
+            #[inline]
+            pub(super) fn $name(perm: &Permutation, lanes: &mut [u64]) {
+                #[cfg(target_arch = "x86_64")]
+                {
+                    #[target_feature(enable = "avx512f,avx512dq,avx512vl")]
+                    fn avx512(perm: &Permutation, lanes: &mut [u64]) {
+                        perm.$method(lanes)
+                    }
+                    #[target_feature(enable = "avx2")]
+                    fn avx2(perm: &Permutation, lanes: &mut [u64]) {
+                        perm.$method(lanes)
+                    }
+                    if std::arch::is_x86_feature_detected!("avx512dq")
+                        && std::arch::is_x86_feature_detected!("avx512vl")
+                    {
+                        // SAFETY: the features were detected on this CPU just above.
+                        return unsafe { avx512(perm, lanes) };
+                    }
+                    if std::arch::is_x86_feature_detected!("avx2") {
+                        // SAFETY: as above.
+                        return unsafe { avx2(perm, lanes) };
+                    }
+                }
+                perm.$method(lanes)
+            }
+        };
     }
 
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    fn map_block_avx2(perm: &Permutation, lanes: &mut [u64]) {
-        perm.map_block_generic(lanes)
-    }
-
-    #[inline]
-    pub(super) fn map_block(perm: &Permutation, lanes: &mut [u64]) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512dq")
-                && std::arch::is_x86_feature_detected!("avx512vl")
-            {
-                // SAFETY: the features were detected on this CPU just above.
-                return unsafe { map_block_avx512(perm, lanes) };
-            }
-            if std::arch::is_x86_feature_detected!("avx2") {
-                // SAFETY: as above.
-                return unsafe { map_block_avx2(perm, lanes) };
-            }
-        }
-        perm.map_block_generic(lanes)
-    }
+    dispatch!(map_block, map_block_generic);
+    dispatch!(encrypt_block, encrypt_block_generic);
 
     /// The portable path, for tests that compare it with the dispatched one.
     #[cfg(test)]

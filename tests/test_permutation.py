@@ -1,0 +1,211 @@
+"""Permutation: the public API, errors, pickling, numpy hand-over, golden vectors, GIL."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import pickle
+import threading
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import permshard
+from permshard import Permutation
+from reference_perm_v1 import ReferencePermutation
+
+GOLDEN = pathlib.Path(__file__).parent / "golden" / "perm-v1.json"
+
+
+def test_is_a_permutation_with_inverse():
+    for n in (1, 2, 3, 10, 1000, 65_537):
+        p = Permutation(n, seed=5, epoch=2)
+        values = list(p)
+        assert sorted(values) == list(range(n))
+        assert len(p) == n
+        for i in (0, n // 2, n - 1):
+            assert p.index_of(p[i]) == i
+
+
+def test_golden_vectors_from_python():
+    golden = json.loads(GOLDEN.read_text())
+    assert golden["algorithm"] == permshard.ALGORITHM == "perm-v1"
+    for case in golden["cases"]:
+        p = Permutation(int(case["n"]), int(case["seed"]), int(case["epoch"]))
+        for pos, val in zip(case["positions"], case["values"]):
+            assert p[int(pos)] == int(val)
+            assert p.index_of(int(val)) == int(pos)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 2**64 - 1),
+    seed=st.integers(0, 2**64 - 1),
+    epoch=st.integers(0, 2**64 - 1),
+    frac=st.floats(0, 1, exclude_max=True),
+)
+def test_matches_the_plain_python_reference(n, seed, epoch, frac):
+    if n <= 2**15:  # the reference walks ~2**16 / n steps per lookup: keep tiny n cheap
+        n += 2**15
+    ref = ReferencePermutation(n, seed, epoch)
+    p = Permutation(n, seed, epoch)
+    i = min(n - 1, int(n * frac))
+    assert p[i] == ref.forward(i)
+    assert p.index_of(p[i]) == i
+
+
+def test_sequence_indexing():
+    p = Permutation(10, seed=1)
+    assert p[-1] == p[9] and p[-10] == p[0]
+    for bad in (10, -11, 2**70):
+        with pytest.raises(IndexError, match="out of range"):
+            p[bad]
+    assert p[np.int64(3)] == p[3]
+
+
+def test_take_returns_int64_and_matches_indexing():
+    p = Permutation(1_000_003, seed=9, epoch=4)
+    a = p.take(500, 10_500)
+    assert a.dtype == np.int64 and a.shape == (10_000,) and a.flags.writeable
+    assert a.tolist() == [p[i] for i in range(500, 10_500)]
+    assert p.take(7, 7).shape == (0,)
+    with pytest.raises(ValueError, match="invalid range"):
+        p.take(5, 4)
+    with pytest.raises(ValueError, match="invalid range"):
+        p.take(0, 1_000_004)
+    with pytest.raises(ValueError, match="int64"):
+        Permutation(2**63 + 1).take(0, 1)
+
+
+def test_huge_n_indexing_and_iteration_prefix():
+    n = 2**64 - 1
+    p = Permutation(n, seed=3)
+    head = [p[i] for i in range(5)]
+    assert all(0 <= x < n for x in head)
+    it = iter(p)
+    assert [next(it) for _ in range(5)] == head
+    assert p[-1] == p[n - 1] and p.index_of(p[-1]) == n - 1
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, text",
+    [
+        ({"n": 0}, ValueError, r"n must be in \[1, 2\*\*64 - 1\], got 0"),
+        ({"n": -5}, ValueError, "got -5"),
+        ({"n": 2**64}, ValueError, "got 18446744073709551616"),
+        ({"n": 10.0}, TypeError, "n must be an integer, got float 10.0"),
+        ({"n": True}, TypeError, "got the bool True"),
+        ({"n": "10"}, TypeError, "got str"),
+        ({"n": 10, "seed": -1}, ValueError, r"seed must be in \[0, 2\*\*64 - 1\], got -1"),
+        ({"n": 10, "seed": 2**64}, ValueError, "seed must be in"),
+        ({"n": 10, "epoch": -1}, ValueError, "epoch must be in"),
+        ({"n": 10, "epoch": 1.5}, TypeError, "epoch must be an integer"),
+        ({"n": 10, "seed": False}, TypeError, "bool"),
+    ],
+)
+def test_bad_arguments_are_clear_errors(kwargs, exc, text):
+    with pytest.raises(exc, match=text):
+        Permutation(**kwargs)
+
+
+def test_index_of_errors():
+    p = Permutation(10)
+    with pytest.raises(ValueError, match=r"sample 10 is not in range\(10\)"):
+        p.index_of(10)
+    with pytest.raises(TypeError):
+        p.index_of(1.0)
+
+
+def test_native_layer_never_panics():
+    """Arguments that skip the Python checks still get Python exceptions, never a Rust panic."""
+    from permshard import _core
+
+    with pytest.raises(ValueError):
+        _core.Permutation(0)
+    with pytest.raises(OverflowError):
+        _core.Permutation(-1)
+    p = _core.Permutation(10)
+    with pytest.raises(ValueError):
+        p.forward(10)
+    with pytest.raises(ValueError):
+        p.take(3, 2)
+    part = _core.Partition(10, 3)
+    with pytest.raises(ValueError, match="Invalid rank 3"):
+        part.take(3, 0, 1)
+    with pytest.raises(ValueError, match="past its end"):
+        part.take(0, 2, 5)
+    with pytest.raises(ValueError, match="batch_size"):
+        part.take_batches(0, 0, 4, 0)
+    with pytest.raises(ValueError):
+        _core.Partition(10, 0)
+    with pytest.raises(ValueError):
+        _core.Partition(2**64 - 1, 2)
+
+
+def test_pickle_and_equality():
+    p = Permutation(12345, seed=6, epoch=7)
+    q = pickle.loads(pickle.dumps(p))
+    assert q == p and hash(q) == hash(p)
+    assert q.take(0, 100).tolist() == p.take(0, 100).tolist()
+    assert Permutation(12345, seed=6, epoch=8) != p
+
+
+def test_repr_is_helpful():
+    text = repr(Permutation(100, seed=2, epoch=3))
+    assert text.startswith("Permutation(n=100, seed=2, epoch=3) [")
+    assert "..." in text and "perm-v1" in text
+
+
+def test_version():
+    assert isinstance(permshard.__version__, str) and permshard.__version__.count(".") == 2
+
+
+def ticks_during(work) -> tuple[int, float]:
+    """Runs ``work`` in one thread while another counts loop turns; returns the turns the
+    second thread made strictly inside the work's time window, and the window's length."""
+    window: list[float] = []
+    stamps: list[float] = []
+    done = threading.Event()
+
+    def run():
+        window.append(time.perf_counter())
+        work()
+        window.append(time.perf_counter())
+        done.set()
+
+    def tick():
+        while not done.is_set():
+            stamps.append(time.perf_counter())
+
+    worker, counter = threading.Thread(target=run), threading.Thread(target=tick)
+    counter.start()
+    worker.start()
+    worker.join()
+    counter.join()
+    start, end = window
+    margin = 0.02
+    inside = sum(start + margin < t < end - margin for t in stamps)
+    return inside, end - start
+
+
+def test_take_releases_the_gil():
+    p = Permutation(2**40, seed=1)
+    inside, seconds = ticks_during(lambda: p.take(0, 30_000_000))
+    assert seconds > 0.1, "the work is too short to observe"
+    assert inside > 100, f"no Python progress during a {seconds:.2f} s take: GIL held"
+
+
+def test_a_gil_holding_call_is_detected():
+    """Power control for the test above: pure Python work holding the GIL in long slices
+    leaves far fewer turns to the other thread than the Rust call does."""
+    from permshard import _core
+
+    part = _core.Partition(60_000_000, 1)
+    inside_rust, rust_s = ticks_during(lambda: part.fingerprint(0))
+    inside_sleepless, _ = ticks_during(lambda: sum(range(3_000_000)))
+    assert rust_s > 0.1
+    assert inside_rust > 100
+    assert inside_sleepless < inside_rust

@@ -1,0 +1,61 @@
+"""The quality battery: perm-v1 passes what numpy's Fisher–Yates passes, and the battery
+has the power to flag an affine map and a 4-round Feistel."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import battery
+from permshard import Permutation
+
+#: A p-value below this fails a test. Deterministic seeds: no flakiness, and the
+#: Fisher–Yates reference run shows the threshold is not too strict.
+ALPHA = 1e-4
+
+
+def perm_v1(n: int, seed: int, epoch: int) -> np.ndarray:
+    return Permutation(n, seed, epoch).take(0, n)
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[str, dict[str, float]]:
+    return {
+        "perm-v1": battery.run(perm_v1),
+        "fisher-yates": battery.run(battery.fisher_yates),
+        "affine": battery.run(battery.affine),
+        "feistel-4": battery.run(battery.feistel(4), small_n=False),
+        "simon-4": battery.run(battery.simon_feistel(4), small_n=False),
+    }
+
+
+def test_numpy_feistel_with_8_rounds_is_perm_v1():
+    for n, seed, epoch in [(1000, 5, 6), (65_537, 1, 2), (1_000_003, 9, 9)]:
+        assert battery.feistel(8)(n, seed, epoch).tolist() == perm_v1(n, seed, epoch).tolist()
+
+
+def test_reference_passes(results):
+    failed = {k: p for k, p in results["fisher-yates"].items() if p < ALPHA}
+    assert not failed, f"the threshold is too strict for a true shuffle: {failed}"
+
+
+def test_perm_v1_passes_every_test(results):
+    failed = {k: p for k, p in results["perm-v1"].items() if p < ALPHA}
+    assert not failed, f"perm-v1 fails: {failed}"
+
+
+@pytest.mark.parametrize("control", ["affine", "simon-4"])
+def test_battery_flags_bad_shuffles(results, control):
+    failed = {k: p for k, p in results[control].items() if p < ALPHA}
+    assert failed, f"the battery cannot tell {control} from a shuffle: {results[control]}"
+
+
+def test_print_report(results, capsys):
+    """The p-values, for the record (shown with pytest -s)."""
+    names = list(results["perm-v1"])
+    with capsys.disabled():
+        print(f"\n{'test':<24}" + "".join(f"{k:>14}" for k in results))
+        for name in names:
+            print(f"{name:<24}" + "".join(f"{results[k].get(name, float('nan')):>14.3g}" for k in results))
+    assert set(results["affine"]) == set(names)
+    assert set(results["simon-4"]) == set(names) - set(battery.SMALL_N_TESTS)

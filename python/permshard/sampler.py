@@ -252,9 +252,15 @@ class ShardedSampler(DistributedSampler[int]):
             self._agreed_epoch = self.epoch
         part = self._partition(self.epoch, self._start)
         self._pass = _Pass(self.epoch, self._start, part)
-        self._iterated_epoch = self.epoch
-        self._start = 0
         return self._pass
+
+    def _first_item(self, current: _Pass) -> None:
+        """Called when a pass hands out its first item. Only then does the pass count as
+        an iteration of the epoch and use up a loaded resume point: loaders that create
+        an iterator and drop it unused (torchdata does) neither warn nor lose the point."""
+        self._iterated_epoch = current.epoch
+        if self._start == current.start:
+            self._start = 0
 
     def _chunks(self, current: _Pass) -> Iterator[Iterator[int]]:
         total = current.partition.num_samples
@@ -262,6 +268,8 @@ class ShardedSampler(DistributedSampler[int]):
             count = min(_CHUNK, total - base)
             chunk = iter(current.partition.take(self.rank, base, count))
             current.chunk_base, current.chunk_len, current.chunk = base, count, chunk
+            if base == 0:
+                self._first_item(current)
             yield chunk
 
     def __iter__(self) -> Iterator[int]:
@@ -348,7 +356,7 @@ class ShardedSampler(DistributedSampler[int]):
                 consumed in the current pass (e.g. ``steps * batch_size``).
         """
         current = self._pass
-        if current is None or current.epoch != self.epoch or self._start:
+        if current is None or current.epoch != self.epoch:
             start, local = self._start, 0
         else:
             start, local = current.start, current.yielded()
@@ -458,6 +466,8 @@ class ShardedBatchSampler(BatchSampler):
             batches = part.take_batches(rank, base, count, self.batch_size)
             for i, batch in enumerate(batches):
                 current.chunk_base = min(base + (i + 1) * self.batch_size, base + count)
+                if base == 0 and i == 0:
+                    self.sampler._first_item(current)
                 yield batch
 
     def __len__(self) -> int:

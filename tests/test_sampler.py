@@ -1,0 +1,240 @@
+"""ShardedSampler and ShardedBatchSampler: DistributedSampler parity, lengths, epochs,
+plans, locate, padding, errors, O(1) memory."""
+
+from __future__ import annotations
+
+import pickle
+import tracemalloc
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.utils.data import BatchSampler, DistributedSampler
+
+from permshard import Permutation, ShardedBatchSampler, ShardedSampler
+
+
+def all_ranks(n, w, **kw):
+    return [list(ShardedSampler(n, num_replicas=w, rank=r, **kw)) for r in range(w)]
+
+
+GRID = [(n, w) for n in (1, 2, 3, 7, 10, 64, 101, 1000) for w in (1, 2, 3, 4, 8, 13)]
+
+
+@pytest.mark.parametrize("n, w", GRID)
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_unshuffled_equals_distributed_sampler(n, w, drop_last):
+    for r in range(w):
+        ours = ShardedSampler(list(range(n)), num_replicas=w, rank=r, shuffle=False, drop_last=drop_last)
+        torchs = DistributedSampler(list(range(n)), num_replicas=w, rank=r, shuffle=False, drop_last=drop_last)
+        assert list(ours) == list(torchs)
+        assert len(ours) == len(torchs) == ours.num_samples == torchs.num_samples
+        assert ours.total_size == torchs.total_size
+
+
+@pytest.mark.parametrize("n, w", GRID)
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_shuffled_follows_distributed_samplers_rule_on_the_permutation(n, w, drop_last):
+    """DistributedSampler's padding and interleaving, applied to perm-v1's order."""
+    order = list(Permutation(n, seed=3, epoch=2))
+    for r in range(w):
+        ref = DistributedSampler(order, num_replicas=w, rank=r, shuffle=False, drop_last=drop_last)
+        s = ShardedSampler(n, num_replicas=w, rank=r, seed=3, drop_last=drop_last)
+        s.set_epoch(2)
+        assert list(s) == [order[i] for i in ref]
+
+
+def test_is_a_distributed_sampler_and_never_calls_randperm(monkeypatch):
+    def boom(*a, **k):
+        raise AssertionError("randperm called")
+
+    monkeypatch.setattr(torch, "randperm", boom)
+    s = ShardedSampler(100, num_replicas=2, rank=0)
+    assert isinstance(s, DistributedSampler)
+    assert len(list(s)) == 50
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    n=st.integers(1, 3000),
+    w=st.integers(1, 9),
+    seed=st.integers(0, 2**64 - 1),
+    epoch=st.integers(0, 2**64 - 1),
+    drop_last=st.booleans(),
+    shuffle=st.booleans(),
+)
+def test_properties(n, w, seed, epoch, drop_last, shuffle):
+    ranks = []
+    for r in range(w):
+        s = ShardedSampler(n, num_replicas=w, rank=r, seed=seed, drop_last=drop_last, shuffle=shuffle)
+        s.set_epoch(epoch)
+        ranks.append(list(s.iter_with_padding()))
+    expected_len = n // w if drop_last else -(-n // w)
+    assert all(len(items) == expected_len for items in ranks)  # closed form, equal ranks
+    real = [i for items in ranks for i, pad in items if not pad]
+    padding = [i for items in ranks for i, pad in items if pad]
+    assert len(real) == len(set(real))  # disjoint
+    assert set(real) <= set(range(n))
+    if drop_last:
+        assert not padding and len(real) == expected_len * w
+    else:
+        assert set(real) == set(range(n))  # covering
+        assert len(padding) == expected_len * w - n  # padding only as declared
+        assert set(padding) <= set(real)
+    plan = ShardedSampler(n, num_replicas=w, rank=0, seed=seed, drop_last=drop_last, shuffle=shuffle)
+    plan.set_epoch(epoch)
+    p = plan.plan()
+    assert sorted(p.padding_samples) == sorted(padding)
+    assert len(p.dropped_samples) == n - len(real)
+    assert set(p.dropped_samples).isdisjoint(real)
+
+
+def test_epochs_and_seeds_change_the_order():
+    s = ShardedSampler(1000, num_replicas=2, rank=0)
+    first = list(s)
+    s.set_epoch(1)
+    second = list(s)
+    assert first != second and sorted(first) != sorted(range(1000))
+    t = ShardedSampler(1000, num_replicas=2, rank=0, seed=1)
+    assert list(t) != first
+    u = ShardedSampler(1000, num_replicas=2, rank=0)
+    assert list(u) == first  # deterministic
+
+
+def test_iterating_twice_without_set_epoch_warns_once():
+    s = ShardedSampler(100, num_replicas=2, rank=0)
+    first = list(s)
+    with pytest.warns(UserWarning, match="without set_epoch"):
+        again = list(s)
+    assert again == first
+    list(s)  # a second repeat: no second warning (filterwarnings=error would raise)
+    s.set_epoch(1)
+    list(s)
+
+
+def test_auto_epoch_advances():
+    s = ShardedSampler(100, num_replicas=2, rank=0, auto_epoch=True)
+    a, b, c = list(s), list(s), list(s)
+    assert s.epoch == 2 and len({tuple(a), tuple(b), tuple(c)}) == 3
+    ref = ShardedSampler(100, num_replicas=2, rank=0)
+    ref.set_epoch(1)
+    assert list(ref) == b
+
+
+def test_batch_sampler_equals_torch_batch_sampler():
+    for drop_last in (False, True):
+        for n, w, bs in [(1000, 3, 7), (10, 4, 64), (5000, 2, 64), (20_000, 1, 1000)]:
+            for r in range(w):
+                a = ShardedSampler(n, num_replicas=w, rank=r, seed=4)
+                b = ShardedSampler(n, num_replicas=w, rank=r, seed=4)
+                ours = ShardedBatchSampler(a, bs, drop_last=drop_last)
+                ref = list(BatchSampler(b, bs, drop_last=drop_last))
+                got = list(ours)
+                assert got == ref and len(ours) == len(ref)
+                assert all(type(i) is int for batch in got for i in batch)
+
+
+def test_batch_sampler_errors():
+    s = ShardedSampler(10, num_replicas=1, rank=0)
+    with pytest.raises(ValueError, match="batch_size should be a positive integer"):
+        ShardedBatchSampler(s, 0)
+    with pytest.raises(TypeError, match="ShardedSampler"):
+        ShardedBatchSampler(range(10), 2)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="drop_last"):
+        ShardedBatchSampler(s, 2, drop_last=1)  # type: ignore[arg-type]
+
+
+def test_plan_is_exact_and_readable():
+    s = ShardedSampler(10, num_replicas=4, rank=1, seed=2)
+    plan = s.plan()
+    items = [list(ShardedSampler(10, num_replicas=4, rank=r, seed=2).iter_with_padding()) for r in range(4)]
+    assert plan.lengths == (3, 3, 3, 3) and plan.total_size == 12
+    assert plan.padding_per_rank == tuple(sum(p for _, p in it) for it in items)
+    assert plan.padding_positions == (10, 11)
+    assert sorted(plan.padding_samples) == sorted(i for it in items for i, p in it if p)
+    text = str(plan)
+    assert "n=10" in text and "padding: position 10 repeats sample" in text
+    dropped = ShardedSampler(10, num_replicas=4, rank=0, drop_last=True).plan()
+    assert len(dropped.dropped_samples) == 2 and dropped.padding_positions == ()
+    assert "dropped samples" in str(dropped)
+    assert plan.steps(2) == 2 and plan.steps(2, drop_last=True) == 1
+
+
+def test_locate_matches_iteration():
+    n, w = 103, 4
+    samplers = [ShardedSampler(n, num_replicas=w, rank=r, seed=9) for r in range(w)]
+    streams = [list(s) for s in samplers]
+    for sample in range(n):
+        want = sorted((r, k) for r in range(w) for k, x in enumerate(streams[r]) if x == sample)
+        assert sorted(samplers[0].locate(sample)) == want
+    later = samplers[0].locate(5, epoch=3)
+    ref = ShardedSampler(n, num_replicas=w, rank=0, seed=9)
+    ref.set_epoch(3)
+    r, k = later[0]
+    other = ShardedSampler(n, num_replicas=w, rank=r, seed=9)
+    other.set_epoch(3)
+    assert list(other)[k] == 5
+    with pytest.raises(ValueError, match="not in range"):
+        samplers[0].locate(n)
+
+
+def test_huge_dataset_in_constant_memory():
+    n = 2**62
+    tracemalloc.start()
+    s = ShardedSampler(n, num_replicas=8, rank=3, seed=1)
+    it = iter(s)
+    head = [next(it) for _ in range(50_000)]
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert len(s) == n // 8
+    assert all(0 <= x < n for x in head) and len(set(head)) == len(head)
+    assert peak < 20 * 2**20, f"peak Python memory {peak} bytes"
+    assert s.locate(head[7]) == [(3, 7)]
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, text",
+    [
+        ({"dataset": 10, "num_replicas": 0, "rank": 0}, ValueError, "Invalid num_replicas 0"),
+        ({"dataset": 10, "num_replicas": 3, "rank": 3}, ValueError, r"Invalid rank 3, rank should be in the interval \[0, 2\]"),
+        ({"dataset": 10, "num_replicas": 3, "rank": -1}, ValueError, "Invalid rank -1"),
+        ({"dataset": 0, "num_replicas": 1, "rank": 0}, ValueError, "empty"),
+        ({"dataset": [], "num_replicas": 1, "rank": 0}, ValueError, "empty"),
+        ({"dataset": iter([1]), "num_replicas": 1, "rank": 0}, TypeError, "__len__"),
+        ({"dataset": True, "num_replicas": 1, "rank": 0}, TypeError, "bool"),
+        ({"dataset": 10, "num_replicas": 1, "rank": 0, "seed": -1}, ValueError, "seed must be in"),
+        ({"dataset": 10, "num_replicas": 1, "rank": 0, "seed": 2**64}, ValueError, "seed must be in"),
+        ({"dataset": 10, "num_replicas": 2.0, "rank": 0}, TypeError, "num_replicas must be an integer"),
+        ({"dataset": 10}, ValueError, "torch.distributed is not initialized"),
+        ({"dataset": 2**63 + 1, "num_replicas": 1, "rank": 0}, ValueError, "2\\*\\*63"),
+    ],
+)
+def test_errors(kwargs, exc, text):
+    with pytest.raises(exc, match=text):
+        ShardedSampler(**kwargs)
+
+
+def test_negative_epoch_and_changed_dataset():
+    data = list(range(10))
+    s = ShardedSampler(data, num_replicas=2, rank=0)
+    with pytest.raises(ValueError, match="epoch must be in"):
+        s.set_epoch(-1)
+    data.append(10)
+    with pytest.raises(ValueError, match="length changed from 10 to 11"):
+        list(s)
+
+
+def test_pickles_into_workers():
+    s = ShardedSampler(1000, num_replicas=4, rank=2, seed=5)
+    s.set_epoch(3)
+    t = pickle.loads(pickle.dumps(s))
+    assert list(t) == list(s)
+
+
+def test_works_in_a_dataloader_with_workers():
+    data = list(range(500))
+    s = ShardedSampler(data, num_replicas=2, rank=1, seed=1)
+    loader = torch.utils.data.DataLoader(data, batch_size=16, sampler=s, num_workers=2)
+    got = torch.cat(list(loader)).tolist()
+    assert got == list(ShardedSampler(data, num_replicas=2, rank=1, seed=1))

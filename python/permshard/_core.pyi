@@ -1,7 +1,20 @@
 """Type stubs of the native module ``permshard._core`` (checked by mypy.stubtest)."""
 
+from typing import final
+
 import numpy as np
 import numpy.typing as npt
+
+__all__ = [
+    "ALGORITHM",
+    "Partition",
+    "Permutation",
+    "Progress",
+    "ShardingError",
+    "__version__",
+    "range_fingerprint",
+    "verify",
+]
 
 __version__: str
 ALGORITHM: str
@@ -10,6 +23,7 @@ _Fingerprint = tuple[int, int, int, int]
 
 class ShardingError(ValueError): ...
 
+@final
 class Permutation:
     def __new__(cls, n: int, seed: int = 0, epoch: int = 0) -> Permutation: ...
     @property
@@ -23,6 +37,7 @@ class Permutation:
     def take(self, start: int, stop: int) -> npt.NDArray[np.int64]: ...
     def take_list(self, start: int, stop: int) -> list[int]: ...
 
+@final
 class Partition:
     def __new__(
         cls,
@@ -54,6 +69,7 @@ class Partition:
     def locate(self, sample: int) -> list[tuple[int, int]]: ...
     def fingerprint(self, rank: int) -> tuple[_Fingerprint, _Fingerprint]: ...
 
+@final
 class Progress:
     def __new__(cls) -> Progress: ...
     @property

@@ -152,7 +152,7 @@ def verify(
     """
     n = as_u64("n", n, minimum=1)
     num_replicas = as_positive("num_replicas", num_replicas)
-    config = {
+    config: dict[str, Any] = {
         "n": n,
         "num_replicas": num_replicas,
         "seed": as_u64("seed", seed),
@@ -201,8 +201,8 @@ def check_not_presharded(dataset: Any, num_replicas: int) -> None:
     full = len(dataset.dataset)  # type: ignore[arg-type]
     if step > 1 and first < step and len(dataset) == len(range(first, full, step)):
         raise ShardingError(
-            f"the dataset is already a per-rank shard (Subset of every {step}th of {full} "
-            f"samples, starting at {first}) and the sampler splits it again across "
+            f"the dataset is already a per-rank shard (Subset with indices "
+            f"range({first}, {full}, {step})) and the sampler splits it again across "
             f"{num_replicas} replicas: each rank would see 1/{step * num_replicas} of the "
             f"data. {_FIX_DOUBLE_SPLIT}"
         )
@@ -326,12 +326,11 @@ def verify_distributed(sampler: ShardedSampler, group: Any = None) -> Certificat
         total_ref = _merge(total_ref, ref_r)
         total_drop = _merge(total_drop, drop_r)
     if _merge(total_real, total_drop) != total_ref:
-        missing = total_ref[0] - total_real[0] - total_drop[0]
         raise ShardingError(
-            f"coverage fingerprint mismatch: the ranks together yield {total_real[0]} real "
-            f"samples plus {total_drop[0]} dropped, expected every one of [0, {n}) once "
-            f"({missing:+d} by count); some sample is missing or repeated. Check that every "
-            "rank uses the same dataset, seed and epoch"
+            f"coverage fingerprint mismatch: the ranks together yield {total_real[0]:,} samples "
+            f"(+{total_drop[0]:,} dropped), but not each of [0, {n:,}) exactly once: some sample "
+            "is repeated and another missing although every rank announced the same "
+            "configuration. Check that every rank runs the same permshard build and sampler class"
         )
     return Certificate(
         algorithm=_core.ALGORITHM,
@@ -406,7 +405,7 @@ def check_loader(dataloader: DataLoader[Any], total: Optional[int] = None) -> in
         elif isinstance(obj, DistributedSampler) and obj.num_replicas > 1:
             splitters.append((f"{type(obj).__name__}(num_replicas={obj.num_replicas})", obj.num_replicas))
     if len(splitters) > 1:
-        names = " inside ".join(name for name, _ in splitters)
+        names = " around ".join(name for name, _ in splitters)
         share = math.prod(w for _, w in splitters)
         raise ShardingError(
             f"the DataLoader splits the data twice ({names}): each rank sees 1/{share} of it. "

@@ -81,7 +81,7 @@ class _Pass:
         """Items this rank has handed out in this pass (exact, even mid-chunk)."""
         if self.chunk is None:
             return self.chunk_base
-        left = self.chunk.__length_hint__()  # type: ignore[attr-defined]
+        left = int(self.chunk.__length_hint__())  # type: ignore[attr-defined]
         return self.chunk_base + self.chunk_len - left
 
 
@@ -145,7 +145,7 @@ class ShardedSampler(DistributedSampler[int]):
         check_consensus: bool = True,
     ) -> None:
         # DistributedSampler.__init__ is not called: it would compute nothing we use.
-        self.dataset = dataset
+        self.dataset = dataset  # type: ignore[assignment]
         self._n = dataset_length(dataset)
         self.num_replicas, self.rank = _world(num_replicas, rank)
         self.shuffle = bool(shuffle)
@@ -171,7 +171,7 @@ class ShardedSampler(DistributedSampler[int]):
         return self._n
 
     @property
-    def num_samples(self) -> int:  # type: ignore[override]
+    def num_samples(self) -> int:
         """Items this rank yields in the next pass (the rest of the epoch after a resume)."""
         return self._partition(self.epoch, self._start).num_samples
 
@@ -180,7 +180,7 @@ class ShardedSampler(DistributedSampler[int]):
         raise AttributeError("num_samples is computed from the dataset length and num_replicas")
 
     @property
-    def total_size(self) -> int:  # type: ignore[override]
+    def total_size(self) -> int:
         """``num_samples * num_replicas``: positions dealt out in the next pass."""
         return self._partition(self.epoch, self._start).total_size
 
@@ -450,12 +450,13 @@ class ShardedBatchSampler(BatchSampler):
         if isinstance(drop_last, bool) is False:
             raise TypeError(f"drop_last should be a boolean value, but got drop_last={drop_last!r}")
         self.sampler = sampler
+        self._sharded = sampler
         self.batch_size = as_positive("batch_size", batch_size)
         self.drop_last = drop_last
 
     def __iter__(self) -> Iterator[list[int]]:
-        current = self.sampler._begin_pass()
-        part, rank = current.partition, self.sampler.rank
+        current = self._sharded._begin_pass()
+        part, rank = current.partition, self._sharded.rank
         total = part.num_samples
         if self.drop_last:
             total -= total % self.batch_size
@@ -467,18 +468,18 @@ class ShardedBatchSampler(BatchSampler):
             for i, batch in enumerate(batches):
                 current.chunk_base = min(base + (i + 1) * self.batch_size, base + count)
                 if base == 0 and i == 0:
-                    self.sampler._first_item(current)
+                    self._sharded._first_item(current)
                 yield batch
 
     def __len__(self) -> int:
-        n = self.sampler.num_samples
+        n = self._sharded.num_samples
         if self.drop_last:
             return n // self.batch_size
         return (n + self.batch_size - 1) // self.batch_size
 
     def state_dict(self) -> dict[str, Any]:
         """The sampler's state dict (batches yielded count as consumed)."""
-        return self.sampler.state_dict()
+        return self._sharded.state_dict()
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        self.sampler.load_state_dict(state_dict)
+        self._sharded.load_state_dict(state_dict)

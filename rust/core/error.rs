@@ -8,7 +8,11 @@ pub enum Error {
     /// `n` must be in `[1, 2^64 - 1]`.
     EmptyDomain,
     /// A position or a sample id outside `[0, n)`.
-    OutOfRange { what: &'static str, value: u64, n: u64 },
+    OutOfRange {
+        what: &'static str,
+        value: u64,
+        n: u64,
+    },
     /// A slice `[start, start + len)` that does not fit in `[0, n)`.
     SliceOutOfRange { start: u64, len: u64, n: u64 },
     /// `num_replicas` must be at least 1.
@@ -16,7 +20,12 @@ pub enum Error {
     /// `rank` must be in `[0, num_replicas)`.
     InvalidRank { rank: u64, num_replicas: u64 },
     /// A rank's local slice `[start, start + len)` past its `num_samples`.
-    LocalOutOfRange { rank: u64, start: u64, len: u64, num_samples: u64 },
+    LocalOutOfRange {
+        rank: u64,
+        start: u64,
+        len: u64,
+        num_samples: u64,
+    },
     /// The exact proof found a counter-example.
     Violation(String),
 }
@@ -26,7 +35,10 @@ impl fmt::Display for Error {
         match self {
             Error::EmptyDomain => write!(f, "n must be in [1, 2**64 - 1], got 0"),
             Error::OutOfRange { what, value, n } => {
-                write!(f, "{what} {value} is out of range: expected 0 <= {what} < {n}")
+                write!(
+                    f,
+                    "{what} {value} is out of range: expected 0 <= {what} < {n}"
+                )
             }
             Error::SliceOutOfRange { start, len, n } => write!(
                 f,
@@ -42,7 +54,12 @@ impl fmt::Display for Error {
                 "Invalid rank {rank}, rank should be in the interval [0, {}]",
                 num_replicas.saturating_sub(1)
             ),
-            Error::LocalOutOfRange { rank, start, len, num_samples } => write!(
+            Error::LocalOutOfRange {
+                rank,
+                start,
+                len,
+                num_samples,
+            } => write!(
                 f,
                 "rank {rank} has {num_samples} samples; local slice [{start}, {start} + {len}) \
                  is past its end"

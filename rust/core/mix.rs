@@ -13,7 +13,9 @@ pub const fn splitmix64(mut z: u64) -> u64 {
 /// Chaining (rather than e.g. adding) keeps every part in its own place, so
 /// `(seed s, epoch e + 1)` and `(seed s + 1, epoch e)` give unrelated keys.
 pub fn chain(start: u64, parts: &[u64]) -> u64 {
-    parts.iter().fold(splitmix64(start), |h, &p| splitmix64(h ^ p))
+    parts
+        .iter()
+        .fold(splitmix64(start), |h, &p| splitmix64(h ^ p))
 }
 
 #[cfg(test)]

@@ -9,11 +9,13 @@
 use crate::error::Error;
 use crate::permutation::Permutation;
 
-/// The order of the epoch: the identity (`shuffle=False`) or a perm-v1 permutation.
+/// The order of the epoch: the identity (`shuffle=False`), a perm-v1 permutation, or an
+/// explicit list (any order to be proven, e.g. one produced elsewhere; O(n) memory).
 #[derive(Clone, Debug)]
 pub enum Order {
     Identity,
     Shuffled(Permutation),
+    Explicit(std::sync::Arc<[u64]>),
 }
 
 impl Order {
@@ -23,6 +25,7 @@ impl Order {
         match self {
             Order::Identity => p,
             Order::Shuffled(perm) => perm.forward_unchecked(p),
+            Order::Explicit(list) => list[p as usize],
         }
     }
 
@@ -31,6 +34,13 @@ impl Order {
         match self {
             Order::Identity => Ok(sample),
             Order::Shuffled(perm) => perm.inverse(sample),
+            Order::Explicit(list) => list
+                .iter()
+                .position(|&x| x == sample)
+                .map(|p| p as u64)
+                .ok_or(Error::Violation(format!(
+                    "sample {sample} does not occur in the explicit order"
+                ))),
         }
     }
 }
@@ -66,12 +76,23 @@ impl Partition {
         if num_replicas == 0 {
             return Err(Error::InvalidReplicas { num_replicas });
         }
-        if let Order::Shuffled(perm) = &order {
-            if perm.len() != n {
-                return Err(Error::Violation(format!(
-                    "the permutation is over {} samples but the partition over {n}",
-                    perm.len()
-                )));
+        let order_len = match &order {
+            Order::Identity => n,
+            Order::Shuffled(perm) => perm.len(),
+            Order::Explicit(list) => list.len() as u64,
+        };
+        if order_len != n {
+            return Err(Error::Violation(format!(
+                "the order has {order_len} positions but the partition is over {n} samples"
+            )));
+        }
+        if let Order::Explicit(list) = &order {
+            if let Some(&bad) = list.iter().find(|&&x| x >= n) {
+                return Err(Error::OutOfRange {
+                    what: "sample",
+                    value: bad,
+                    n,
+                });
             }
         }
         let remaining = n.saturating_sub(start);
@@ -87,7 +108,14 @@ impl Partition {
                  use a smaller n"
             )));
         }
-        Ok(Partition { n, num_replicas, start, drop_last, num_samples, order })
+        Ok(Partition {
+            n,
+            num_replicas,
+            start,
+            drop_last,
+            num_samples,
+            order,
+        })
     }
 
     pub fn n(&self) -> u64 {
@@ -138,7 +166,10 @@ impl Partition {
     /// Checks that `rank` exists and has items `[local_start, local_start + len)`.
     pub fn check_slice(&self, rank: u64, local_start: u64, len: u64) -> Result<(), Error> {
         if rank >= self.num_replicas {
-            return Err(Error::InvalidRank { rank, num_replicas: self.num_replicas });
+            return Err(Error::InvalidRank {
+                rank,
+                num_replicas: self.num_replicas,
+            });
         }
         if local_start > self.num_samples || len > self.num_samples - local_start {
             return Err(Error::LocalOutOfRange {
@@ -170,8 +201,10 @@ impl Partition {
             let p = self.position(rank, local_start + i as u64);
             *slot = if p < self.n { p } else { p % self.n };
         }
-        if let Order::Shuffled(perm) = &self.order {
-            perm.map_in_place(out);
+        match &self.order {
+            Order::Identity => {}
+            Order::Shuffled(perm) => perm.map_in_place(out),
+            Order::Explicit(list) => out.iter_mut().for_each(|p| *p = list[*p as usize]),
         }
         Ok(())
     }
@@ -180,7 +213,11 @@ impl Partition {
     /// was dropped or already consumed, several when padding repeats it.
     pub fn locate(&self, sample: u64) -> Result<Vec<(u64, u64)>, Error> {
         if sample >= self.n {
-            return Err(Error::OutOfRange { what: "sample", value: sample, n: self.n });
+            return Err(Error::OutOfRange {
+                what: "sample",
+                value: sample,
+                n: self.n,
+            });
         }
         let first = self.order.position_of(sample)?;
         let end = self.end();
@@ -211,7 +248,11 @@ mod tests {
 
     /// DistributedSampler's rule written out directly, as the reference.
     fn reference(n: u64, w: u64, drop_last: bool, order: &[u64]) -> Vec<Vec<u64>> {
-        let num_samples = if drop_last && n % w != 0 { n / w } else { n.div_ceil(w) };
+        let num_samples = if drop_last && n % w != 0 {
+            n / w
+        } else {
+            n.div_ceil(w)
+        };
         let total = (num_samples * w) as usize;
         let mut indices = order.to_vec();
         if drop_last {
@@ -223,7 +264,16 @@ mod tests {
                 indices.extend_from_slice(&order[..take]);
             }
         }
-        (0..w as usize).map(|r| indices.iter().skip(r).step_by(w as usize).copied().collect()).collect()
+        (0..w as usize)
+            .map(|r| {
+                indices
+                    .iter()
+                    .skip(r)
+                    .step_by(w as usize)
+                    .copied()
+                    .collect()
+            })
+            .collect()
     }
 
     #[test]

@@ -49,7 +49,11 @@ impl Feistel {
         for (i, k) in keys.iter_mut().enumerate() {
             *k = chain(key, &[i as u64]);
         }
-        Feistel { hi_bits: bits.div_ceil(2), lo_bits: bits / 2, keys }
+        Feistel {
+            hi_bits: bits.div_ceil(2),
+            lo_bits: bits / 2,
+            keys,
+        }
     }
 
     /// One round: `hi ^= F(lo)`, then rotate so `lo` becomes the high part.
@@ -200,7 +204,11 @@ impl Permutation {
     /// π(position). Errors when `position >= n`.
     pub fn forward(&self, position: u64) -> Result<u64, Error> {
         if position >= self.n {
-            return Err(Error::OutOfRange { what: "position", value: position, n: self.n });
+            return Err(Error::OutOfRange {
+                what: "position",
+                value: position,
+                n: self.n,
+            });
         }
         Ok(self.forward_unchecked(position))
     }
@@ -208,7 +216,11 @@ impl Permutation {
     /// π⁻¹(sample): the position holding `sample`. Errors when `sample >= n`.
     pub fn inverse(&self, sample: u64) -> Result<u64, Error> {
         if sample >= self.n {
-            return Err(Error::OutOfRange { what: "sample", value: sample, n: self.n });
+            return Err(Error::OutOfRange {
+                what: "sample",
+                value: sample,
+                n: self.n,
+            });
         }
         Ok(match &self.table {
             Some(t) => t.inverse[sample as usize] as u64,
@@ -229,7 +241,11 @@ impl Permutation {
     pub fn fill(&self, start: u64, out: &mut [u64]) -> Result<(), Error> {
         let len = out.len() as u64;
         if start > self.n || len > self.n - start {
-            return Err(Error::SliceOutOfRange { start, len, n: self.n });
+            return Err(Error::SliceOutOfRange {
+                start,
+                len,
+                n: self.n,
+            });
         }
         if let Some(t) = &self.table {
             let (s, len) = (start as usize, out.len());
@@ -368,7 +384,11 @@ mod tests {
             assert!(x < n, "n={n}: π({i}) = {x} out of range");
             assert!(!seen[x as usize], "n={n}: value {x} appears twice");
             seen[x as usize] = true;
-            assert_eq!(p.inverse(x).unwrap(), i as u64, "n={n}: inverse mismatch at {i}");
+            assert_eq!(
+                p.inverse(x).unwrap(),
+                i as u64,
+                "n={n}: inverse mismatch at {i}"
+            );
         }
     }
 

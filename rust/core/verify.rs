@@ -48,7 +48,11 @@ impl FirstViolation {
 /// once, that padding only repeats samples some rank yields, and that nothing else is
 /// missing than the declared dropped positions. Uses `n / 8` bytes and `threads` threads
 /// (`0`: all cores). `progress` grows by the number of items checked.
-pub fn verify(part: &Partition, threads: usize, progress: &AtomicU64) -> Result<Certificate, Error> {
+pub fn verify(
+    part: &Partition,
+    threads: usize,
+    progress: &AtomicU64,
+) -> Result<Certificate, Error> {
     let n = part.n();
     let w = part.num_replicas();
     let per_rank = part.num_samples();
@@ -136,7 +140,10 @@ pub fn verify(part: &Partition, threads: usize, progress: &AtomicU64) -> Result<
     }
 
     // Pass 3: count; anything unset beyond the declared drops is a missing sample.
-    let covered: u64 = bitmap.iter().map(|w| w.load(Ordering::Relaxed).count_ones() as u64).sum();
+    let covered: u64 = bitmap
+        .iter()
+        .map(|w| w.load(Ordering::Relaxed).count_ones() as u64)
+        .sum();
     if covered + dropped != n {
         let missing = (0..n).find(|&s| !is_set(s)).unwrap_or(0);
         return Err(Error::Violation(format!(
@@ -189,12 +196,57 @@ mod tests {
 
     #[test]
     fn agrees_with_brute_force() {
-        for (n, w) in [(1, 1), (1, 8), (7, 8), (100, 3), (65_537, 8), (1 << 20, 4), ((1 << 20) + 1, 7)] {
+        for (n, w) in [
+            (1, 1),
+            (1, 8),
+            (7, 8),
+            (100, 3),
+            (65_537, 8),
+            (1 << 20, 4),
+            ((1 << 20) + 1, 7),
+        ] {
             for drop_last in [false, true] {
                 let cert = check(n, w, 0, drop_last);
-                assert_eq!((cert.covered, cert.padding, cert.dropped), brute_force(n, w, drop_last));
+                assert_eq!(
+                    (cert.covered, cert.padding, cert.dropped),
+                    brute_force(n, w, drop_last)
+                );
             }
         }
+    }
+
+    fn explicit(order: &[u64], w: u64, drop_last: bool) -> Result<Certificate, Error> {
+        let part = Partition::new(
+            order.len() as u64,
+            w,
+            0,
+            drop_last,
+            Order::Explicit(order.into()),
+        )?;
+        verify(&part, 2, &AtomicU64::new(0))
+    }
+
+    #[test]
+    fn counter_examples_are_reported() {
+        // A valid explicit order passes, and agrees with the brute-force numbers.
+        let cert = explicit(&[3, 0, 4, 1, 2], 2, false).unwrap();
+        assert_eq!((cert.covered, cert.padding, cert.dropped), (5, 1, 0));
+        // Sample 2 twice (positions 1 and 3), sample 1 never.
+        let err = explicit(&[0, 2, 3, 2, 4], 2, false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("sample 2 is yielded twice"), "{err}");
+        assert!(
+            err.contains("rank 1 at local position 1 (global position 3)"),
+            "{err}"
+        );
+        // With drop_last the duplicate is dropped, but then sample 1 is missing beyond the
+        // declared drop.
+        let err = explicit(&[0, 2, 3, 4, 2], 2, true).unwrap_err().to_string();
+        assert!(
+            err.contains("never yielded") || err.contains("should not be yielded"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -5,7 +5,10 @@ use permshard_core::Permutation;
 use serde_json::Value;
 
 fn u64_field(v: &Value) -> u64 {
-    v.as_str().expect("golden numbers are strings").parse().expect("a u64")
+    v.as_str()
+        .expect("golden numbers are strings")
+        .parse()
+        .expect("a u64")
 }
 
 #[test]
@@ -17,7 +20,8 @@ fn golden_vectors_match() {
     assert!(cases.len() >= 10);
     for case in cases {
         let n = u64_field(&case["n"]);
-        let perm = Permutation::new(n, u64_field(&case["seed"]), u64_field(&case["epoch"])).unwrap();
+        let perm =
+            Permutation::new(n, u64_field(&case["seed"]), u64_field(&case["epoch"])).unwrap();
         let positions = case["positions"].as_array().unwrap();
         let values = case["values"].as_array().unwrap();
         for (p, v) in positions.iter().zip(values) {

@@ -94,7 +94,9 @@ impl Partition {
         count: u64,
     ) -> PyResult<Bound<'py, PyArray1<i64>>> {
         if self.inner.n() > 1 << 63 {
-            return Err(PyValueError::new_err("int64 cannot hold samples of n > 2**63"));
+            return Err(PyValueError::new_err(
+                "int64 cannot hold samples of n > 2**63",
+            ));
         }
         let values = self.fill(py, rank, local_start, count)?;
         let values: Vec<i64> = values.into_iter().map(|v| v as i64).collect();
@@ -112,10 +114,15 @@ impl Partition {
         batch_size: u64,
     ) -> PyResult<Vec<Vec<u64>>> {
         if batch_size == 0 {
-            return Err(PyValueError::new_err("batch_size should be a positive integer, got 0"));
+            return Err(PyValueError::new_err(
+                "batch_size should be a positive integer, got 0",
+            ));
         }
         let values = self.fill(py, rank, local_start, count)?;
-        Ok(values.chunks(batch_size as usize).map(<[u64]>::to_vec).collect())
+        Ok(values
+            .chunks(batch_size as usize)
+            .map(<[u64]>::to_vec)
+            .collect())
     }
 
     /// Every `(rank, local_position)` that yields `sample`.
@@ -124,7 +131,11 @@ impl Partition {
     }
 
     /// Fingerprints of what `rank` yields: (real positions, padding positions).
-    fn fingerprint(&self, py: Python<'_>, rank: u64) -> PyResult<(FingerprintTuple, FingerprintTuple)> {
+    fn fingerprint(
+        &self,
+        py: Python<'_>,
+        rank: u64,
+    ) -> PyResult<(FingerprintTuple, FingerprintTuple)> {
         let part = &self.inner;
         let n = part.n();
         let result = py.detach(|| {
@@ -153,10 +164,20 @@ impl Partition {
 
 impl Partition {
     fn fill(&self, py: Python<'_>, rank: u64, local_start: u64, count: u64) -> PyResult<Vec<u64>> {
-        self.inner.check_slice(rank, local_start, count).map_err(to_py)?;
+        self.inner
+            .check_slice(rank, local_start, count)
+            .map_err(to_py)?;
         let mut out = alloc(count)?;
-        let compute = || self.inner.fill_rank(rank, local_start, &mut out).map(|_| out);
-        let out = if count >= DETACH_MIN { py.detach(compute) } else { compute() };
+        let compute = || {
+            self.inner
+                .fill_rank(rank, local_start, &mut out)
+                .map(|_| out)
+        };
+        let out = if count >= DETACH_MIN {
+            py.detach(compute)
+        } else {
+            compute()
+        };
         out.map_err(to_py)
     }
 }

@@ -47,7 +47,12 @@ impl Permutation {
     }
 
     /// π(start), ..., π(stop - 1) as a new int64 array (n <= 2**63).
-    fn take<'py>(&self, py: Python<'py>, start: u64, stop: u64) -> PyResult<Bound<'py, PyArray1<i64>>> {
+    fn take<'py>(
+        &self,
+        py: Python<'py>,
+        start: u64,
+        stop: u64,
+    ) -> PyResult<Bound<'py, PyArray1<i64>>> {
         if self.inner.len() > 1 << 63 {
             return Err(PyValueError::new_err(format!(
                 "take() returns int64, which cannot hold samples of n={} > 2**63; \
@@ -77,7 +82,11 @@ impl Permutation {
         }
         let mut out = alloc(stop - start)?;
         let compute = || self.inner.fill(start, &mut out).map(|_| out);
-        let out = if stop - start >= DETACH_MIN { py.detach(compute) } else { compute() };
+        let out = if stop - start >= DETACH_MIN {
+            py.detach(compute)
+        } else {
+            compute()
+        };
         out.map_err(to_py)
     }
 }

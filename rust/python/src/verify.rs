@@ -42,7 +42,9 @@ pub fn verify(
 ) -> PyResult<(u64, u64, u64)> {
     let counter = progress.map_or_else(|| Arc::new(AtomicU64::new(0)), |p| p.done.clone());
     let part = &partition.inner;
-    let cert = py.detach(|| permshard_core::verify(part, threads, &counter)).map_err(to_py)?;
+    let cert = py
+        .detach(|| permshard_core::verify(part, threads, &counter))
+        .map_err(to_py)?;
     Ok((cert.covered, cert.padding, cert.dropped))
 }
 

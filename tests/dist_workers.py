@@ -1,0 +1,89 @@
+"""Worker functions run on every rank of a real gloo group (see ``distributed.launch``).
+
+Each returns plain data (counts, certificates, error messages) for the test to check.
+"""
+
+from __future__ import annotations
+
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler, Subset
+
+import permshard
+from distributed import expect_error
+from permshard import ShardedSampler, ShardingError
+from permshard import _core
+
+
+class _Lying(ShardedSampler):
+    """A broken sampler: announces seed 0 but iterates with another seed on one rank.
+    Consensus cannot see it; the coverage fingerprint must."""
+
+    def _partition(self, epoch, start):  # type: ignore[override]
+        seed = self.seed + (1 if self.rank == self.num_replicas - 1 else 0)
+        return _core.Partition(self.n, self.num_replicas, start=start, drop_last=self.drop_last,
+                               shuffle=self.shuffle, seed=seed, epoch=epoch)
+
+
+def proofs(rank: int, world: int, n: int) -> dict:
+    out: dict = {}
+    last = rank == world - 1
+
+    # Good configurations over several epochs: consensus runs at each first iteration.
+    out["good"] = []
+    for drop_last in (False, True):
+        s = ShardedSampler(n, drop_last=drop_last)
+        for epoch in range(3):
+            s.set_epoch(epoch)
+            items = list(s)
+            cert = s.verify_distributed()
+            out["good"].append((epoch, drop_last, sorted(items), cert.covered, cert.padding, cert.dropped))
+
+    # A rank with another seed.
+    s = ShardedSampler(n, seed=1 if last else 0)
+    out["seed"] = expect_error(lambda: list(s), ShardingError)
+
+    # A rank that forgot set_epoch.
+    s = ShardedSampler(n)
+    if not last:
+        s.set_epoch(1)
+    out["epoch"] = expect_error(lambda: list(s), ShardingError)
+
+    # A rank with a different N.
+    s = ShardedSampler(n + 1 if last else n)
+    out["n"] = expect_error(lambda: list(s), ShardingError)
+
+    # A dataset sliced per rank by hand, then split again.
+    full = list(range(n))
+    out["subset"] = expect_error(lambda: ShardedSampler(Subset(full, range(rank, n, world))), ShardingError)
+    sliced = full[rank::world]
+    out["list_slice"] = expect_error(lambda: list(ShardedSampler(sliced)), ShardingError)
+
+    # Consensus passes, but one rank's stream differs: only coverage can tell.
+    lying = _Lying(n, check_consensus=False)
+    out["coverage"] = expect_error(lambda: lying.verify_distributed(), ShardingError)
+
+    # A loader double-split by hand: DistributedSampler inside a DistributedSampler-sized
+    # dataset slice; check_loader counts what this rank draws.
+    shard = Subset(full, list(range(rank, n, world)))
+    loader = DataLoader(shard, batch_size=4, sampler=DistributedSampler(shard))
+    out["check_loader_double"] = expect_error(lambda: permshard.check_loader(loader, total=n), ShardingError)
+    good_loader = DataLoader(full, batch_size=4, sampler=ShardedSampler(full))
+    out["check_loader_good"] = permshard.check_loader(good_loader)
+    dist.barrier()
+    return out
+
+
+def accelerate_double_split(rank: int, world: int, n: int) -> dict:
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=True)
+    data = list(range(n))
+    out: dict = {"world": accelerator.num_processes}
+    for name, sampler in (
+        ("distributed", DistributedSampler(data)),
+        ("sharded", ShardedSampler(data)),
+    ):
+        prepared = accelerator.prepare(DataLoader(data, batch_size=4, sampler=sampler))
+        drawn = sum(len(b) for b in prepared)
+        out[name] = (drawn, expect_error(lambda: permshard.check_loader(prepared), ShardingError))
+    return out

@@ -1,0 +1,112 @@
+"""The exact proof (bitmap) against brute force; the local double-split checks."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Subset
+
+import permshard
+from permshard import ShardedSampler, ShardingError, check_loader, verify
+from permshard.proofs import check_not_presharded, dataset_fingerprint
+
+BOUNDARY_N = [1, 2, 3, 7, 2**10 - 1, 2**10, 2**10 + 1, 2**16 - 1, 2**16, 2**16 + 1, 2**20, 2**20 + 1]
+
+
+def brute_force(n, w, seed, epoch, shuffle, drop_last):
+    counts = Counter()
+    lengths = []
+    for r in range(w):
+        s = ShardedSampler(n, num_replicas=w, rank=r, seed=seed, shuffle=shuffle, drop_last=drop_last)
+        s.set_epoch(epoch)
+        items = list(s)
+        lengths.append(len(items))
+        counts.update(items)
+    covered = len(counts)
+    padding = sum(c - 1 for c in counts.values())
+    return tuple(lengths), covered, padding, n - covered
+
+
+@pytest.mark.parametrize("n", BOUNDARY_N)
+@pytest.mark.parametrize("w", [1, 3, 8])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_verify_matches_brute_force(n, w, drop_last):
+    for shuffle in (True, False):
+        cert = verify(n, w, seed=5, epoch=1, shuffle=shuffle, drop_last=drop_last)
+        lengths, covered, padding, dropped = brute_force(n, w, 5, 1, shuffle, drop_last)
+        assert (cert.lengths, cert.covered, cert.padding, cert.dropped) == (lengths, covered, padding, dropped)
+        assert cert.n == n and cert.num_replicas == w and cert.method == "bitmap"
+        assert cert.seconds >= 0 and "PROVEN" in str(cert)
+
+
+def test_sampler_verify_and_progress():
+    s = ShardedSampler(100_000, num_replicas=4, rank=0, seed=2)
+    s.set_epoch(3)
+    cert = s.verify()
+    assert cert.epoch == 3 and cert.covered == 100_000
+    ticks = []
+    verify(3_000_000, 8, on_progress=ticks.append)
+    assert ticks and ticks[-1] == 3_000_000 and ticks == sorted(ticks)
+
+
+@pytest.mark.parametrize(
+    "args, exc, text",
+    [
+        ((0, 2), ValueError, "n must be in"),
+        ((10, 0), ValueError, "num_replicas should be a positive integer"),
+        ((10, 2.0), TypeError, "num_replicas must be an integer"),
+        ((10, 2, -1), ValueError, "seed must be in"),
+    ],
+)
+def test_verify_errors(args, exc, text):
+    with pytest.raises(exc, match=text):
+        verify(*args)
+
+
+def test_presharded_subset_is_refused():
+    full = list(range(100))
+    for w in (2, 4):
+        for r in range(w):
+            with pytest.raises(ShardingError, match="shard once") as e:
+                ShardedSampler(Subset(full, range(r, 100, w)), num_replicas=w, rank=r)
+            assert "ShardingError" in type(e.value).__name__ and isinstance(e.value, ValueError)
+            with pytest.raises(ShardingError, match="shard once"):
+                ShardedSampler(Subset(full, list(range(r, 100, w))), num_replicas=w, rank=r)
+    # A pre-sharded dataset with num_replicas=1 is the documented fix: accepted.
+    assert len(list(ShardedSampler(Subset(full, range(1, 100, 2)), num_replicas=1, rank=0))) == 50
+    # An ordinary subset (a train split) is not a shard.
+    check_not_presharded(Subset(full, range(0, 80)), 4)
+    check_not_presharded(Subset(full, [3, 1, 4, 1, 5]), 4)
+
+
+def test_dataset_fingerprint_is_cheap_and_discriminating():
+    full = list(range(1000))
+    assert dataset_fingerprint(full) == dataset_fingerprint(list(range(1000)))
+    assert dataset_fingerprint(full[0::2]) != dataset_fingerprint(full[1::2])
+    assert dataset_fingerprint(Subset(full, range(0, 10)))["content"] != dataset_fingerprint(Subset(full, range(1, 11)))["content"]
+    assert dataset_fingerprint(7) == {"type": "int", "len": 7, "content": None}
+    fp = dataset_fingerprint(torch.utils.data.TensorDataset(torch.zeros(5)))
+    assert fp["len"] == 5 and fp["content"] is None
+
+
+def test_check_loader():
+    data = list(range(1000))
+    good = DataLoader(data, batch_size=8, sampler=ShardedSampler(data, num_replicas=4, rank=1))
+    assert check_loader(good) == 250
+    shard = Subset(data, list(range(1, 1000, 4)))
+    twice = DataLoader(shard, batch_size=8, sampler=DistributedSampler(shard, num_replicas=4, rank=1))
+    with pytest.raises(ShardingError, match="split more than once"):
+        check_loader(twice, total=1000)
+    # Checking does not advance the sampler: no repeat warning, same order afterwards.
+    s = ShardedSampler(data, num_replicas=4, rank=1)
+    loader = DataLoader(data, batch_size=8, sampler=s)
+    check_loader(loader)
+    assert [x for b in loader for x in b.tolist()] == list(ShardedSampler(data, num_replicas=4, rank=1))
+    nested = DataLoader(data, batch_sampler=BatchSampler(ShardedSampler(data, num_replicas=2, rank=0), 10, False))
+    assert check_loader(nested) == 500
+
+
+def test_sharding_error_is_exported():
+    assert issubclass(permshard.ShardingError, ValueError)

@@ -87,3 +87,24 @@ def accelerate_double_split(rank: int, world: int, n: int) -> dict:
         drawn = sum(len(b) for b in prepared)
         out[name] = (drawn, expect_error(lambda: permshard.check_loader(prepared), ShardingError))
     return out
+
+
+def iterable_sharding(rank: int, world: int, n_docs: int) -> dict:
+    """2 ranks x 3 DataLoader workers over a stream of documents, plain and packed."""
+    from torch.utils.data import DataLoader
+
+    from permshard.data import PackedDataset, ShardedIterable
+
+    out: dict = {}
+    docs = list(range(n_docs))
+    loader = DataLoader(ShardedIterable(docs), batch_size=None, num_workers=3)
+    out["plain"] = [int(x) for x in loader]
+    even = DataLoader(ShardedIterable(docs[:-5], even=True), batch_size=None, num_workers=3)
+    out["even"] = [int(x) for x in even]
+    token_docs = [[d * 1000 + j for j in range(1 + d % 17)] for d in range(n_docs)]
+    packed = PackedDataset(token_docs, seq_len=64, eos_id=-1, pad_id=-2, drop_last=False, shuffle=True, seed=3)
+    batches = list(DataLoader(packed, batch_size=None, num_workers=3))
+    out["packed_lengths"] = sorted({len(b) for b in batches})
+    out["packed_tokens"] = [int(t) for b in batches for t in b if t >= 0]
+    out["packed_eos"] = sum(int((b == -1).sum()) for b in batches)
+    return out

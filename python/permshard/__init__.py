@@ -13,6 +13,7 @@ from .permutation import Permutation
 from .plan import ShardPlan
 from .proofs import Certificate, check_loader, verify
 from .sampler import ShardedBatchSampler, ShardedSampler
+from . import data
 
 __all__ = [
     "ALGORITHM",
@@ -24,5 +25,6 @@ __all__ = [
     "ShardingError",
     "__version__",
     "check_loader",
+    "data",
     "verify",
 ]

@@ -1,0 +1,152 @@
+"""Sharding IterableDatasets by rank x DataLoader worker: every element read by exactly one
+consumer (rank, worker)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Callable, Generic, Optional, TypeVar
+
+import torch.distributed as dist
+from torch.utils.data import IterableDataset, get_worker_info
+
+from .._validation import as_int
+
+T = TypeVar("T")
+S = TypeVar("S")
+
+
+def rank_and_world(rank: Optional[int] = None, world_size: Optional[int] = None) -> tuple[int, int]:
+    """``rank`` / ``world_size``, defaulting to torch.distributed's (0 / 1 when it is not
+    initialized). Resolve them in the main process: DataLoader workers do not see the
+    process group."""
+    initialized = dist.is_available() and dist.is_initialized()
+    if world_size is None:
+        world_size = dist.get_world_size() if initialized else 1
+    if rank is None:
+        rank = dist.get_rank() if initialized else 0
+    world_size, rank = as_int("world_size", world_size), as_int("rank", rank)
+    if world_size < 1:
+        raise ValueError(f"world_size should be at least 1, got {world_size}")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"Invalid rank {rank}, rank should be in the interval [0, {world_size - 1}]")
+    return rank, world_size
+
+
+def consumer(rank: Optional[int] = None, world_size: Optional[int] = None) -> tuple[int, int]:
+    """``(index, count)`` of this (rank, DataLoader worker) among all of them; the worker
+    comes from ``torch.utils.data.get_worker_info()``."""
+    rank, world_size = rank_and_world(rank, world_size)
+    info = get_worker_info()
+    workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
+    return rank * workers + worker, world_size * workers
+
+
+def _stride(elements: Iterable[T], me: int, count: int, even: bool) -> Iterator[T]:
+    """Element k goes to consumer k mod count. With ``even``, an element is released only
+    once its round of ``count`` elements is complete, so every consumer yields the same
+    number (an incomplete last round is dropped)."""
+    held: Optional[tuple[T]] = None
+    k = -1
+    for k, element in enumerate(elements):
+        position = k % count
+        if position == me:
+            if not even:
+                yield element
+            else:
+                held = (element,)
+        if even and position == count - 1 and held is not None:
+            yield held[0]
+            held = None
+    if even and k + 1 < count:
+        raise ValueError(
+            f"even=True, but the source has {k + 1} elements for {count} consumers "
+            "(ranks x DataLoader workers): every consumer would get nothing. Use fewer "
+            "workers or ranks, or even=False"
+        )
+
+
+def shard_iterable(
+    source: Iterable[Any],
+    *,
+    open_shard: Optional[Callable[[Any], Iterable[T]]] = None,
+    rank: Optional[int] = None,
+    world_size: Optional[int] = None,
+    even: bool = False,
+) -> Iterator[Any]:
+    r"""The part of ``source`` that belongs to this (rank, DataLoader worker).
+
+    Call it inside an IterableDataset's ``__iter__``. Every element goes to exactly one
+    consumer among ``world_size x num_workers``.
+
+    * With ``open_shard``, ``source`` is a list of shards (e.g. file names) and
+      ``open_shard(shard)`` yields a shard's elements. When the number of shards is a
+      multiple of the consumers, each consumer opens only its own shards (nobody reads
+      what it discards); otherwise every consumer reads all shards and keeps every
+      ``count``-th element.
+    * Without it, ``source`` yields the elements, and each consumer keeps every
+      ``count``-th one.
+
+    Args:
+        source: elements, or shards with ``open_shard``.
+        open_shard (callable, optional): shard -> iterable of elements.
+        rank, world_size (int, optional): default to torch.distributed's. Inside a
+            DataLoader worker, pass them (the worker does not see the process group);
+            :class:`ShardedIterable` does this for you.
+        even (bool, optional): every consumer yields the same number of elements (an
+            incomplete last round is dropped, declared), so DDP never waits on a rank
+            with one batch fewer. With whole shards of unknown sizes this falls back to
+            striding over elements. Default: ``False``.
+
+    Example::
+
+        >>> class Docs(IterableDataset):
+        ...     def __iter__(self):
+        ...         return shard_iterable(files, open_shard=read_jsonl)
+    """
+    me, count = consumer(rank, world_size)
+    if open_shard is None:
+        yield from _stride(source, me, count, even)
+        return
+    shards = list(source)
+    if not shards:
+        raise ValueError("source is an empty list of shards")
+    if len(shards) % count == 0 and not even:
+        for shard in shards[me::count]:
+            yield from open_shard(shard)
+        return
+    elements = (element for shard in shards for element in open_shard(shard))
+    yield from _stride(elements, me, count, even)
+
+
+class ShardedIterable(IterableDataset[T], Generic[T]):
+    """An IterableDataset over ``source`` that yields each element on exactly one
+    (rank, worker); see :func:`shard_iterable` for the arguments.
+
+    Example::
+
+        >>> ds = ShardedIterable(["a.jsonl", "b.jsonl"], open_shard=read_jsonl)
+        >>> loader = DataLoader(ds, batch_size=32, num_workers=3)
+    """
+
+    def __init__(
+        self,
+        source: Sequence[Any] | Iterable[Any],
+        *,
+        open_shard: Optional[Callable[[Any], Iterable[T]]] = None,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        even: bool = False,
+    ) -> None:
+        self.source = source
+        self.open_shard = open_shard
+        self.rank, self.world_size = rank_and_world(rank, world_size)
+        self.even = even
+
+    def __iter__(self) -> Iterator[T]:
+        return shard_iterable(
+            self.source,
+            open_shard=self.open_shard,
+            rank=self.rank,
+            world_size=self.world_size,
+            even=self.even,
+        )

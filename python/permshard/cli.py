@@ -1,0 +1,169 @@
+"""The ``permshard`` command: plan, verify, locate, bench, demo."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from decimal import Decimal, InvalidOperation
+from typing import Any, NoReturn, Optional, Sequence
+
+from ._core import ShardingError
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments end in one line on stderr and exit code 2, never a traceback."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def count(text: str) -> int:
+    """An exact non-negative integer: 1000, 1_000, 1e9, 1.5e6."""
+    try:
+        value = Decimal(text.replace("_", ""))
+    except InvalidOperation:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value != value.to_integral_value() or value < 0:
+        raise argparse.ArgumentTypeError(f"not a non-negative integer: {text!r}")
+    return int(value)
+
+
+def counts(text: str) -> list[int]:
+    return [count(part) for part in text.split(",") if part]
+
+
+def _sharding_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-n", type=count, required=True, help="dataset length N (1e9 works)")
+    p.add_argument("-w", "--world", type=count, required=True, help="number of ranks W")
+    p.add_argument("--seed", type=count, default=0, help="shuffle seed (default 0)")
+    p.add_argument("--epoch", type=count, default=0, help="epoch (default 0)")
+    p.add_argument("--drop-last", action="store_true", help="drop the tail instead of padding")
+    p.add_argument("--no-shuffle", action="store_true", help="identity order (DistributedSampler shuffle=False)")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = _Parser(prog="permshard", description="O(1)-memory shuffled sharding for PyTorch, with proofs.")
+    sub = top.add_subparsers(dest="command", metavar="{plan,verify,locate,bench,demo}", parser_class=_Parser)
+    sub.required = True
+
+    p = sub.add_parser("plan", help="per-rank table: samples, padding, dropped, steps")
+    _sharding_args(p)
+    p.add_argument("--batch-size", type=count, help="add a steps column for this batch size")
+
+    p = sub.add_parser("verify", help="exact proof (bitmap over N), with a progress bar")
+    _sharding_args(p)
+
+    p = sub.add_parser("locate", help="which rank yields SAMPLE, at which local position and step")
+    p.add_argument("sample", type=count, help="dataset index")
+    _sharding_args(p)
+    p.add_argument("--batch-size", type=count, help="also print the step")
+
+    p = sub.add_parser("bench", help="side by side with DistributedSampler, in fresh processes")
+    p.add_argument("--n", type=counts, default=[10**6, 10**7, 10**8], help="sizes, e.g. 1e6,1e7,1e8")
+    p.add_argument("--json", action="store_true", help="print machine-readable results only")
+    p.add_argument("--markdown", metavar="PATH", help="also write a markdown table")
+    p.add_argument("--plot", metavar="PATH", help="also write a PNG plot")
+
+    p = sub.add_parser("demo", help="4 real ranks shard a generated token file; proofs; resume on 3")
+    p.add_argument("--ranks", type=count, default=4, help="ranks of the first run (default 4)")
+    p.add_argument("--resume-ranks", type=count, default=3, help="ranks of the resumed run (default 3)")
+    return top
+
+
+def _sampler(args: argparse.Namespace, rank: int = 0):  # type: ignore[no-untyped-def]
+    from .sampler import ShardedSampler
+
+    s = ShardedSampler(
+        args.n, num_replicas=args.world, rank=rank, shuffle=not args.no_shuffle,
+        seed=args.seed, drop_last=args.drop_last, check_consensus=False,
+    )
+    s.set_epoch(args.epoch)
+    return s
+
+
+def _plan(args: argparse.Namespace) -> int:
+    plan = _sampler(args).plan()
+    print(str(plan).splitlines()[0])
+    print(plan.table(args.batch_size))
+    print(f"total_size={plan.total_size:,}  padding={len(plan.padding_positions)}  dropped={len(plan.dropped_samples)}")
+    for p, s in list(zip(plan.padding_positions, plan.padding_samples))[:20]:
+        print(f"  padding: position {p:,} repeats sample {s:,}")
+    if plan.dropped_samples:
+        print("  dropped samples: " + ", ".join(f"{s:,}" for s in plan.dropped_samples[:20]))
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from .proofs import verify
+
+    total = -(-args.n // max(args.world, 1)) * max(args.world, 1)
+    bar: list[Any] = []  # created at the first tick, after the arguments were accepted
+    last = [0]
+
+    def on_progress(done: int) -> None:
+        if not bar:
+            bar.append(_progress(total))
+        bar[0].update(done - last[0])
+        last[0] = done
+
+    try:
+        cert = verify(args.n, args.world, seed=args.seed, epoch=args.epoch, shuffle=not args.no_shuffle,
+                      drop_last=args.drop_last, on_progress=on_progress)
+    except ShardingError as e:
+        print(f"NOT PROVEN: {e}")
+        return 1
+    finally:
+        if bar:
+            bar[0].close()
+    print(cert)
+    return 0
+
+
+def _progress(total: int):  # type: ignore[no-untyped-def]
+    try:
+        from tqdm import tqdm
+
+        return tqdm(total=total, unit="idx", unit_scale=True, desc="verify", file=sys.stderr)
+    except ImportError:  # tqdm is optional: a silent bar
+        class _Silent:
+            def update(self, _: int) -> None: ...
+            def close(self) -> None: ...
+
+        return _Silent()
+
+
+def _locate(args: argparse.Namespace) -> int:
+    hits = _sampler(args).locate(args.sample)
+    if not hits:
+        print(f"sample {args.sample:,} is not yielded in epoch {args.epoch} (dropped by drop_last)")
+        return 0
+    for rank, local in hits:
+        step = f", step {local // args.batch_size:,} (item {local % args.batch_size} of the batch)" if args.batch_size else ""
+        print(f"sample {args.sample:,}: rank {rank}, local position {local:,}{step}")
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from .bench import main as bench_main
+
+    return bench_main(args.n, args.json, args.markdown, args.plot)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from .demo import main as demo_main
+
+    return demo_main(args.ranks, args.resume_ranks)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parser().parse_args(argv)
+    commands = {"plan": _plan, "verify": _verify, "locate": _locate, "bench": _bench, "demo": _demo}
+    try:
+        return commands[args.command](args)
+    except (ValueError, TypeError) as e:  # the library's argument errors: one line
+        print(f"permshard {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

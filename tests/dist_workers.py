@@ -108,3 +108,52 @@ def iterable_sharding(rank: int, world: int, n_docs: int) -> dict:
     out["packed_tokens"] = [int(t) for b in batches for t in b if t >= 0]
     out["packed_eos"] = sum(int((b == -1).sum()) for b in batches)
     return out
+
+
+def _accelerate_loader(n: int, batch_size: int):
+    from accelerate import Accelerator
+
+    import permshard.accelerate
+
+    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=2)
+    data = list(range(n))
+    loader = DataLoader(data, batch_size=batch_size, sampler=ShardedSampler(data, seed=5))
+    return accelerator, permshard.accelerate.prepare_data_loader(accelerator, loader)
+
+
+def accelerate_train_eval_interrupt(rank: int, world: int, n: int, folder: str, steps: int) -> dict:
+    """Epoch 0 in full (+ an evaluation with gather_for_metrics), then epoch 1 stopped
+    after `steps` steps and saved with accelerator.save_state."""
+    accelerator, loader = _accelerate_loader(n, 8)
+    out: dict = {"epoch0": [], "sync": []}
+    for batch in loader:
+        out["epoch0"] += batch.tolist()
+        out["sync"].append((accelerator.gradient_state.end_of_dataloader, accelerator.sync_gradients))
+    gathered = []
+    for batch in loader:  # the second pass is epoch 1 (DataLoaderShard advances the epoch)
+        gathered += accelerator.gather_for_metrics(batch).tolist()
+    out["gathered"] = gathered
+    loader.set_epoch(2)
+    out["epoch2_head"] = []
+    for step, batch in enumerate(loader):
+        out["epoch2_head"] += batch.tolist()
+        if step + 1 == steps:
+            break
+    accelerator.save_state(folder)
+    out["padding"] = len(loader.batch_sampler.sampler.plan().padding_positions)
+    # Straight through accelerator.prepare: an error at the first iteration, not 1/W².
+    from torch.utils.data import DataLoader as DL
+
+    data = list(range(n))
+    wrapped = accelerator.prepare(DL(data, batch_size=8, sampler=ShardedSampler(data)))
+    out["prepare_error"] = expect_error(lambda: next(iter(wrapped)), ShardingError)
+    return out
+
+
+def accelerate_resume(rank: int, world: int, n: int, folder: str) -> dict:
+    accelerator, loader = _accelerate_loader(n, 8)
+    accelerator.load_state(folder)
+    sampler = loader.batch_sampler.sampler
+    padding = len(sampler.plan().padding_positions)
+    rest = [x for batch in loader for x in batch.tolist()]
+    return {"rest": rest, "epoch": sampler.epoch, "padding": padding}

@@ -99,3 +99,19 @@ def test_demo_runs_and_proves():
     assert "exactly once: OK" in out and "exactly once across both runs: OK" in out
     assert "SOME CHECKS FAILED" not in out
     assert "all checks passed" in out and "PROVEN (fingerprint" in out and "PROVEN (bitmap" in out
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("script", ["ddp_train.py", "accelerate_train.py", "stateful_resume.py", "iterable_packing.py"])
+def test_examples_run_under_torchrun(script):
+    import pathlib
+
+    pytest.importorskip("accelerate")
+    pytest.importorskip("torchdata")
+    path = pathlib.Path(__file__).parent.parent / "examples" / script
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "0", str(path)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip(), done.stderr

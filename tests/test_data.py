@@ -59,7 +59,12 @@ def test_getitems_equals_per_item(token_files):
     ds = TokenWindows(paths, seq_len=8)
     idx = [5, 0, len(ds) - 1, 130, 7, 130, -2]
     batch = ds.__getitems__(idx)
+    assert len(batch) == len(idx)
     assert [b.tolist() for b in batch] == [ds[i].tolist() for i in idx]
+    stacked = TokenWindows.collate(batch)
+    assert stacked.shape == (len(idx), 9) and stacked.data_ptr() == batch.tensor.data_ptr()
+    assert torch.equal(TokenWindows.collate([ds[i] for i in idx]), stacked)
+    assert torch.equal(torch.utils.data.default_collate(batch), stacked)
     with pytest.raises(IndexError):
         ds.__getitems__([len(ds)])
     with pytest.raises(IndexError):

@@ -6,10 +6,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
+import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from types import FrameType
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch.distributed as dist
@@ -206,6 +208,31 @@ def check_not_presharded(dataset: Any, num_replicas: int) -> None:
             f"{num_replicas} replicas: each rank would see 1/{step * num_replicas} of the "
             f"data. {_FIX_DOUBLE_SPLIT}"
         )
+
+
+def check_not_wrapped_by_accelerate(num_replicas: int) -> None:
+    """Raises ShardingError when a sampler that already splits across ``num_replicas``
+    is being iterated by accelerate's ``BatchSamplerShard``, which splits again (what
+    ``accelerator.prepare`` does to every map-style loader). Called at the start of each
+    pass; looks a few frames up the call stack. This is the one place that knows
+    accelerate's class name; tests fail loudly if accelerate renames it."""
+    if num_replicas < 2:
+        return
+    frame: Optional[FrameType] = sys._getframe(1)
+    for _ in range(16):
+        if frame is None:
+            return
+        owner: Any = frame.f_locals.get("self")
+        if type(owner).__name__ == "BatchSamplerShard" and getattr(owner, "num_processes", 1) > 1:
+            raise ShardingError(
+                f"accelerate's BatchSamplerShard (num_processes={owner.num_processes}) is "
+                f"splitting a permshard sampler that already splits across {num_replicas} "
+                f"replicas: each rank would see 1/{owner.num_processes * num_replicas} of the "
+                "data. Use permshard.accelerate.prepare_data_loader(accelerator, loader) instead "
+                "of accelerator.prepare(loader)"
+            )
+        frame = frame.f_back
+    return
 
 
 def dataset_fingerprint(dataset: Any) -> dict[str, Any]:

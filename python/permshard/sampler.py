@@ -17,6 +17,7 @@ from .plan import ShardPlan, build_plan
 
 #: Items computed per call into Rust while iterating (GIL released for each chunk).
 _CHUNK = 1 << 13
+_FIRST_CHUNK = 1 << 6
 
 #: Keys of a state dict, in the order they are written.
 STATE_KEYS = ("algorithm", "n", "seed", "epoch", "shuffle", "drop_last", "consumed", "num_replicas")
@@ -154,6 +155,7 @@ class ShardedSampler(DistributedSampler[int]):
         self.auto_epoch = bool(auto_epoch)
         self.check_consensus = bool(check_consensus)
         self.epoch = 0
+        self._partitions: dict[tuple[Any, ...], _core.Partition] = {}
         self._start = 0  # global positions consumed before the next pass (a resume)
         self._pass: Optional[_Pass] = None
         self._iterated_epoch: Optional[int] = None
@@ -210,15 +212,23 @@ class ShardedSampler(DistributedSampler[int]):
     # -- iteration -------------------------------------------------------------------------
 
     def _partition(self, epoch: int, start: int) -> _core.Partition:
-        return _core.Partition(
-            self._n,
-            self.num_replicas,
-            start=start,
-            drop_last=self.drop_last,
-            shuffle=self.shuffle,
-            seed=self.seed,
-            epoch=epoch,
-        )
+        key = (epoch, start, self.seed, self.shuffle, self.drop_last, self.num_replicas)
+        cached = self._partitions.get(key)
+        if cached is None:
+            cached = _core.Partition(
+                self._n,
+                self.num_replicas,
+                start=start,
+                drop_last=self.drop_last,
+                shuffle=self.shuffle,
+                seed=self.seed,
+                epoch=epoch,
+            )
+            # Small n builds a lookup table: keep the last few partitions, not one per call.
+            if len(self._partitions) >= 4:
+                self._partitions.pop(next(iter(self._partitions)))
+            self._partitions[key] = cached
+        return cached
 
     def _check_dataset_unchanged(self) -> None:
         if isinstance(self.dataset, int):
@@ -232,6 +242,9 @@ class ShardedSampler(DistributedSampler[int]):
 
     def _begin_pass(self) -> _Pass:
         self._check_dataset_unchanged()
+        from .proofs import check_not_wrapped_by_accelerate
+
+        check_not_wrapped_by_accelerate(self.num_replicas)
         if self._iterated_epoch == self.epoch and self._start == 0:
             if self.auto_epoch:
                 self.epoch += 1
@@ -264,13 +277,16 @@ class ShardedSampler(DistributedSampler[int]):
 
     def _chunks(self, current: _Pass) -> Iterator[Iterator[int]]:
         total = current.partition.num_samples
-        for base in range(0, total, _CHUNK):
-            count = min(_CHUNK, total - base)
+        base, size = 0, _FIRST_CHUNK
+        while base < total:
+            count = min(size, total - base)
             chunk = iter(current.partition.take(self.rank, base, count))
             current.chunk_base, current.chunk_len, current.chunk = base, count, chunk
             if base == 0:
                 self._first_item(current)
             yield chunk
+            base += count
+            size = min(2 * size, _CHUNK)  # small first chunk: the first index comes at once
 
     def __iter__(self) -> Iterator[int]:
         current = self._begin_pass()
@@ -413,6 +429,13 @@ class ShardedSampler(DistributedSampler[int]):
         self._start = consumed
         self._pass = None
         self._iterated_epoch = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Native partitions and a pass in progress are rebuilt on demand, not pickled.
+        state = dict(self.__dict__)
+        state["_partitions"] = {}
+        state["_pass"] = None
+        return state
 
     def __repr__(self) -> str:
         return (

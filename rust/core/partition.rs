@@ -201,11 +201,35 @@ impl Partition {
             let p = self.position(rank, local_start + i as u64);
             *slot = if p < self.n { p } else { p % self.n };
         }
+        self.map_positions(out);
+        Ok(())
+    }
+
+    /// Replaces positions (already reduced below n) by their samples.
+    fn map_positions(&self, values: &mut [u64]) {
         match &self.order {
             Order::Identity => {}
-            Order::Shuffled(perm) => perm.map_in_place(out),
-            Order::Explicit(list) => out.iter_mut().for_each(|p| *p = list[*p as usize]),
+            Order::Shuffled(perm) => perm.map_in_place(values),
+            Order::Explicit(list) => values.iter_mut().for_each(|p| *p = list[*p as usize]),
         }
+    }
+
+    /// `out[i]` = the sample at global position `first + i`: a contiguous block of the
+    /// epoch, for layouts that deal whole batches (padding wraps around). Batched.
+    pub fn fill_positions(&self, first: u64, out: &mut [u64]) -> Result<(), Error> {
+        let len = out.len() as u64;
+        if first < self.start || first > self.end() || len > self.end() - first {
+            return Err(Error::Violation(format!(
+                "positions [{first}, {first} + {len}) are outside this pass [{}, {})",
+                self.start,
+                self.end()
+            )));
+        }
+        for (i, slot) in out.iter_mut().enumerate() {
+            let p = first + i as u64;
+            *slot = if p < self.n { p } else { p % self.n };
+        }
+        self.map_positions(out);
         Ok(())
     }
 
@@ -337,6 +361,17 @@ mod tests {
             }
             assert!(seen.iter().all(|&c| c == 1), "consumed={consumed}");
         }
+    }
+
+    #[test]
+    fn blocks_of_positions_match_sample_at() {
+        let part = Partition::new(10, 4, 2, false, shuffled(10)).unwrap();
+        let mut block = vec![0u64; 8];
+        part.fill_positions(3, &mut block).unwrap();
+        let want: Vec<u64> = (3..11).map(|p| part.sample_at(p)).collect();
+        assert_eq!(block, want);
+        assert!(part.fill_positions(1, &mut [0; 1]).is_err()); // before the pass
+        assert!(part.fill_positions(10, &mut [0; 3]).is_err()); // past its end (12)
     }
 
     #[test]

@@ -2,6 +2,6 @@
 
 from .iterable import ShardedIterable, shard_iterable
 from .packing import PackedDataset
-from .tokens import TokenWindows
+from .tokens import TokenWindows, WindowBatch
 
-__all__ = ["PackedDataset", "ShardedIterable", "TokenWindows", "shard_iterable"]
+__all__ = ["PackedDataset", "ShardedIterable", "TokenWindows", "WindowBatch", "shard_iterable"]

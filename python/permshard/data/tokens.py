@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 from collections.abc import Sequence
 from typing import Any, Optional, Union
 
 import numpy as np
 import numpy.typing as npt
+from numpy.lib.stride_tricks import sliding_window_view
 import torch
 from torch.utils.data import Dataset
 
 from .._validation import as_int, as_positive, as_u64
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+
+class WindowBatch(list[torch.Tensor]):
+    """The windows of one batch: views of one ``(batch, seq_len + 1)`` int64 tensor,
+    kept as ``.tensor`` so :meth:`TokenWindows.collate` needs no copy. A plain list to
+    everything else (the default collation stacks it)."""
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        super().__init__(tensor.unbind(0))
+        self.tensor = tensor
 
 
 class TokenWindows(Dataset[torch.Tensor]):
@@ -42,7 +54,8 @@ class TokenWindows(Dataset[torch.Tensor]):
 
         >>> ds = TokenWindows(["train_000.bin", "train_001.bin"], seq_len=1024)
         >>> sampler = ShardedSampler(ds)
-        >>> loader = DataLoader(ds, batch_sampler=ShardedBatchSampler(sampler, 64))
+        >>> loader = DataLoader(ds, batch_sampler=ShardedBatchSampler(sampler, 64),
+        ...                     collate_fn=TokenWindows.collate)
         >>> for batch in loader:  # (64, 1025) int64
         ...     x, y = batch[:, :-1], batch[:, 1:]
     """
@@ -80,6 +93,7 @@ class TokenWindows(Dataset[torch.Tensor]):
                 )
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self._maps: Optional[list[np.memmap]] = None
+        self._views: Optional[list[npt.NDArray[Any]]] = None
 
     def _tokens_in(self, path: str) -> int:
         try:
@@ -101,13 +115,19 @@ class TokenWindows(Dataset[torch.Tensor]):
                 now = self._tokens_in(path)
                 if now != m:
                     raise ValueError(f"{path} changed size since the dataset was built ({m} -> {now} tokens)")
-                maps.append(np.memmap(path, dtype=self.dtype, mode="r"))
+                mm = np.memmap(path, dtype=self.dtype, mode="r")
+                # Shuffled windows are random reads: kernel read-ahead would only waste I/O
+                # and page cache.
+                raw = getattr(mm, "_mmap", None)
+                if raw is not None and hasattr(mmap, "MADV_RANDOM"):
+                    raw.madvise(mmap.MADV_RANDOM)
+                maps.append(mm)
             self._maps = maps
         return self._maps
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_maps"] = None  # re-opened in the worker
+        state["_maps"] = state["_views"] = None  # re-opened in the worker
         return state
 
     def set_epoch(self, epoch: int) -> None:
@@ -143,8 +163,12 @@ class TokenWindows(Dataset[torch.Tensor]):
         window = self._open()[f][offset : offset + self.seq_len + 1]
         return torch.from_numpy(window.astype(np.int64))
 
-    def __getitems__(self, indices: Sequence[int]) -> list[torch.Tensor]:
-        """A whole batch with one vectorised gather per file touched."""
+    def __getitems__(self, indices: Sequence[int]) -> WindowBatch:
+        """A whole batch with one vectorised gather per file touched.
+
+        Returns a :class:`WindowBatch`: a sequence of the windows (default collation
+        stacks them) that also holds the stacked ``(len(indices), seq_len + 1)`` tensor,
+        which :meth:`collate` hands over without a copy."""
         idx = np.asarray(indices, dtype=np.int64)
         n = len(self)
         if idx.size and (idx.min() < -n or idx.max() >= n):
@@ -153,13 +177,29 @@ class TokenWindows(Dataset[torch.Tensor]):
         files = np.searchsorted(self.starts, idx, side="right") - 1
         offsets = self.shift + (idx - self.starts[files]) * self.seq_len
         out = np.empty((idx.size, self.seq_len + 1), dtype=np.int64)
-        span = np.arange(self.seq_len + 1, dtype=np.int64)
         maps = self._open()
         for f in np.unique(files):
             rows = np.nonzero(files == f)[0]
-            out[rows] = maps[f][offsets[rows, None] + span]
-        batch = torch.from_numpy(out)
-        return list(batch.unbind(0))
+            # A strided view whose row o is tokens[o : o + seq_len + 1] (no copy): indexing
+            # it by offsets copies whole rows, several times faster than an index grid.
+            out[rows] = self._windows()[f][offsets[rows]]
+        return WindowBatch(torch.from_numpy(out))
+
+    def _windows(self) -> list[npt.NDArray[Any]]:
+        """Per file, a strided view whose row ``o`` is ``tokens[o : o + seq_len + 1]``
+        (no copy): indexing it by offsets copies whole rows, several times faster than an
+        index grid."""
+        if self._views is None:
+            self._views = [sliding_window_view(m, self.seq_len + 1) for m in self._open()]
+        return self._views
+
+    @staticmethod
+    def collate(batch: Sequence[torch.Tensor]) -> torch.Tensor:
+        """``collate_fn`` for a DataLoader: the batch tensor of :meth:`__getitems__`
+        as is (no copy), or the stacked windows of per-item fetches."""
+        if isinstance(batch, WindowBatch):
+            return batch.tensor
+        return torch.stack(list(batch))
 
     def __repr__(self) -> str:
         return (

@@ -103,6 +103,20 @@ impl Partition {
         Ok(values.into_pyarray(py))
     }
 
+    /// Samples at global positions `[first, first + count)` (a contiguous block).
+    fn take_positions(&self, py: Python<'_>, first: u64, count: u64) -> PyResult<Vec<u64>> {
+        let end = self.inner.end();
+        if first > end || count > end - first {
+            return Err(PyValueError::new_err(format!(
+                "positions [{first}, {first} + {count}) are past the end of the pass ({end})"
+            )));
+        }
+        let mut out = alloc(count)?;
+        let compute = || self.inner.fill_positions(first, &mut out).map(|_| out);
+        let out = if count >= DETACH_MIN { py.detach(compute) } else { compute() };
+        out.map_err(to_py)
+    }
+
     /// Items `[local_start, local_start + count)` of `rank`, cut into lists of
     /// `batch_size` (the last one may be shorter).
     fn take_batches(

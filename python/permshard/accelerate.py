@@ -1,0 +1,216 @@
+"""accelerate without the double split: ``prepare_data_loader(accelerator, dataloader)``.
+
+``accelerator.prepare(loader)`` wraps every map-style loader in ``BatchSamplerShard``, which
+splits by process again — with a DistributedSampler inside, each rank trains on 1/W² of
+the data. This module shards exactly once, with permshard, and keeps what accelerate users
+rely on: device placement, the end-of-dataloader signal for gradient accumulation,
+``gather_for_metrics`` dropping the padding of the last evaluation batch,
+``set_epoch``, and ``save_state`` / ``load_state`` restoring the position in O(1).
+
+accelerate's public ``DataLoaderShard`` does the loader work; the only other contact
+with accelerate is :func:`register_for_checkpointing`. (A permshard sampler handed to
+``accelerator.prepare`` directly raises ``ShardingError`` at the first iteration instead of
+training on 1/W²; see ``permshard.proofs.check_not_wrapped_by_accelerate``.)
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Mapping
+from typing import Any, Optional
+
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, RandomSampler, SequentialSampler
+
+from ._core import ShardingError
+from .sampler import ShardedBatchSampler, ShardedSampler
+
+__all__ = ["StepBatchSampler", "prepare_data_loader"]
+
+
+class StepBatchSampler(BatchSampler):
+    r"""Deals whole batches: at step ``s`` rank ``r`` takes global positions
+    ``[s·B·W + r·b, s·B·W + (r + 1)·b)`` where ``b`` is the step's per-rank batch (``B``
+    except maybe at the last step).
+
+    This is accelerate's own layout (``gather`` at a step returns positions in order), so
+    at the end of an evaluation epoch the padding is exactly the tail that
+    ``gather_for_metrics`` cuts. After ``k`` steps the consumed positions are the prefix
+    ``[0, k·B·W)``, as with :class:`ShardedSampler`: resume (also on another number of
+    processes) stays exact.
+
+    Args:
+        sampler (ShardedSampler): gives the epoch's order, rank and world size.
+        batch_size (int): per-process batch size ``B``.
+        drop_last (bool): drop the last step when it is smaller than ``B``.
+    """
+
+    def __init__(self, sampler: ShardedSampler, batch_size: int, drop_last: bool = False) -> None:
+        ShardedBatchSampler(sampler, batch_size, drop_last)  # the same argument checks
+        self.sampler = sampler
+        self._sharded = sampler
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        # Read by accelerate: total_batch_size = batch_size * num_processes.
+        self.num_processes = sampler.num_replicas
+        self.process_index = 0  # not a splitter: the sampler already holds the rank
+        self.split_batches = False
+
+    def _steps(self, num_samples: int) -> int:
+        full, rest = divmod(num_samples, self.batch_size)
+        return full + (1 if rest and not self.drop_last else 0)
+
+    def __len__(self) -> int:
+        return self._steps(self._sharded.num_samples)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        sampler = self._sharded
+        current = sampler._begin_pass()
+        part, w, rank, bs = current.partition, sampler.num_replicas, sampler.rank, self.batch_size
+        base = current.start
+        for step in range(self._steps(part.num_samples)):
+            b = min(bs, part.num_samples - step * bs)
+            first = base + step * bs * w + rank * b
+            batch = part.take_positions(first, b)
+            current.chunk_base = step * bs + b
+            if step == 0:
+                sampler._first_item(current)
+            yield batch
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._sharded.state_dict()
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        self._sharded.load_state_dict(state_dict)
+
+
+def _sharded_sampler(loader: DataLoader[Any], num_processes: int, process_index: int) -> tuple[ShardedSampler, int, bool]:
+    """The loader's ShardedSampler (made from a plain or Distributed sampler if needed),
+    its batch size and drop_last."""
+    batch_sampler = loader.batch_sampler
+    if isinstance(batch_sampler, (ShardedBatchSampler, BatchSampler)):
+        inner, batch_size, drop_last = batch_sampler.sampler, batch_sampler.batch_size, batch_sampler.drop_last
+    else:
+        raise TypeError(
+            "prepare_data_loader needs a map-style DataLoader with a batch_size (or a "
+            f"batch_sampler that is a BatchSampler), got batch_sampler={type(batch_sampler).__name__}"
+        )
+    if isinstance(inner, ShardedSampler):
+        sampler = inner
+    elif isinstance(inner, DistributedSampler):
+        sampler = ShardedSampler(loader.dataset, num_processes, process_index, shuffle=inner.shuffle,  # type: ignore[arg-type]
+                                 seed=inner.seed, drop_last=inner.drop_last)
+    elif isinstance(inner, (RandomSampler, SequentialSampler)):
+        sampler = ShardedSampler(loader.dataset, num_processes, process_index,  # type: ignore[arg-type]
+                                 shuffle=isinstance(inner, RandomSampler))
+    else:
+        raise TypeError(
+            f"cannot shard a DataLoader whose sampler is a {type(inner).__name__}; build it with "
+            "sampler=permshard.ShardedSampler(dataset) (or shuffle=True/False)"
+        )
+    if (sampler.num_replicas, sampler.rank) != (num_processes, process_index):
+        raise ShardingError(
+            f"the ShardedSampler splits across num_replicas={sampler.num_replicas} as rank "
+            f"{sampler.rank}, but accelerate runs {num_processes} processes and this is process "
+            f"{process_index}; leave num_replicas and rank unset"
+        )
+    return sampler, int(batch_size), bool(drop_last)
+
+
+class _Checkpoint:
+    """What ``accelerator.save_state`` stores for a permshard loader: the sampler's
+    state at the batches the training loop really received (accelerate's loader runs one
+    batch ahead; workers prefetch more)."""
+
+    def __init__(self, loader: Any, sampler: ShardedSampler, batch_size: int) -> None:
+        self.loader = loader
+        self.sampler = sampler
+        self.batch_size = batch_size
+
+    def state_dict(self) -> dict[str, Any]:
+        delivered = int(getattr(self.loader, "_permshard_delivered", 0))
+        current = self.sampler._pass
+        local = 0
+        if current is not None and current.epoch == self.sampler.epoch:
+            local = min(delivered * self.batch_size, current.partition.num_samples)
+        return self.sampler.state_dict(consumed_local_samples=local)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.sampler.load_state_dict(state)
+        # DataLoaderShard calls set_epoch(iteration) at each pass: make it the saved epoch.
+        self.loader.iteration = int(state["epoch"])
+
+
+def prepare_data_loader(accelerator: Any, dataloader: DataLoader[Any]) -> Any:
+    r"""Prepares ``dataloader`` for ``accelerator``, sharded once by permshard.
+
+    Use it instead of ``accelerator.prepare(dataloader)`` (prepare models and optimizers
+    as usual). The loader's sampler may be a :class:`ShardedSampler`, a
+    ``DistributedSampler`` (replaced by the equivalent ShardedSampler) or the plain
+    sampler of ``shuffle=True/False``.
+
+    Args:
+        accelerator (accelerate.Accelerator): the accelerator.
+        dataloader (DataLoader): a map-style loader with a ``batch_size``.
+
+    Returns:
+        accelerate.data_loader.DataLoaderShard: batches on ``accelerator.device``; the
+        sampler position is saved and restored by ``accelerator.save_state`` /
+        ``load_state``.
+
+    Example::
+
+        >>> loader = DataLoader(ds, batch_size=32, sampler=ShardedSampler(ds))
+        >>> loader = permshard.accelerate.prepare_data_loader(accelerator, loader)
+        >>> model, optimizer = accelerator.prepare(model, optimizer)
+    """
+    sampler, batch_size, drop_last = _sharded_sampler(
+        dataloader, accelerator.num_processes, accelerator.process_index
+    )
+    batches = StepBatchSampler(sampler, batch_size, drop_last)
+    kwargs = {
+        name: getattr(dataloader, name)
+        for name in ("num_workers", "collate_fn", "pin_memory", "timeout", "worker_init_fn",
+                     "multiprocessing_context", "generator", "prefetch_factor", "persistent_workers")
+        if hasattr(dataloader, name)
+    }
+    if kwargs.get("num_workers", 0) == 0:
+        kwargs.pop("prefetch_factor", None)
+        kwargs.pop("persistent_workers", None)
+    device: Optional[Any] = accelerator.device if getattr(accelerator, "device_placement", True) else None
+    loader = _PermshardLoader(
+        dataloader.dataset,
+        device=device,
+        batch_sampler=batches,
+        _drop_last=drop_last,
+        _non_blocking=getattr(accelerator, "non_blocking", False),
+        **kwargs,
+    )
+    accelerator.register_for_checkpointing(_Checkpoint(loader, sampler, batch_size))
+    return loader
+
+
+@functools.lru_cache(maxsize=None)
+def _loader_class() -> Any:
+    from accelerate.data_loader import DataLoaderShard
+
+    class PermshardDataLoaderShard(DataLoaderShard):  # type: ignore[misc]
+        """DataLoaderShard that counts the batches handed to the training loop."""
+
+        def __iter__(self) -> Iterator[Any]:
+            self._permshard_delivered = 0
+            for batch in super().__iter__():
+                self._permshard_delivered += 1
+                yield batch
+
+    return PermshardDataLoaderShard
+
+
+class _LazyLoader:
+    """Builds the DataLoaderShard subclass on first use, so importing permshard.accelerate
+    does not import accelerate."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return _loader_class()(*args, **kwargs)
+
+
+_PermshardLoader = _LazyLoader()

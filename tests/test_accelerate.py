@@ -1,0 +1,45 @@
+"""permshard.accelerate under real gloo processes: one split, exact per-rank counts,
+gather_for_metrics returning exactly N, save_state/load_state resume (also on another
+number of processes), and a clear error for a permshard loader given to prepare()."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+import dist_workers
+from distributed import launch
+
+pytest.importorskip("accelerate")
+pytestmark = pytest.mark.multiprocess
+
+
+@pytest.mark.parametrize("world, resume_world, n", [(2, 2, 1000), (4, 2, 997)])
+def test_accelerate_train_eval_resume(tmp_path, world, resume_world, n):
+    steps = 5
+    first = launch(dist_workers.accelerate_train_eval_interrupt, world, n, str(tmp_path), steps)
+    per_rank = -(-n // world)
+    # Shards once: every rank ceil(N/W), together every sample, padding only as declared.
+    assert all(len(r["epoch0"]) == per_rank for r in first)
+    union = Counter(x for r in first for x in r["epoch0"])
+    assert set(union) == set(range(n)) and sum(union.values()) - n == per_rank * world - n
+    # Gradient accumulation sees the end of the dataloader on the last batch only.
+    for r in first:
+        flags = [end for end, _ in r["sync"]]
+        assert flags[-1] and not any(flags[:-1]) and r["sync"][-1][1]
+    # gather_for_metrics: exactly N items, each sample once.
+    for r in first:
+        assert sorted(r["gathered"]) == list(range(n))
+    # Handed straight to accelerator.prepare: a clear error at the first iteration.
+    for r in first:
+        assert "ShardingError" in r["prepare_error"] and "prepare_data_loader" in r["prepare_error"]
+
+    second = launch(dist_workers.accelerate_resume, resume_world, n, str(tmp_path))
+    assert all(r["epoch"] == 2 for r in second)
+    head = [x for r in first for x in r["epoch2_head"]]
+    assert len(head) == steps * 8 * world
+    rest = [x for r in second for x in r["rest"]]
+    counts = Counter(head + rest)
+    assert set(counts) == set(range(n))
+    assert sum(counts.values()) - n == second[0]["padding"]  # repeats only as declared

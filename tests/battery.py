@@ -51,6 +51,16 @@ def _splitmix64(z: np.ndarray) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
+def _cycle_walk(encrypt: Callable[[np.ndarray], np.ndarray], n: int) -> np.ndarray:
+    """The whole permutation of [0, n): encrypt every position, re-encrypt until < n."""
+    x = encrypt(np.arange(n, dtype=np.uint64))
+    out = x >= np.uint64(n)
+    while out.any():
+        x[out] = encrypt(x[out])
+        out = x >= np.uint64(n)
+    return x.astype(np.int64)
+
+
 def feistel(rounds: int) -> Shuffler:
     """perm-v1's construction with ``rounds`` rounds, vectorised in numpy. With 8 rounds it
     must equal perm-v1 (a cross-check); with 4 (as Grain / TF index_shuffle) it is weak."""
@@ -69,12 +79,7 @@ def feistel(rounds: int) -> Shuffler:
                 x = (lo << np.uint64(h)) | hi
             return x
 
-        x = encrypt(np.arange(n, dtype=np.uint64))
-        out = x >= np.uint64(n)
-        while out.any():
-            x[out] = encrypt(x[out])
-            out = x >= np.uint64(n)
-        return x.astype(np.int64)
+        return _cycle_walk(encrypt, n)
 
     return shuffle
 
@@ -106,12 +111,7 @@ def simon_feistel(rounds: int = 4) -> Shuffler:
                 h, l = l, h
             return x
 
-        x = encrypt(np.arange(n, dtype=np.uint64))
-        out = x >= np.uint64(n)
-        while out.any():
-            x[out] = encrypt(x[out])
-            out = x >= np.uint64(n)
-        return x.astype(np.int64)
+        return _cycle_walk(encrypt, n)
 
     return shuffle
 

@@ -157,3 +157,31 @@ def accelerate_resume(rank: int, world: int, n: int, folder: str) -> dict:
     padding = len(sampler.plan().padding_positions)
     rest = [x for batch in loader for x in batch.tolist()]
     return {"rest": rest, "epoch": sampler.epoch, "padding": padding}
+
+
+def hf_trainer(rank: int, world: int, n: int, folder: str) -> dict:
+    """A tiny model built in code, trained one epoch by ShardedTrainer on real ranks."""
+    import torch
+    from transformers import TrainingArguments
+
+    from permshard.integrations import ShardedTrainer
+
+    seen: list[int] = []
+
+    class Tiny(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 1)
+
+        def forward(self, x, labels, idx):  # type: ignore[no-untyped-def]
+            seen.extend(idx.tolist())
+            return {"loss": torch.nn.functional.mse_loss(self.linear(x).squeeze(-1), labels)}
+
+    data = [{"x": torch.randn(4), "labels": torch.tensor(0.5), "idx": torch.tensor(i)} for i in range(n)]
+    args = TrainingArguments(
+        output_dir=folder, per_device_train_batch_size=4, num_train_epochs=2, use_cpu=True,
+        report_to=[], save_strategy="no", logging_strategy="no", seed=7,
+    )
+    trainer = ShardedTrainer(model=Tiny(), args=args, train_dataset=data)
+    trainer.train()
+    return {"seen": seen, "per_epoch": -(-n // world)}

@@ -43,3 +43,18 @@ def test_accelerate_train_eval_resume(tmp_path, world, resume_world, n):
     counts = Counter(head + rest)
     assert set(counts) == set(range(n))
     assert sum(counts.values()) - n == second[0]["padding"]  # repeats only as declared
+
+
+def test_hf_trainer_recipe_shards_once(tmp_path):
+    pytest.importorskip("transformers")
+    n, world = 203, 2
+    results = launch(dist_workers.hf_trainer, world, n, str(tmp_path))
+    per_epoch = results[0]["per_epoch"]
+    for r in results:
+        assert len(r["seen"]) == 2 * per_epoch  # two epochs, ceil(N/W) each, not 1/W²
+    for epoch in range(2):
+        union = Counter(x for r in results for x in r["seen"][epoch * per_epoch : (epoch + 1) * per_epoch])
+        assert set(union) == set(range(n))
+        assert sum(union.values()) == per_epoch * world
+    first, second = (results[0]["seen"][:per_epoch], results[0]["seen"][per_epoch:])
+    assert first != second  # set_epoch reached the sampler: a new order

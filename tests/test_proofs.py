@@ -87,6 +87,9 @@ def test_dataset_fingerprint_is_cheap_and_discriminating():
     assert dataset_fingerprint(full[0::2]) != dataset_fingerprint(full[1::2])
     assert dataset_fingerprint(Subset(full, range(0, 10)))["content"] != dataset_fingerprint(Subset(full, range(1, 11)))["content"]
     assert dataset_fingerprint(7) == {"type": "int", "len": 7, "content": None}
+    # Values whose repr is not their content (addresses) give no content hash.
+    assert dataset_fingerprint([object(), object()])["content"] is None
+    assert dataset_fingerprint([{"text": "a", "ids": [1, 2]}])["content"] is not None
     fp = dataset_fingerprint(torch.utils.data.TensorDataset(torch.zeros(5)))
     assert fp["len"] == 5 and fp["content"] is None
 

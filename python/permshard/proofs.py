@@ -235,6 +235,18 @@ def check_not_wrapped_by_accelerate(num_replicas: int) -> None:
     return
 
 
+def _plain(value: Any, depth: int = 0) -> bool:
+    """Whether ``repr(value)`` depends on the value only: numbers, strings, bytes, and
+    shallow lists, tuples and dicts of them."""
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return True
+    if depth < 2 and isinstance(value, (list, tuple)):
+        return all(_plain(v, depth + 1) for v in value)
+    if depth < 2 and isinstance(value, dict):
+        return all(_plain(k, depth + 1) and _plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
 def dataset_fingerprint(dataset: Any) -> dict[str, Any]:
     """A cheap identity of ``dataset``: its type, length and, when cheap, a content hash
     (Subset indices, range bounds, a sequence's first and last items, an HF fingerprint)."""
@@ -255,8 +267,11 @@ def dataset_fingerprint(dataset: Any) -> dict[str, Any]:
             content = repr(dataset)
         elif isinstance(dataset, (list, tuple)):
             probe = list(dataset[:4]) + list(dataset[-4:])
-            h.update(repr(probe).encode())
-            content = h.hexdigest()
+            # Only plain values: a repr with an address or random synthetic tensors would
+            # make identical (or harmlessly different) datasets look like a split.
+            if all(_plain(item) for item in probe):
+                h.update(repr(probe).encode())
+                content = h.hexdigest()
         elif isinstance(getattr(dataset, "_fingerprint", None), str):
             content = dataset._fingerprint
     return {"type": kind, "len": len(dataset), "content": content}

@@ -116,7 +116,9 @@ class ShardedSampler(DistributedSampler[int]):
             iterated again without :meth:`set_epoch`. Default: ``False`` (warn instead).
         check_consensus (bool, optional): when torch.distributed is initialized, check at
             the first iteration of each epoch (one small all-gather) that every rank uses
-            the same configuration. Default: ``True``.
+            the same configuration. It is a collective: every rank of the group must
+            iterate the sampler; pass ``False`` for a loader iterated on some ranks only.
+            Default: ``True``.
 
     .. warning::
         As with DistributedSampler, call :meth:`set_epoch` at the beginning of each epoch

@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use permshard_core::{Fingerprint, Order};
 
 use crate::errors::to_py;
-use crate::permutation::{alloc, DETACH_MIN};
+use crate::permutation::{alloc, compute};
 
 /// The four columns of a fingerprint, as Python receives them.
 pub type FingerprintTuple = (u64, u64, u64, u64);
@@ -112,9 +112,10 @@ impl Partition {
             )));
         }
         let mut out = alloc(count)?;
-        let compute = || self.inner.fill_positions(first, &mut out).map(|_| out);
-        let out = if count >= DETACH_MIN { py.detach(compute) } else { compute() };
-        out.map_err(to_py)
+        compute(py, count, || {
+            self.inner.fill_positions(first, &mut out).map(|_| out)
+        })
+        .map_err(to_py)
     }
 
     /// Items `[local_start, local_start + count)` of `rank`, cut into lists of
@@ -182,16 +183,11 @@ impl Partition {
             .check_slice(rank, local_start, count)
             .map_err(to_py)?;
         let mut out = alloc(count)?;
-        let compute = || {
+        compute(py, count, || {
             self.inner
                 .fill_rank(rank, local_start, &mut out)
                 .map(|_| out)
-        };
-        let out = if count >= DETACH_MIN {
-            py.detach(compute)
-        } else {
-            compute()
-        };
-        out.map_err(to_py)
+        })
+        .map_err(to_py)
     }
 }

@@ -6,8 +6,17 @@ use pyo3::prelude::*;
 
 use crate::errors::to_py;
 
-/// Above this many items, release the GIL while filling.
-pub const DETACH_MIN: u64 = 4096;
+/// Below this many items, computing is cheaper than releasing and retaking the GIL.
+const DETACH_MIN: u64 = 4096;
+
+/// Runs `work` on `items` items, with the GIL released when there are enough of them.
+pub fn compute<T: Send>(py: Python<'_>, items: u64, work: impl FnOnce() -> T + Send) -> T {
+    if items >= DETACH_MIN {
+        py.detach(work)
+    } else {
+        work()
+    }
+}
 
 #[pyclass(frozen, module = "permshard._core", name = "Permutation")]
 pub struct Permutation {
@@ -81,13 +90,10 @@ impl Permutation {
             )));
         }
         let mut out = alloc(stop - start)?;
-        let compute = || self.inner.fill(start, &mut out).map(|_| out);
-        let out = if stop - start >= DETACH_MIN {
-            py.detach(compute)
-        } else {
-            compute()
-        };
-        out.map_err(to_py)
+        compute(py, stop - start, || {
+            self.inner.fill(start, &mut out).map(|_| out)
+        })
+        .map_err(to_py)
     }
 }
 

@@ -13,7 +13,7 @@ help:  ## List the targets
 $(VENV)/.ready: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[dev]" accelerate torchdata transformers
+	$(PY) -m pip install -q -e ".[dev]" accelerate torchdata transformers lightning
 	touch $@
 
 build: $(VENV)/.ready  ## Build the Rust extension into the virtualenv (release)

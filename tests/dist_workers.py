@@ -185,3 +185,44 @@ def hf_trainer(rank: int, world: int, n: int, folder: str) -> dict:
     trainer = ShardedTrainer(model=Tiny(), args=args, train_dataset=data)
     trainer.train()
     return {"seen": seen, "per_epoch": -(-n // world)}
+
+
+def lightning_ddp(rank: int, world: int, n: int) -> dict:
+    """A LightningDataModule with a ShardedSampler under Lightning's ddp (CPU, gloo), with
+    the default use_distributed_sampler=True: the sampler must be used as is."""
+    import os
+
+    import lightning as L
+    import torch
+
+    # Lightning joins the process group this launcher started (torchelastic-style env).
+    os.environ.update(TORCHELASTIC_RUN_ID="permshard-test", GROUP_RANK="0")
+    data = list(range(n))
+    seen: list[list[int]] = []
+
+    class Model(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(1, 1)
+
+        def on_train_epoch_start(self) -> None:
+            seen.append([])
+
+        def training_step(self, batch, batch_idx):  # type: ignore[no-untyped-def]
+            seen[-1].extend(batch.tolist())
+            return self.layer(batch.float().unsqueeze(-1)).sum()
+
+        def configure_optimizers(self):  # type: ignore[no-untyped-def]
+            return torch.optim.SGD(self.parameters(), lr=0.0)
+
+    class Data(L.LightningDataModule):
+        def train_dataloader(self) -> DataLoader:
+            return DataLoader(data, batch_size=4, sampler=ShardedSampler(data, seed=3))
+
+    trainer = L.Trainer(
+        accelerator="cpu", devices=world, strategy="ddp", max_epochs=2, logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+    )
+    trainer.fit(Model(), datamodule=Data())
+    sampler = trainer.train_dataloader.sampler
+    return {"seen": seen, "sampler": type(sampler).__name__, "epoch": sampler.epoch}

@@ -58,3 +58,15 @@ def test_hf_trainer_recipe_shards_once(tmp_path):
         assert sum(union.values()) == per_epoch * world
     first, second = (results[0]["seen"][:per_epoch], results[0]["seen"][per_epoch:])
     assert first != second  # set_epoch reached the sampler: a new order
+
+
+def test_lightning_uses_the_sampler_as_is():
+    pytest.importorskip("lightning")
+    n, world = 101, 2
+    results = launch(dist_workers.lightning_ddp, world, n)
+    for r in results:
+        assert r["sampler"] == "ShardedSampler" and r["epoch"] == 1  # not re-wrapped; set_epoch called
+    for epoch in range(2):
+        union = Counter(x for r in results for x in r["seen"][epoch])
+        assert set(union) == set(range(n)) and sum(union.values()) == -(-n // world) * world
+    assert results[0]["seen"][0] != results[0]["seen"][1]

@@ -365,13 +365,16 @@ mod tests {
 
     #[test]
     fn blocks_of_positions_match_sample_at() {
-        let part = Partition::new(10, 4, 2, false, shuffled(10)).unwrap();
-        let mut block = vec![0u64; 8];
+        // Resumed at position 3: 8 positions left over 3 ranks -> 3 each, end 12 (2 padding).
+        let part = Partition::new(10, 3, 3, false, shuffled(10)).unwrap();
+        assert_eq!(part.end(), 12);
+        let mut block = vec![0u64; 9];
         part.fill_positions(3, &mut block).unwrap();
-        let want: Vec<u64> = (3..11).map(|p| part.sample_at(p)).collect();
+        let want: Vec<u64> = (3..12).map(|p| part.sample_at(p)).collect();
         assert_eq!(block, want);
-        assert!(part.fill_positions(1, &mut [0; 1]).is_err()); // before the pass
-        assert!(part.fill_positions(10, &mut [0; 3]).is_err()); // past its end (12)
+        assert_eq!(block[7..], [part.sample_at(0), part.sample_at(1)]); // padding wraps
+        assert!(part.fill_positions(2, &mut [0; 1]).is_err()); // before the pass
+        assert!(part.fill_positions(10, &mut [0; 3]).is_err()); // past its end
     }
 
     #[test]

@@ -110,7 +110,7 @@ def test_examples_run_under_torchrun(script):
     pytest.importorskip("torchdata")
     path = pathlib.Path(__file__).parent.parent / "examples" / script
     done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "0", str(path)],
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(path)],
         capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr

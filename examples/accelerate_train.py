@@ -39,5 +39,6 @@ assert sorted(seen.tolist()) == list(range(n)), "gather_for_metrics must return 
 
 folder = os.path.join(tempfile.gettempdir(), "permshard_example_checkpoint")
 accelerator.save_state(folder)  # the loaders' positions are saved with it, O(1)
+accelerator.wait_for_everyone()  # the main process writes; let it finish before anyone reads
 accelerator.load_state(folder)
 accelerator.print(f"{accelerator.num_processes} processes: trained on {n} samples once each; evaluation gathered {len(seen)} = N")

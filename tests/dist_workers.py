@@ -79,13 +79,14 @@ def accelerate_double_split(rank: int, world: int, n: int) -> dict:
     accelerator = Accelerator(cpu=True)
     data = list(range(n))
     out: dict = {"world": accelerator.num_processes}
-    for name, sampler in (
-        ("distributed", DistributedSampler(data)),
-        ("sharded", ShardedSampler(data)),
-    ):
-        prepared = accelerator.prepare(DataLoader(data, batch_size=4, sampler=sampler))
-        drawn = sum(len(b) for b in prepared)
-        out[name] = (drawn, expect_error(lambda: permshard.check_loader(prepared), ShardingError))
+    # torch's DistributedSampler: accelerate really splits again (1/W²); check_loader says so.
+    prepared = accelerator.prepare(DataLoader(data, batch_size=4, sampler=DistributedSampler(data)))
+    drawn = sum(len(b) for b in prepared)
+    out["distributed"] = (drawn, expect_error(lambda: permshard.check_loader(prepared), ShardingError))
+    # A permshard sampler: check_loader says so too, and iterating fails at once.
+    prepared = accelerator.prepare(DataLoader(data, batch_size=4, sampler=ShardedSampler(data)))
+    out["sharded_check"] = expect_error(lambda: permshard.check_loader(prepared), ShardingError)
+    out["sharded_iter"] = expect_error(lambda: next(iter(prepared)), ShardingError)
     return out
 
 

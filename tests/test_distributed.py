@@ -44,7 +44,8 @@ def test_accelerate_prepare_double_split_is_caught(world):
     results = launch(dist_workers.accelerate_double_split, world, n)
     for out in results:
         assert out["world"] == world
-        for name in ("distributed", "sharded"):
-            drawn, error = out[name]
-            assert drawn < n // world  # what accelerate really does: 1/W² of the data
-            assert "splits the data twice" in error and "shard once" in error
+        drawn, error = out["distributed"]
+        assert drawn < n // world  # what accelerate really does: 1/W² of the data
+        assert "splits the data twice" in error and "shard once" in error
+        assert "splits the data twice" in out["sharded_check"]
+        assert "BatchSamplerShard" in out["sharded_iter"] and "prepare_data_loader" in out["sharded_iter"]

@@ -472,7 +472,7 @@ class ShardedBatchSampler(BatchSampler):
                 f"sampler must be a ShardedSampler, got {type(sampler).__name__}; wrap other "
                 "samplers in torch.utils.data.BatchSampler"
             )
-        if isinstance(drop_last, bool) is False:
+        if not isinstance(drop_last, bool):
             raise TypeError(f"drop_last should be a boolean value, but got drop_last={drop_last!r}")
         self.sampler = sampler
         self._sharded = sampler

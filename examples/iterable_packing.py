@@ -26,4 +26,5 @@ sequences = sum(len(batch) for batch in loader)
 total = torch.tensor([sequences])
 dist.all_reduce(total)
 print(f"rank {rank}/{world}: {sequences} packed sequences of 128 tokens ({total.item()} on all ranks)")
+dist.barrier()  # nobody tears the group down while another rank still talks
 dist.destroy_process_group()

@@ -20,4 +20,5 @@ resumed.load_state_dict(state)
 rest = list(resumed)
 print(f"rank {rank}: {len(head)} batches before the checkpoint, {len(rest)} after, "
       f"{sum(len(b) for b in head + rest)} samples in the epoch")
+dist.barrier()  # nobody tears the group down while another rank still talks
 dist.destroy_process_group()

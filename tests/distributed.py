@@ -7,6 +7,8 @@ raises makes ``launch`` raise with that rank's traceback.
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import os
 import socket
 import traceback
@@ -37,6 +39,10 @@ def _entry(rank: int, world: int, port: int, worker: Callable[..., Any], args: t
     except BaseException:
         results[rank] = ("error", traceback.format_exc())
     finally:
+        # Bounded wait for every rank (also when this one failed), then leave: a rank that
+        # tears gloo down while another still talks makes the process abort.
+        with contextlib.suppress(Exception):
+            dist.monitored_barrier(timeout=datetime.timedelta(seconds=60))
         dist.destroy_process_group()
 
 

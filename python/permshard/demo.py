@@ -3,6 +3,8 @@ resume on 3 ranks — all on this machine (gloo on 127.0.0.1)."""
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import os
 import socket
 import tempfile
@@ -91,7 +93,15 @@ def _rank_main(rank: int, world: int, port: int, paths: list[str], task: dict[st
             "padding": padding,
         }
     finally:
-        dist.destroy_process_group()
+        _leave_group()
+
+
+def _leave_group() -> None:
+    """Waits (bounded) for every rank, then tears the group down: a rank that leaves
+    while another still talks makes gloo abort the process."""
+    with contextlib.suppress(Exception):
+        dist.monitored_barrier(timeout=datetime.timedelta(seconds=60))
+    dist.destroy_process_group()
 
 
 def _free_port() -> int:

@@ -44,5 +44,6 @@ for epoch in range(2):
 cert = sampler.verify_distributed()
 if rank == 0:
     print(cert)
+del model, optimizer  # DDP holds the group: release it before the group goes
 dist.barrier()  # nobody tears the group down while another rank still talks
 dist.destroy_process_group()

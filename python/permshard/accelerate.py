@@ -27,7 +27,7 @@ from .sampler import ShardedBatchSampler, ShardedSampler
 __all__ = ["StepBatchSampler", "prepare_data_loader"]
 
 
-class StepBatchSampler(BatchSampler):
+class StepBatchSampler(ShardedBatchSampler):
     r"""Deals whole batches: at step ``s`` rank ``r`` takes global positions
     ``[s·B·W + r·b, s·B·W + (r + 1)·b)`` where ``b`` is the step's per-rank batch (``B``
     except maybe at the last step).
@@ -36,7 +36,8 @@ class StepBatchSampler(BatchSampler):
     at the end of an evaluation epoch the padding is exactly the tail that
     ``gather_for_metrics`` cuts. After ``k`` steps the consumed positions are the prefix
     ``[0, k·B·W)``, as with :class:`ShardedSampler`: resume (also on another number of
-    processes) stays exact.
+    processes) stays exact. Lengths, argument checks and state dicts are those of
+    :class:`~permshard.ShardedBatchSampler`.
 
     Args:
         sampler (ShardedSampler): gives the epoch's order, rank and world size.
@@ -45,29 +46,18 @@ class StepBatchSampler(BatchSampler):
     """
 
     def __init__(self, sampler: ShardedSampler, batch_size: int, drop_last: bool = False) -> None:
-        ShardedBatchSampler(sampler, batch_size, drop_last)  # the same argument checks
-        self.sampler = sampler
-        self._sharded = sampler
-        self.batch_size = batch_size
-        self.drop_last = drop_last
+        super().__init__(sampler, batch_size, drop_last)
         # Read by accelerate: total_batch_size = batch_size * num_processes.
         self.num_processes = sampler.num_replicas
         self.process_index = 0  # not a splitter: the sampler already holds the rank
         self.split_batches = False
-
-    def _steps(self, num_samples: int) -> int:
-        full, rest = divmod(num_samples, self.batch_size)
-        return full + (1 if rest and not self.drop_last else 0)
-
-    def __len__(self) -> int:
-        return self._steps(self._sharded.num_samples)
 
     def __iter__(self) -> Iterator[list[int]]:
         sampler = self._sharded
         current = sampler._begin_pass()
         part, w, rank, bs = current.partition, sampler.num_replicas, sampler.rank, self.batch_size
         base = current.start
-        for step in range(self._steps(part.num_samples)):
+        for step in range(self._batches(part.num_samples)):
             b = min(bs, part.num_samples - step * bs)
             first = base + step * bs * w + rank * b
             batch = part.take_positions(first, b)
@@ -75,12 +65,6 @@ class StepBatchSampler(BatchSampler):
             if step == 0:
                 sampler._first_item(current)
             yield batch
-
-    def state_dict(self) -> dict[str, Any]:
-        return self._sharded.state_dict()
-
-    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        self._sharded.load_state_dict(state_dict)
 
 
 def _sharded_sampler(loader: DataLoader[Any], num_processes: int, process_index: int) -> tuple[ShardedSampler, int, bool]:

@@ -3,10 +3,7 @@ resume on 3 ranks — all on this machine (gloo on 127.0.0.1)."""
 
 from __future__ import annotations
 
-import contextlib
-import datetime
 import os
-import socket
 import tempfile
 import time
 from collections import Counter
@@ -15,11 +12,10 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.utils.data import DataLoader, Dataset
 
 from .data import TokenWindows
+from .launch import launch
 from .proofs import verify
 from .sampler import ShardedBatchSampler, ShardedSampler
 
@@ -59,62 +55,37 @@ def make_corpus(folder: str, files: int = 4, tokens_per_file: int = 600_000) -> 
     return paths
 
 
-def _rank_main(rank: int, world: int, port: int, paths: list[str], task: dict[str, Any], out: Any) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        windows = TokenWindows(paths, seq_len=SEQ_LEN)
-        ds = _IndexedWindows(windows)
-        sampler = ShardedSampler(ds, seed=SEED)  # num_replicas / rank from the process group
-        sampler.set_epoch(task["epoch"])
-        if task.get("state") is not None:
-            sampler.load_state_dict(task["state"])
-        padding = len(sampler.plan().padding_positions)  # of this pass, before it starts
-        loader = DataLoader(ds, batch_sampler=ShardedBatchSampler(sampler, BATCH), collate_fn=_collate)
-        began = time.perf_counter()
-        seen: list[int] = []
-        tokens = 0
-        state = None
-        for step, (indices, batch) in enumerate(loader):
-            assert batch.shape[1] == SEQ_LEN + 1
-            seen.extend(indices)
-            tokens += batch.numel()
-            if task.get("stop_after") == step + 1:
-                state = sampler.state_dict(consumed_local_samples=len(seen))
-                break
-        seconds = time.perf_counter() - began
-        cert = sampler.verify_distributed() if task.get("prove") else None
-        out[rank] = {
-            "seen": seen,
-            "tokens": tokens,
-            "seconds": seconds,
-            "state": state,
-            "cert": str(cert) if cert else None,
-            "padding": padding,
-        }
-    finally:
-        _leave_group()
-
-
-def _leave_group() -> None:
-    """Waits (bounded) for every rank, then tears the group down: a rank that leaves
-    while another still talks makes gloo abort the process."""
-    with contextlib.suppress(Exception):
-        dist.monitored_barrier(timeout=datetime.timedelta(seconds=60))
-    dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _run(world: int, paths: list[str], task: dict[str, Any]) -> list[dict[str, Any]]:
-    with mp.Manager() as manager:
-        out = manager.dict()
-        mp.spawn(_rank_main, args=(world, _free_port(), paths, task, out), nprocs=world, join=True)  # type: ignore[attr-defined,no-untyped-call]
-        return [out[r] for r in range(world)]
+def _rank_main(rank: int, world: int, paths: list[str], task: dict[str, Any]) -> dict[str, Any]:
+    """One rank: one pass (or part of one) of the DataLoader, then the proofs asked for."""
+    windows = TokenWindows(paths, seq_len=SEQ_LEN)
+    ds = _IndexedWindows(windows)
+    sampler = ShardedSampler(ds, seed=SEED)  # num_replicas / rank from the process group
+    sampler.set_epoch(task["epoch"])
+    if task.get("state") is not None:
+        sampler.load_state_dict(task["state"])
+    padding = len(sampler.plan().padding_positions)  # of this pass, before it starts
+    loader = DataLoader(ds, batch_sampler=ShardedBatchSampler(sampler, BATCH), collate_fn=_collate)
+    began = time.perf_counter()
+    seen: list[int] = []
+    tokens = 0
+    state = None
+    for step, (indices, batch) in enumerate(loader):
+        assert batch.shape[1] == SEQ_LEN + 1
+        seen.extend(indices)
+        tokens += batch.numel()
+        if task.get("stop_after") == step + 1:
+            state = sampler.state_dict(consumed_local_samples=len(seen))
+            break
+    seconds = time.perf_counter() - began
+    cert = sampler.verify_distributed() if task.get("prove") else None
+    return {
+        "seen": seen,
+        "tokens": tokens,
+        "seconds": seconds,
+        "state": state,
+        "cert": str(cert) if cert else None,
+        "padding": padding,
+    }
 
 
 def _exactly_once(n: int, streams: list[list[int]], padding: int) -> tuple[bool, str]:
@@ -136,7 +107,7 @@ def main(world: int = 4, resume_world: int = 3) -> int:
         print(f"corpus: {len(paths)} token files, {sum(windows.sizes):,} tokens -> {n:,} windows of {SEQ_LEN + 1} tokens\n")
 
         print(f"epoch 0: one pass of DataLoader(TokenWindows, batch_sampler=ShardedBatchSampler(ShardedSampler, {BATCH}))")
-        results = _run(world, paths, {"epoch": 0, "prove": True})
+        results = launch(_rank_main, world, paths, {"epoch": 0, "prove": True})
         print(f"{'rank':>6} {'windows':>9} {'tokens':>11} {'seconds':>8}")
         for r, res in enumerate(results):
             print(f"{r:>6} {len(res['seen']):>9,} {res['tokens']:>11,} {res['seconds']:>8.2f}")
@@ -149,10 +120,10 @@ def main(world: int = 4, resume_world: int = 3) -> int:
 
         steps = 40
         print(f"epoch 1: interrupted after {steps} steps on {world} ranks, resumed on {resume_world} ranks")
-        first = _run(world, paths, {"epoch": 1, "stop_after": steps})
+        first = launch(_rank_main, world, paths, {"epoch": 1, "stop_after": steps})
         state = first[0]["state"]
         print(f"  saved state (from rank 0): {state}")
-        second = _run(resume_world, paths, {"epoch": 1, "state": state})
+        second = launch(_rank_main, resume_world, paths, {"epoch": 1, "state": state})
         plan_padding = second[0]["padding"]
         good, text = _exactly_once(n, [r["seen"] for r in first + second], plan_padding)
         ok &= good

@@ -496,11 +496,14 @@ class ShardedBatchSampler(BatchSampler):
                     self._sharded._first_item(current)
                 yield batch
 
-    def __len__(self) -> int:
-        n = self._sharded.num_samples
+    def _batches(self, num_samples: int) -> int:
+        """Batches of ``batch_size`` in ``num_samples`` items."""
         if self.drop_last:
-            return n // self.batch_size
-        return (n + self.batch_size - 1) // self.batch_size
+            return num_samples // self.batch_size
+        return -(-num_samples // self.batch_size)
+
+    def __len__(self) -> int:
+        return self._batches(self._sharded.num_samples)
 
     def state_dict(self) -> dict[str, Any]:
         """The sampler's state dict (batches yielded count as consumed)."""

@@ -188,10 +188,20 @@ impl Partition {
         self.start + rank + local * self.num_replicas
     }
 
+    /// Position `p` reduced into `[0, n)`: padding positions repeat the order's start.
+    #[inline]
+    fn wrap(&self, p: u64) -> u64 {
+        if p < self.n {
+            p
+        } else {
+            p % self.n
+        }
+    }
+
     /// The sample at global position `p` (padding wraps around).
     #[inline]
     pub fn sample_at(&self, p: u64) -> u64 {
-        self.order.at(if p < self.n { p } else { p % self.n })
+        self.order.at(self.wrap(p))
     }
 
     /// `out[i]` = the sample of `rank`'s item `local_start + i`. Batched.
@@ -199,7 +209,7 @@ impl Partition {
         self.check_slice(rank, local_start, out.len() as u64)?;
         for (i, slot) in out.iter_mut().enumerate() {
             let p = self.position(rank, local_start + i as u64);
-            *slot = if p < self.n { p } else { p % self.n };
+            *slot = self.wrap(p);
         }
         self.map_positions(out);
         Ok(())
@@ -227,7 +237,7 @@ impl Partition {
         }
         for (i, slot) in out.iter_mut().enumerate() {
             let p = first + i as u64;
-            *slot = if p < self.n { p } else { p % self.n };
+            *slot = self.wrap(p);
         }
         self.map_positions(out);
         Ok(())

@@ -1,0 +1,67 @@
+"""Real torch.distributed process groups on this machine (gloo on 127.0.0.1).
+
+``launch(worker, world, *args)`` runs ``worker(rank, world, *args)`` in ``world`` fresh
+processes joined in one gloo group and returns each rank's return value. A worker that
+raises makes ``launch`` raise with that rank's traceback. The demo and the multi-process
+tests use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import socket
+import traceback
+from typing import Any, Callable
+
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _entry(
+    rank: int, world: int, port: int, worker: Callable[..., Any], args: tuple[Any, ...], results: Any
+) -> None:
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_WORLD_SIZE=str(world),
+    )
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        results[rank] = ("ok", worker(rank, world, *args))
+    except BaseException:
+        results[rank] = ("error", traceback.format_exc())
+    finally:
+        # Bounded wait for every rank (also when this one failed), then leave: a rank that
+        # tears gloo down while another still talks makes gloo abort the process.
+        with contextlib.suppress(Exception):
+            dist.monitored_barrier(timeout=datetime.timedelta(seconds=60))
+        dist.destroy_process_group()
+
+
+def launch(worker: Callable[..., Any], world: int, *args: Any) -> list[Any]:
+    """Runs ``worker(rank, world, *args)`` on ``world`` gloo ranks; their return values.
+
+    ``worker`` and ``args`` must pickle (a module-level function).
+    """
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.spawn(  # type: ignore[attr-defined,no-untyped-call]
+            _entry, args=(world, free_port(), worker, args, results), nprocs=world, join=True
+        )
+        out = [results[r] for r in range(world)]
+    errors = [f"rank {r}:\n{body}" for r, (status, body) in enumerate(out) if status == "error"]
+    if errors:
+        raise RuntimeError("\n".join(errors))
+    return [body for _, body in out]

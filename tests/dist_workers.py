@@ -6,7 +6,7 @@ Each returns plain data (counts, certificates, error messages) for the test to c
 from __future__ import annotations
 
 import torch.distributed as dist
-from torch.utils.data import DataLoader, DistributedSampler, Subset
+from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, Subset
 
 import permshard
 from distributed import expect_error
@@ -88,6 +88,25 @@ def accelerate_double_split(rank: int, world: int, n: int) -> dict:
     out["sharded_check"] = expect_error(lambda: permshard.check_loader(prepared), ShardingError)
     out["sharded_iter"] = expect_error(lambda: next(iter(prepared)), ShardingError)
     return out
+
+
+class Docs(IterableDataset):
+    """A ConstantLengthDataset-style stream that shards itself inside ``__iter__`` with
+    no rank passed: what a DataLoader worker must resolve on its own."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __iter__(self):
+        from permshard.data import shard_iterable
+
+        return shard_iterable(range(self.n))
+
+
+def iterable_start_method(rank: int, world: int, n_docs: int, method: str) -> list[int]:
+    """2 ranks x 3 workers started by ``method``, sharding inside ``__iter__``."""
+    loader = DataLoader(Docs(n_docs), batch_size=None, num_workers=3, multiprocessing_context=method)
+    return [int(x) for x in loader]
 
 
 def iterable_sharding(rank: int, world: int, n_docs: int) -> dict:

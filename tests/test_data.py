@@ -15,6 +15,7 @@ import dist_workers
 from distributed import launch
 from permshard import ShardedBatchSampler, ShardedSampler
 from permshard.data import PackedDataset, ShardedIterable, TokenWindows, shard_iterable
+from permshard.epoch_index import EpochIndex
 
 
 @pytest.fixture
@@ -29,14 +30,18 @@ def token_files(tmp_path):
     return paths, arrays
 
 
-def reference_windows(arrays, seq_len, shift=0):
-    """Direct slicing of each file, the same window rule written out."""
+def reference_windows(arrays, seq_len, shift=0, shifting=False):
+    """Direct slicing of each file: every window of seq_len + 1 tokens at offsets
+    shift + j * seq_len that fits, counted by trying (for every possible shift when the
+    dataset shifts, so the count does not depend on it)."""
     out = []
+    worst = seq_len - 1 if shifting else 0
     for a in arrays:
-        count = (len(a) - seq_len) // seq_len
-        for j in range(count):
+        j = 0
+        while worst + j * seq_len + seq_len + 1 <= len(a):
             o = shift + j * seq_len
             out.append(a[o : o + seq_len + 1].astype(np.int64))
+            j += 1
     return out
 
 
@@ -80,7 +85,7 @@ def test_shift_per_epoch_moves_boundaries_keeps_length(token_files):
         ds.set_epoch(epoch)
         shifts.add(ds.shift)
         assert len(ds) == n and 0 <= ds.shift < 16
-        ref = reference_windows(arrays, 16, ds.shift)
+        ref = reference_windows(arrays, 16, ds.shift, shifting=True)
         assert ds[n - 1].tolist() == ref[n - 1].tolist()
     assert len(shifts) > 1
 
@@ -131,6 +136,94 @@ def test_token_file_errors(tmp_path, make, text):
         make(tmp_path)
 
 
+def test_last_full_window_of_every_file_is_kept(tmp_path):
+    seq_len = 8
+    for sizes in [(9,), (17, 9), (1000, 37, 5003), (16, 24, 25)]:
+        paths = []
+        for i, m in enumerate(sizes):
+            np.arange(m, dtype=np.uint16).tofile(tmp_path / f"f{i}.bin")
+            paths.append(str(tmp_path / f"f{i}.bin"))
+        ds = TokenWindows(paths, seq_len=seq_len)
+        arrays = [np.arange(m, dtype=np.uint16) for m in sizes]
+        ref = reference_windows(arrays, seq_len)
+        assert len(ds) == len(ref) == sum((m - 1) // seq_len for m in sizes), sizes
+        assert all(torch.equal(ds[i], torch.from_numpy(r)) for i, r in enumerate(ref))
+        # What is left of each file is shorter than one more window: nothing droppable.
+        for m in sizes:
+            assert m - ((m - 1) // seq_len) * seq_len - 1 < seq_len
+    # A file of exactly seq_len + 1 tokens is one window, not an error.
+    np.arange(seq_len + 1, dtype=np.uint16).tofile(tmp_path / "one.bin")
+    assert len(TokenWindows(str(tmp_path / "one.bin"), seq_len)) == 1
+    # Shifting needs seq_len - 1 tokens of slack and says so.
+    with pytest.raises(ValueError, match="plus seq_len - 1 = 7 for shifted epochs"):
+        TokenWindows(str(tmp_path / "one.bin"), seq_len, shift_per_epoch=True)
+
+
+@pytest.mark.parametrize("per_batch", [False, True])
+def test_epoch_reaches_persistent_workers(token_files, per_batch):
+    """set_epoch in the main process never reaches persistent workers; the epoch carried
+    by each index does, so every epoch reads its own window boundaries."""
+    paths, arrays = token_files
+    ds = TokenWindows(paths, seq_len=16, shift_per_epoch=True, seed=4)
+    sampler = ShardedSampler(ds, num_replicas=2, rank=1, seed=2)
+    if per_batch:
+        loader = DataLoader(ds, batch_sampler=ShardedBatchSampler(sampler, 8), num_workers=2,
+                            persistent_workers=True, collate_fn=TokenWindows.collate)
+    else:
+        loader = DataLoader(ds, batch_size=8, sampler=sampler, num_workers=2, persistent_workers=True)
+    shifts = set()
+    for epoch in range(4):
+        sampler.set_epoch(epoch)
+        ds.set_epoch(epoch)  # what users do; the workers never see it
+        shift = ds.shift_for(epoch)
+        shifts.add(shift)
+        ref = reference_windows(arrays, 16, shift, shifting=True)
+        got = torch.cat(list(loader))
+        # The same indices from a sampler over the bare length: plain ints, no epoch.
+        plain = ShardedSampler(len(ds), num_replicas=2, rank=1, seed=2)
+        plain.set_epoch(epoch)
+        order = list(plain)
+        want = torch.stack([torch.from_numpy(ref[i]) for i in order])
+        assert torch.equal(got, want), f"epoch {epoch}"
+        path, offset = ds.locate(order[0], epoch=epoch)
+        assert offset % 16 == shift and (path, offset) == ds.locate(EpochIndex(order[0], epoch))
+    assert len(shifts) > 1  # the boundaries really moved
+
+
+def test_epoch_index_behaves_as_an_int():
+    from permshard.epoch_index import epoch_of
+
+    i = EpochIndex(7, epoch=3)
+    assert i == 7 and i + 1 == 8 and [10, 11, 12, 13, 14, 15, 16, 17][i] == 17
+    back = pickle.loads(pickle.dumps(i))
+    assert type(back) is EpochIndex and back == 7 and back.epoch == 3
+    assert epoch_of(i) == 3 and epoch_of([i, EpochIndex(2, 3)]) == 3 and epoch_of(7) is None
+    with pytest.raises(ValueError, match="mixes indices of epochs"):
+        epoch_of([i, EpochIndex(1, 4)])
+    # Plain datasets get plain ints: no cost for them.
+    assert type(next(iter(ShardedSampler(10, num_replicas=1, rank=0)))) is int
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_shard_iterable_in_a_spawned_worker_without_a_rank_refuses_to_guess(method, monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    loader = DataLoader(dist_workers.Docs(100), batch_size=None, num_workers=1,
+                        multiprocessing_context=method)
+    with pytest.raises(ValueError, match="cannot tell which part of the data is this rank's"):
+        list(loader)
+    # RANK / WORLD_SIZE in the environment reach the worker whatever its start method.
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert [int(x) for x in loader] == list(range(1, 100, 2))
+
+
+def test_shard_iterable_in_a_forked_worker_of_a_single_process():
+    loader = DataLoader(dist_workers.Docs(100), batch_size=None, num_workers=2,
+                        multiprocessing_context="fork")
+    assert sorted(int(x) for x in loader) == list(range(100))
+
+
 def test_shard_iterable_single_process_covers_once():
     docs = list(range(1000))
     parts = [list(shard_iterable(docs, rank=r, world_size=3)) for r in range(3)]
@@ -169,6 +262,15 @@ def test_packing_single_process():
         PackedDataset(docs, seq_len=0, eos_id=0)
     infinite = iter(PackedDataset([[1, 2, 3]], seq_len=3, eos_id=0, infinite=True, shuffle=True))
     assert [next(infinite).tolist() for _ in range(3)] == [[1, 2, 3], [0, 1, 2], [3, 0, 1]]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_shard_iterable_in_workers_of_every_start_method_on_two_ranks(method):
+    n_docs = 10_000
+    results = launch(dist_workers.iterable_start_method, 2, n_docs, method)
+    docs = [x for r in results for x in r]
+    assert len(docs) == n_docs and Counter(docs) == Counter(range(n_docs))
 
 
 @pytest.mark.multiprocess

@@ -204,7 +204,7 @@ def test_a_gil_holding_call_is_detected():
     from permshard import _core
 
     part = _core.Partition(60_000_000, 1)
-    inside_rust, rust_s = ticks_during(lambda: part.fingerprint(0))
+    inside_rust, rust_s = ticks_during(lambda: part.coverage_share(0))
     inside_sleepless, _ = ticks_during(lambda: sum(range(3_000_000)))
     assert rust_s > 0.1
     assert inside_rust > 100

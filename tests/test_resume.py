@@ -32,7 +32,7 @@ def run_interrupted(n, w1, w2, steps, seed, epoch, drop_last, explicit):
             list(itertools.islice(it, 3))
         first.append(taken)
         if r == 0:
-            state = s.state_dict(consumed_local_samples=steps) if explicit else s.state_dict()
+            state = s.state_dict(consumed_samples=steps * w1) if explicit else s.state_dict()
     real = [x for items in first for x, pad in items if not pad]
     padding = [x for items in first for x, pad in items if pad]
     for r in range(w2):
@@ -157,7 +157,7 @@ def test_missing_keys_and_bad_types():
         s.load_state_dict({"n": 10})
     with pytest.raises(TypeError, match="mapping"):
         s.load_state_dict([1, 2])  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="consumed_local_samples"):
+    with pytest.raises(TypeError, match="consumed_local_samples.*consumed_samples"):
         s.state_dict(consumed_local_samples=6)
 
 
@@ -196,3 +196,93 @@ def test_stateful_dataloader_with_batch_sampler():
     resumed.load_state_dict(state)
     assert head + [b.tolist() for b in resumed] == reference
     assert torch.is_tensor(next(iter(make())))
+
+
+def test_epoch_counter_across_many_resumes_and_world_sizes():
+    """A loop that counts consumed samples from the epoch start (step x batch x world,
+    accumulated over every resume) and prefetches ahead of what it consumed: across four
+    interrupted runs on 4, 3, 2 and 5 ranks every sample of the epoch is consumed exactly
+    once (plus declared padding)."""
+    n, batch, seed, epoch = 1009, 4, 5, 3
+    counter, state = 0, None
+    consumed = Counter()
+    padding = 0
+    for w, steps in [(4, 7), (3, 11), (2, 5), (5, None)]:
+        samplers = [ShardedSampler(n, num_replicas=w, rank=r, seed=seed) for r in range(w)]
+        iterators = []
+        for s in samplers:
+            if state is not None:
+                s.load_state_dict(state)
+            s.set_epoch(epoch)
+            iterators.append(s.iter_with_padding())
+        pulled = [list(itertools.islice(it, batch * (steps or 10**9) + 2 * batch)) for it in iterators]
+        taken = len(samplers[0]) if steps is None else min(batch * steps, len(samplers[0]))
+        for items in pulled:
+            consumed.update(x for x, pad in items[:taken] if not pad)
+            padding += sum(pad for _, pad in items[:taken])
+        counter += taken * w
+        # Prefetching pulled more than the loop consumed: the default would skip samples.
+        assert samplers[0].state_dict()["consumed"] > counter or steps is None
+        state = samplers[0].state_dict(consumed_samples=counter)
+        assert state["consumed"] == counter
+    assert sorted(consumed) == list(range(n)) and set(consumed.values()) == {1}
+    assert padding == counter - n  # positions dealt past n are exactly the padding
+
+
+def test_batch_samplers_take_the_same_epoch_counter():
+    from permshard.accelerate import StepBatchSampler
+
+    n, w, batch = 103, 3, 4
+    for kind in (ShardedBatchSampler, StepBatchSampler):
+        seen = Counter()
+        counter, state = 0, None
+        for steps in (2, 3, None):
+            for r in range(w):
+                s = ShardedSampler(n, num_replicas=w, rank=r, seed=1)
+                if state is not None:
+                    s.load_state_dict(state)
+                batches = kind(s, batch)
+                it = iter(batches)
+                got = list(itertools.islice(it, steps)) if steps else list(it)
+                seen.update(i for b in got for i in b)
+                if r == 0:
+                    step_count = len(got)
+                    last = len(got[-1]) if got else 0
+                    new_counter = counter + (step_count - 1) * batch * w + last * w if got else counter
+                    saved = batches.state_dict(consumed_samples=new_counter)
+            counter, state = new_counter, saved
+        # 103 over 3 ranks: one padding position, which repeats the first sample of the order.
+        assert set(seen) == set(range(n)) and sum(seen.values()) == n + 1, kind.__name__
+
+
+def test_epoch_counter_is_checked_against_the_pass():
+    s = ShardedSampler(100, num_replicas=4, rank=0)
+    s.load_state_dict(dict(s.state_dict(), consumed=40))
+    list(itertools.islice(iter(s), 3))
+    with pytest.raises(ValueError, match=r"\[40, 100\].*resume point.*got 39"):
+        s.state_dict(consumed_samples=39)  # behind the resume point: a pass-relative count
+    with pytest.raises(ValueError, match=r"\[40, 100\].*got 101"):
+        s.state_dict(consumed_samples=101)
+    with pytest.raises(TypeError, match="consumed_samples must be an integer"):
+        s.state_dict(consumed_samples=48.0)  # type: ignore[arg-type]
+    assert s.state_dict(consumed_samples=52)["consumed"] == 52
+    assert s.state_dict()["consumed"] == 40 + 3 * 4  # lockstep default, from the epoch start
+
+
+@pytest.mark.parametrize(
+    "consumed, exc, text",
+    [
+        (10**6, ValueError, r"must be in \[0, 101\].*got 1000000"),
+        (-1, ValueError, r"must be in \[0, 101\]"),
+        ("5", TypeError, "must be an integer"),
+        (5.0, TypeError, "must be an integer"),
+        (True, TypeError, "must be an integer"),
+    ],
+)
+def test_load_rejects_a_consumed_outside_the_epoch(consumed, exc, text):
+    s = ShardedSampler(100, num_replicas=2, rank=0)
+    with pytest.raises(exc, match=text):
+        s.load_state_dict(dict(s.state_dict(), consumed=consumed))
+    # The furthest end a pass can reach (resumed at n - 1 over 2 ranks) is accepted.
+    s.load_state_dict(dict(s.state_dict(), consumed=101))
+    assert len(s) == 0

@@ -12,7 +12,6 @@ __all__ = [
     "Progress",
     "ShardingError",
     "__version__",
-    "range_fingerprint",
     "verify",
 ]
 
@@ -68,7 +67,9 @@ class Partition:
         self, rank: int, local_start: int, count: int, batch_size: int
     ) -> list[list[int]]: ...
     def locate(self, sample: int) -> list[tuple[int, int]]: ...
-    def fingerprint(self, rank: int) -> tuple[_Fingerprint, _Fingerprint]: ...
+    def coverage_share(
+        self, rank: int
+    ) -> tuple[_Fingerprint, _Fingerprint, _Fingerprint, _Fingerprint, _Fingerprint]: ...
 
 @final
 class Progress:
@@ -79,4 +80,3 @@ class Progress:
 def verify(
     partition: Partition, threads: int = 0, progress: Progress | None = None
 ) -> tuple[int, int, int]: ...
-def range_fingerprint(lo: int, hi: int) -> _Fingerprint: ...

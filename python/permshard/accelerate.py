@@ -22,6 +22,7 @@ from typing import Any, Optional
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, RandomSampler, SequentialSampler
 
 from ._core import ShardingError
+from .epoch_index import tag, wants_epoch
 from .sampler import ShardedBatchSampler, ShardedSampler
 
 __all__ = ["StepBatchSampler", "prepare_data_loader"]
@@ -61,6 +62,8 @@ class StepBatchSampler(ShardedBatchSampler):
             b = min(bs, part.num_samples - step * bs)
             first = base + step * bs * w + rank * b
             batch = part.take_positions(first, b)
+            if wants_epoch(sampler.dataset):
+                batch = tag(batch, current.epoch)
             current.chunk_base = step * bs + b
             if step == 0:
                 sampler._first_item(current)
@@ -113,10 +116,11 @@ class _Checkpoint:
     def state_dict(self) -> dict[str, Any]:
         delivered = int(getattr(self.loader, "_permshard_delivered", 0))
         current = self.sampler._pass
-        local = 0
-        if current is not None and current.epoch == self.sampler.epoch:
-            local = min(delivered * self.batch_size, current.partition.num_samples)
-        return self.sampler.state_dict(consumed_local_samples=local)
+        if current is None or current.epoch != self.sampler.epoch:
+            return self.sampler.state_dict()
+        # Global positions from the epoch start: the pass's resume point, then W per item.
+        local = min(delivered * self.batch_size, current.partition.num_samples)
+        return self.sampler.state_dict(current.start + local * self.sampler.num_replicas)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.sampler.load_state_dict(state)

@@ -9,6 +9,7 @@ import math
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
@@ -20,6 +21,7 @@ from torch.utils.data import DistributedSampler, Subset
 from . import _core
 from ._core import ShardingError
 from ._validation import as_positive, as_u64
+from .collectives import all_gather_u64
 
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader
@@ -43,6 +45,10 @@ class Certificate:
         dropped: samples of the epoch that no rank yields (``drop_last``).
         seconds: time the proof took.
         method: ``"bitmap"`` (exact) or ``"fingerprint"`` (distributed).
+        start: global positions consumed before the proven pass (a resume point; ``0``
+            for a whole epoch). The proof covers positions ``[start, ...)``.
+        consumed: samples consumed before the pass (``min(start, n)``), which the pass
+            must not yield again.
     """
 
     algorithm: str
@@ -58,14 +64,21 @@ class Certificate:
     dropped: int
     seconds: float
     method: str = "bitmap"
+    start: int = 0
+    consumed: int = 0
 
     def __str__(self) -> str:
+        resumed = (
+            f", the pass resumed at position {self.start:,} ({self.consumed:,} consumed before)"
+            if self.start
+            else ""
+        )
         return (
             f"PROVEN ({self.method}, {self.algorithm}): n={self.n:,} over {self.num_replicas} "
             f"ranks x {self.lengths[0]:,} samples (seed={self.seed}, epoch={self.epoch}, "
-            f"shuffle={self.shuffle}, drop_last={self.drop_last}): every sample exactly once "
-            f"-- covered {self.covered:,}, padding {self.padding:,}, dropped {self.dropped:,} "
-            f"[{self.seconds:.2f} s]"
+            f"shuffle={self.shuffle}, drop_last={self.drop_last}{resumed}): every sample exactly "
+            f"once -- covered {self.covered:,}, padding {self.padding:,}, dropped "
+            f"{self.dropped:,} [{self.seconds:.2f} s]"
         )
 
 
@@ -100,7 +113,9 @@ def verify_partition(
         on_progress(progress.done)
     if failure:
         raise failure[0]
-    covered, padding, dropped = result[0]
+    covered, padding, not_yielded = result[0]
+    start = part.end - part.total_size
+    consumed = min(start, config["n"])
     return Certificate(
         algorithm=_core.ALGORITHM,
         n=config["n"],
@@ -112,8 +127,10 @@ def verify_partition(
         lengths=(part.num_samples,) * config["num_replicas"],
         covered=covered,
         padding=padding,
-        dropped=dropped,
+        dropped=not_yielded - consumed,
         seconds=time.perf_counter() - began,
+        start=start,
+        consumed=consumed,
     )
 
 
@@ -191,23 +208,46 @@ def _arithmetic_step(indices: Sequence[int]) -> Optional[tuple[int, int]]:
     return None
 
 
-def check_not_presharded(dataset: Any, num_replicas: int) -> None:
-    """Raises ShardingError for a dataset already sliced per rank (``Subset(full,
-    range(r, N, W))``) handed to a sampler that splits it again across ``num_replicas``."""
-    if num_replicas < 2 or not isinstance(dataset, Subset):
-        return
+def _subset_progression(dataset: Any) -> Optional[tuple[int, int]]:
+    """``(first, step)`` of a Subset whose indices cover ``range(first, N, step)`` of its
+    full dataset with ``first < step`` (what slicing per rank by hand gives), else None."""
+    if not isinstance(dataset, Subset):
+        return None
     progression = _arithmetic_step(dataset.indices)
+    if progression is None:
+        return None
+    first, step = progression
+    full = len(dataset.dataset)  # type: ignore[arg-type]
+    if step > 1 and 0 <= first < step and len(dataset) == len(range(first, full, step)):
+        return first, step
+    return None
+
+
+def check_not_presharded(dataset: Any, num_replicas: int, *, cross_rank: bool) -> None:
+    """Warns when ``dataset`` looks like a per-rank shard (``Subset(full, range(r, N, W))``)
+    handed to a sampler that splits it again across ``num_replicas``.
+
+    One process cannot tell a per-rank shard from a legitimate every-other-sample subset
+    (the same on every rank). With ``cross_rank`` (a process group and consensus) the
+    first iteration decides from every rank's evidence, so nothing is said here; without
+    it, a warning.
+    """
+    if num_replicas < 2 or cross_rank:
+        return
+    progression = _subset_progression(dataset)
     if progression is None:
         return
     first, step = progression
-    full = len(dataset.dataset)  # type: ignore[arg-type]
-    if step > 1 and first < step and len(dataset) == len(range(first, full, step)):
-        raise ShardingError(
-            f"the dataset is already a per-rank shard (Subset with indices "
-            f"range({first}, {full}, {step})) and the sampler splits it again across "
-            f"{num_replicas} replicas: each rank would see 1/{step * num_replicas} of the "
-            f"data. {_FIX_DOUBLE_SPLIT}"
-        )
+    full = len(dataset.dataset)
+    warnings.warn(
+        f"the dataset is a Subset with indices range({first}, {full}, {step}): if each rank "
+        f"holds its own such slice, the sampler splits it again across {num_replicas} replicas "
+        f"and each rank sees 1/{step * num_replicas} of the data ({_FIX_DOUBLE_SPLIT}). If the "
+        "same subset is on every rank, this is fine; with torch.distributed initialized the "
+        "first iteration checks it across ranks",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def check_not_wrapped_by_accelerate(num_replicas: int) -> None:
@@ -280,10 +320,9 @@ def dataset_fingerprint(dataset: Any) -> dict[str, Any]:
 # -- distributed: consensus and coverage --------------------------------------------------
 
 
-def _gather(obj: Any, group: Any) -> list[Any]:
-    out: list[Any] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(out, obj, group=group)
-    return out
+def _digest(value: Any) -> int:
+    """A 64-bit digest of ``repr(value)`` (plain data only), for fixed-size collectives."""
+    return int.from_bytes(hashlib.blake2b(repr(value).encode(), digest_size=8).digest(), "little")
 
 
 _FIXES = {
@@ -294,18 +333,64 @@ _FIXES = {
     "num_replicas": "every rank must use the same num_replicas (the world size)",
     "shuffle": "pass the same shuffle=... on every rank",
     "drop_last": "pass the same drop_last=... on every rank",
+    "start": "load the same state dict on every rank (saved by any one rank) before iterating",
     "algorithm": "install the same permshard version on every rank",
     "dataset": f"the ranks hold different datasets of the same length; if each rank's "
     f"dataset is a per-rank slice, the data is split twice: {_FIX_DOUBLE_SPLIT}",
 }
 
+#: What every process of a pass must agree on, in the order consensus checks it.
+_AGREED = ("algorithm", "n", "num_replicas", "seed", "epoch", "shuffle", "drop_last", "start", "dataset")
+#: Sent along for the messages: the sampler rank and a Subset's progression (first, step).
+_RECORD = _AGREED + ("rank", "subset_first", "subset_step")
 
-def check_consensus(sampler: ShardedSampler, group: Any = None) -> None:
-    """All-gathers every rank's configuration and raises ShardingError naming the first
-    rank and value that differ from rank 0, and the fix."""
-    mine = dict(sampler.describe(), rank=sampler.rank, dataset=dataset_fingerprint(sampler.dataset))
-    everyone = _gather(mine, group)
+
+def _consensus_record(sampler: ShardedSampler, start: int) -> list[int]:
+    config = dict(sampler.describe(), start=start, rank=sampler.rank)
+    config["algorithm"] = _digest(config["algorithm"])
+    config["dataset"] = _digest(dataset_fingerprint(sampler.dataset))
+    progression = _subset_progression(sampler.dataset)
+    first, step = progression if progression is not None else (0, 0)
+    config.update(subset_first=first, subset_step=step)
+    return [int(config[key]) for key in _RECORD]
+
+
+def _double_split(everyone: list[dict[str, int]], world: int) -> Optional[str]:
+    """The message for processes whose datasets are per-rank slices of one dataset
+    (``Subset(full, range(rank, N, step))`` on each), or None."""
+    steps = {c["subset_step"] for c in everyone}
+    firsts = {c["subset_first"] for c in everyone}
+    if len(steps) != 1 or len(firsts) < 2:
+        return None
+    step = steps.pop()
+    if step < 2 or max(firsts) >= step:
+        return None
+    return (
+        f"every process holds a different per-rank shard of the dataset (a Subset with "
+        f"indices range(first, N, {step}), first = {sorted(firsts)}) and the sampler splits it "
+        f"again across {everyone[0]['num_replicas']} replicas: each rank would see "
+        f"1/{step * everyone[0]['num_replicas']} of the data. {_FIX_DOUBLE_SPLIT}"
+    )
+
+
+def check_consensus(sampler: ShardedSampler, group: Any = None, *, start: Optional[int] = None) -> None:
+    """Gathers every process's configuration (fixed-size int64 tensors, any backend) and
+    raises ShardingError naming the first process and value that differ, and the fix.
+
+    Args:
+        sampler: this process's sampler.
+        group: the process group (default: the world).
+        start (int, optional): the first global position of the pass being checked.
+            Default: the sampler's pass being run.
+    """
+    if start is None:
+        start = sampler._pass_start()
+    rows = all_gather_u64(_consensus_record(sampler, start), group)
+    everyone = [dict(zip(_RECORD, row)) for row in rows]
     world = len(everyone)
+    double = _double_split(everyone, world)
+    if double is not None:
+        raise ShardingError(double)
     ranks = sorted(c["rank"] for c in everyone)
     if ranks != list(range(world)):
         raise ShardingError(
@@ -313,13 +398,16 @@ def check_consensus(sampler: ShardedSampler, group: Any = None) -> None:
             f"0..{world - 1} each once; leave rank=None (it defaults to the process rank)"
         )
     reference = everyone[0]
-    for key in ("algorithm", "n", "num_replicas", "seed", "epoch", "shuffle", "drop_last", "dataset"):
+    for key in _AGREED:
         for proc, config in enumerate(everyone):
             if config[key] != reference[key]:
+                shown = {"algorithm": "<digest>", "dataset": "<fingerprint>"}
+                mine = shown.get(key, repr(_as_python(key, reference[key])))
+                theirs = shown.get(key, repr(_as_python(key, config[key])))
                 raise ShardingError(
-                    f"ranks disagree on {key}: rank {reference['rank']} has {key}="
-                    f"{reference[key]!r}, rank {config['rank']} (process {proc}) has {key}="
-                    f"{config[key]!r}. Fix: {_FIXES[key]}"
+                    f"ranks disagree on {key}: rank {reference['rank']} has {key}={mine}, "
+                    f"rank {config['rank']} (process {proc}) has {key}={theirs}. "
+                    f"Fix: {_FIXES[key]}"
                 )
     if reference["num_replicas"] != world:
         raise ShardingError(
@@ -328,15 +416,20 @@ def check_consensus(sampler: ShardedSampler, group: Any = None) -> None:
         )
 
 
+def _as_python(key: str, value: int) -> Any:
+    return bool(value) if key in ("shuffle", "drop_last") else value
+
+
 def _merge(a: Sequence[int], b: Sequence[int]) -> tuple[int, int, int, int]:
     mask = 2**64 - 1
     return ((a[0] + b[0]) & mask, (a[1] + b[1]) & mask, (a[2] + b[2]) & mask, a[3] ^ b[3])
 
 
 def verify_distributed(sampler: ShardedSampler, group: Any = None) -> Certificate:
-    """Consensus, then coverage: each rank fingerprints what it yields this epoch
-    (count, sum, keyed-hash sum, XOR) and a 1/W slice of ``[0, n)``; the sums across ranks
-    must match. O(n / W) time and O(1) memory per rank.
+    """Consensus, then coverage of the pass being run (from its resume point, if any):
+    each rank fingerprints what it yields (count, sum, keyed-hash sum, XOR), plus a 1/W
+    slice of the samples consumed before the pass, of those dropped and of ``[0, n)``; the
+    sums across ranks must match. O((n + start) / W) time, O(1) memory per rank.
 
     Raises:
         ShardingError: naming the rank, the value that differs and the fix.
@@ -344,50 +437,41 @@ def verify_distributed(sampler: ShardedSampler, group: Any = None) -> Certificat
     if not (dist.is_available() and dist.is_initialized()):
         raise ValueError("verify_distributed needs torch.distributed to be initialized")
     began = time.perf_counter()
-    check_consensus(sampler, group)
-    n, w, rank = sampler.n, sampler.num_replicas, sampler.rank
-    part = sampler._partition(sampler.epoch, 0)
-    real, padding = part.fingerprint(rank)
-    lo, hi = n * rank // w, n * (rank + 1) // w
-    reference = _core.range_fingerprint(lo, hi)
-    dropped = [0, 0, 0, 0]
-    if rank == 0:  # drop_last: the last n - total_size positions go to nobody
-        for p in range(part.end, n):
-            s = part.sample_at(p)
-            dropped = list(_merge(dropped, _core.range_fingerprint(s, s + 1)))
-    everyone = _gather((rank, real, padding, reference, dropped, part.num_samples), group)
-    total_real = total_pad = total_ref = total_drop = (0, 0, 0, 0)
-    for r, real_r, pad_r, ref_r, drop_r, length in everyone:
+    start = sampler._pass_start()
+    check_consensus(sampler, group, start=start)
+    part = sampler._partition(sampler.epoch, start)
+    yielded, padding, consumed, dropped, reference = part.coverage_share(sampler.rank)
+    mine = [sampler.rank, part.num_samples, *yielded, *padding, *consumed, *dropped, *reference]
+    totals = [(0, 0, 0, 0)] * 5
+    for row in all_gather_u64(mine, group):
+        r, length = row[0], row[1]
         if length != part.num_samples:
             raise ShardingError(
-                f"rank {r} yields {length} samples per epoch, rank {rank} {part.num_samples}; "
-                "DDP would hang on the last step. Use the same dataset and num_replicas everywhere"
+                f"rank {r} yields {length} samples in this pass, rank {sampler.rank} "
+                f"{part.num_samples}; DDP would hang on the last step. Use the same dataset "
+                "and num_replicas everywhere"
             )
-        total_real = _merge(total_real, real_r)
-        total_pad = _merge(total_pad, pad_r)
-        total_ref = _merge(total_ref, ref_r)
-        total_drop = _merge(total_drop, drop_r)
-    if _merge(total_real, total_drop) != total_ref:
+        columns = [row[2 + 4 * i : 6 + 4 * i] for i in range(5)]
+        totals = [_merge(t, c) for t, c in zip(totals, columns)]
+    total_yielded, total_padding, total_consumed, total_dropped, total_reference = totals
+    if _merge(_merge(total_yielded, total_consumed), total_dropped) != total_reference:
         raise ShardingError(
-            f"coverage fingerprint mismatch: the ranks together yield {total_real[0]:,} samples "
-            f"(+{total_drop[0]:,} dropped), but not each of [0, {n:,}) exactly once: some sample "
-            "is repeated and another missing although every rank announced the same "
+            f"coverage fingerprint mismatch: the ranks together yield {total_yielded[0]:,} "
+            f"samples (+{total_consumed[0]:,} consumed before the pass, +{total_dropped[0]:,} "
+            f"dropped), but not each of [0, {sampler.n:,}) exactly once: some sample is "
+            "repeated and another missing although every rank announced the same "
             "configuration. Check that every rank runs the same permshard build and sampler class"
         )
     return Certificate(
-        algorithm=_core.ALGORITHM,
-        n=n,
-        num_replicas=w,
-        seed=sampler.seed,
-        epoch=sampler.epoch,
-        shuffle=sampler.shuffle,
-        drop_last=sampler.drop_last,
-        lengths=(part.num_samples,) * w,
-        covered=total_real[0],
-        padding=total_pad[0],
-        dropped=total_drop[0],
+        **sampler.describe(),
+        lengths=(part.num_samples,) * sampler.num_replicas,
+        covered=total_yielded[0],
+        padding=total_padding[0],
+        dropped=total_dropped[0],
         seconds=time.perf_counter() - began,
         method="fingerprint",
+        start=start,
+        consumed=total_consumed[0],
     )
 
 

@@ -13,6 +13,7 @@ from torch.utils.data import BatchSampler, DistributedSampler
 
 from . import _core
 from ._validation import as_int, as_positive, as_u64
+from .epoch_index import tag, wants_epoch
 from .plan import ShardPlan, build_plan
 
 #: Items computed per call into Rust while iterating (GIL released for each chunk).
@@ -165,7 +166,8 @@ class ShardedSampler(DistributedSampler[int]):
         self._agreed_epoch: Optional[int] = None
         from .proofs import check_not_presharded
 
-        check_not_presharded(dataset, self.num_replicas)
+        cross_rank = self.check_consensus and dist.is_available() and dist.is_initialized()
+        check_not_presharded(dataset, self.num_replicas, cross_rank=cross_rank)
 
     # -- DistributedSampler's attributes -------------------------------------------------
 
@@ -176,8 +178,9 @@ class ShardedSampler(DistributedSampler[int]):
 
     @property
     def num_samples(self) -> int:
-        """Items this rank yields in the next pass (the rest of the epoch after a resume)."""
-        return self._partition(self.epoch, self._start).num_samples
+        """Items this rank yields in the pass being run, or the next one (the rest of the
+        epoch after a resume)."""
+        return self._partition(self.epoch, self._pass_start()).num_samples
 
     @num_samples.setter
     def num_samples(self, value: int) -> None:
@@ -185,8 +188,9 @@ class ShardedSampler(DistributedSampler[int]):
 
     @property
     def total_size(self) -> int:
-        """``num_samples * num_replicas``: positions dealt out in the next pass."""
-        return self._partition(self.epoch, self._start).total_size
+        """``num_samples * num_replicas``: positions dealt out in the pass being run (or
+        the next one)."""
+        return self._partition(self.epoch, self._pass_start()).total_size
 
     @total_size.setter
     def total_size(self, value: int) -> None:
@@ -263,7 +267,7 @@ class ShardedSampler(DistributedSampler[int]):
             if dist.is_available() and dist.is_initialized():
                 from .proofs import check_consensus
 
-                check_consensus(self)
+                check_consensus(self, start=self._start)
             self._agreed_epoch = self.epoch
         part = self._partition(self.epoch, self._start)
         self._pass = _Pass(self.epoch, self._start, part)
@@ -282,7 +286,10 @@ class ShardedSampler(DistributedSampler[int]):
         base, size = 0, _FIRST_CHUNK
         while base < total:
             count = min(size, total - base)
-            chunk = iter(current.partition.take(self.rank, base, count))
+            items = current.partition.take(self.rank, base, count)
+            if wants_epoch(self.dataset):  # the epoch travels with the index to the worker
+                items = tag(items, current.epoch)
+            chunk = iter(items)
             current.chunk_base, current.chunk_len, current.chunk = base, count, chunk
             if base == 0:
                 self._first_item(current)
@@ -312,7 +319,7 @@ class ShardedSampler(DistributedSampler[int]):
 
     def plan(self) -> ShardPlan:
         """The exact split of the current epoch: lengths, padding and dropped samples."""
-        return build_plan(self._partition(self.epoch, self._start), self)
+        return build_plan(self._partition(self.epoch, self._pass_start()), self)
 
     def locate(self, sample: int, epoch: Optional[int] = None) -> list[tuple[int, int]]:
         """Every ``(rank, local_position)`` that yields ``sample`` in ``epoch``; O(1).
@@ -328,21 +335,31 @@ class ShardedSampler(DistributedSampler[int]):
         if not 0 <= sample < self._n:
             raise ValueError(f"sample {sample} is not in range({self._n})")
         if epoch is None:
-            start = self._start
+            start = self._pass_start()
             epoch = self.epoch
         else:
             epoch = as_u64("epoch", epoch)
-            start = self._start if epoch == self.epoch else 0
+            start = self._pass_start() if epoch == self.epoch else 0
         return [tuple(hit) for hit in self._partition(epoch, start).locate(sample)]  # type: ignore[misc]
 
+    def _pass_start(self) -> int:
+        """First global position of the pass being run (or last run) in this epoch; the
+        loaded resume point when no pass has started since."""
+        current = self._pass
+        if current is not None and current.epoch == self.epoch:
+            return current.start
+        return self._start
+
     def verify(self) -> Any:
-        """Exact proof for this sampler's epoch; see :func:`permshard.verify`."""
+        """Exact proof of the pass being run (from its resume point, if any); see
+        :func:`permshard.verify`."""
         from .proofs import verify_partition
 
-        return verify_partition(self._partition(self.epoch, self._start), self.describe())
+        return verify_partition(self._partition(self.epoch, self._pass_start()), self.describe())
 
     def verify_distributed(self, group: Any = None) -> Any:
-        """Consensus and coverage across the ranks of ``group``; see ``permshard.proofs``."""
+        """Consensus and coverage of the pass being run, across the ranks of ``group``;
+        see ``permshard.proofs``."""
         from .proofs import verify_distributed
 
         return verify_distributed(self, group)
@@ -361,30 +378,49 @@ class ShardedSampler(DistributedSampler[int]):
 
     # -- state -----------------------------------------------------------------------------
 
-    def state_dict(self, consumed_local_samples: Optional[int] = None) -> dict[str, Any]:
+    def state_dict(
+        self, consumed_samples: Optional[int] = None, *, consumed_local_samples: Any = None
+    ) -> dict[str, Any]:
         r"""The resume point, O(1).
 
-        ``consumed`` counts global positions of the epoch already consumed. Without an
-        argument every rank is assumed to have consumed what this rank's iterator has
-        yielded (lockstep data parallelism). A DataLoader prefetches ahead of the training
-        loop, so pass what the loop really consumed when that matters.
+        ``consumed`` counts the global positions of the epoch consumed so far, from the
+        epoch start. Without an argument every rank is assumed to have consumed what this
+        rank's iterator has yielded (lockstep data parallelism). A DataLoader prefetches
+        ahead of the training loop, so pass what the loop really consumed when that
+        matters: the counter a training loop already keeps.
 
         Args:
-            consumed_local_samples (int, optional): samples this rank's training loop has
-                consumed in the current pass (e.g. ``steps * batch_size``).
+            consumed_samples (int, optional): global samples of the current epoch consumed
+                so far, counted from the epoch start across every resume and world size:
+                ``step_in_epoch * batch_size * world_size`` in a lockstep loop (Megatron's
+                ``consumed_samples`` within the epoch). At least the resume point this
+                pass started from and at most the end of the pass.
+
+        Example::
+
+            >>> state = sampler.state_dict(consumed_samples=step * batch_size * world_size)
         """
-        current = self._pass
-        if current is None or current.epoch != self.epoch:
-            start, local = self._start, 0
-        else:
-            start, local = current.start, current.yielded()
         if consumed_local_samples is not None:
-            local = as_int("consumed_local_samples", consumed_local_samples)
-            limit = self._partition(self.epoch, start).num_samples
-            if not 0 <= local <= limit:
+            raise TypeError(
+                "state_dict(consumed_local_samples=...) is gone: it counted from the last "
+                "resume, which silently skipped samples. Pass consumed_samples = the global "
+                "samples of this epoch consumed since the epoch start (step_in_epoch * "
+                "batch_size * world_size)"
+            )
+        start = self._pass_start()
+        current = self._pass
+        yielded = current.yielded() if current is not None and current.epoch == self.epoch else 0
+        if consumed_samples is None:
+            consumed = start + yielded * self.num_replicas
+        else:
+            consumed = as_int("consumed_samples", consumed_samples)
+            end = self._partition(self.epoch, start).end
+            if not start <= consumed <= end:
                 raise ValueError(
-                    f"consumed_local_samples must be in [0, {limit}] (this rank's samples in "
-                    f"the current pass), got {local}"
+                    f"consumed_samples must be in [{start}, {end}]: at least the resume point "
+                    f"this pass started from ({start}) and at most the end of the pass "
+                    f"({end}), counted in global samples from the start of epoch "
+                    f"{self.epoch}; got {consumed}"
                 )
         return {
             "algorithm": _core.ALGORITHM,
@@ -393,7 +429,7 @@ class ShardedSampler(DistributedSampler[int]):
             "epoch": self.epoch,
             "shuffle": self.shuffle,
             "drop_last": self.drop_last,
-            "consumed": start + local * self.num_replicas,
+            "consumed": consumed,
             "num_replicas": self.num_replicas,
         }
 
@@ -425,12 +461,21 @@ class ShardedSampler(DistributedSampler[int]):
                     f"{key}={mine!r}; build the sampler with the same {key} to resume"
                 )
         epoch = as_u64("state_dict['epoch']", state_dict["epoch"])
-        consumed = as_u64("state_dict['consumed']", state_dict["consumed"])
-        as_positive("state_dict['num_replicas']", state_dict["num_replicas"])
+        saved_replicas = as_positive("state_dict['num_replicas']", state_dict["num_replicas"])
+        consumed = as_int("state_dict['consumed']", state_dict["consumed"])
+        # The furthest a pass can end: past n only by padding, less than one round of ranks.
+        limit = self._n if self.drop_last else self._n + saved_replicas - 1
+        if not 0 <= consumed <= limit:
+            raise ValueError(
+                f"state_dict['consumed'] must be in [0, {limit}] (global positions of an epoch "
+                f"of n={self._n} over num_replicas={saved_replicas}), got {consumed}: the "
+                "state was not saved by this sampler's state_dict()"
+            )
         self.epoch = epoch
         self._start = consumed
         self._pass = None
         self._iterated_epoch = None
+        self._agreed_epoch = None  # every rank must agree on the new resume point
 
     def __getstate__(self) -> dict[str, Any]:
         # Native partitions and a pass in progress are rebuilt on demand, not pickled.
@@ -490,6 +535,8 @@ class ShardedBatchSampler(BatchSampler):
         for base in range(0, total, step):
             count = min(step, total - base)
             batches = part.take_batches(rank, base, count, self.batch_size)
+            if wants_epoch(self._sharded.dataset):
+                batches = [tag(batch, current.epoch) for batch in batches]
             for i, batch in enumerate(batches):
                 current.chunk_base = min(base + (i + 1) * self.batch_size, base + count)
                 if base == 0 and i == 0:
@@ -505,9 +552,11 @@ class ShardedBatchSampler(BatchSampler):
     def __len__(self) -> int:
         return self._batches(self._sharded.num_samples)
 
-    def state_dict(self) -> dict[str, Any]:
-        """The sampler's state dict (batches yielded count as consumed)."""
-        return self._sharded.state_dict()
+    def state_dict(self, consumed_samples: Optional[int] = None) -> dict[str, Any]:
+        """The sampler's state dict: batches yielded count as consumed, unless
+        ``consumed_samples`` (global samples of the epoch consumed since its start) says
+        otherwise; see :meth:`ShardedSampler.state_dict`."""
+        return self._sharded.state_dict(consumed_samples)
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         self._sharded.load_state_dict(state_dict)

@@ -3,6 +3,10 @@
 use std::fmt;
 
 /// A refused argument or a failed proof. `Display` names the bad value and the valid range.
+///
+/// Only [`Error::Violation`] means a proof failed; every other variant is an argument the
+/// call cannot accept, so a binding maps the two kinds to different exceptions without
+/// checking anything itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Error {
     /// `n` must be in `[1, 2^64 - 1]`.
@@ -26,6 +30,8 @@ pub enum Error {
         len: u64,
         num_samples: u64,
     },
+    /// Any other argument the call cannot accept; the message names the value and the fix.
+    Invalid(String),
     /// The exact proof found a counter-example.
     Violation(String),
 }
@@ -64,8 +70,15 @@ impl fmt::Display for Error {
                 "rank {rank} has {num_samples} samples; local slice [{start}, {start} + {len}) \
                  is past its end"
             ),
-            Error::Violation(msg) => f.write_str(msg),
+            Error::Invalid(msg) | Error::Violation(msg) => f.write_str(msg),
         }
+    }
+}
+
+impl Error {
+    /// Whether this error is a failed proof (not a refused argument).
+    pub fn is_violation(&self) -> bool {
+        matches!(self, Error::Violation(_))
     }
 }
 

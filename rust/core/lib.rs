@@ -19,6 +19,6 @@ mod verify;
 pub use error::Error;
 pub use fingerprint::Fingerprint;
 pub use mix::splitmix64;
-pub use partition::{Order, Partition};
+pub use partition::{CoverageShare, Order, Partition};
 pub use permutation::{Permutation, ALGORITHM};
 pub use verify::{verify, Certificate};

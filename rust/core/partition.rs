@@ -7,7 +7,11 @@
 //! first samples of the order, as DistributedSampler pads.
 
 use crate::error::Error;
+use crate::fingerprint::Fingerprint;
 use crate::permutation::Permutation;
+
+/// Items filled per batched call while fingerprinting.
+const FINGERPRINT_CHUNK: u64 = 1 << 16;
 
 /// The order of the epoch: the identity (`shuffle=False`), a perm-v1 permutation, or an
 /// explicit list (any order to be proven, e.g. one produced elsewhere; O(n) memory).
@@ -38,11 +42,28 @@ impl Order {
                 .iter()
                 .position(|&x| x == sample)
                 .map(|p| p as u64)
-                .ok_or(Error::Violation(format!(
+                .ok_or(Error::Invalid(format!(
                     "sample {sample} does not occur in the explicit order"
                 ))),
         }
     }
+}
+
+/// One rank's part of the distributed coverage proof. Summed over the ranks of a pass,
+/// `yielded + consumed + dropped` equals `reference` exactly when every sample of `[0, n)`
+/// is yielded once in this pass, consumed before it (a resume) or declared dropped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CoverageShare {
+    /// The samples this rank yields at positions below `n`.
+    pub yielded: Fingerprint,
+    /// The samples this rank yields at padding positions (`>= n`).
+    pub padding: Fingerprint,
+    /// Its 1/W slice of the samples consumed before this pass (positions `[0, start)`).
+    pub consumed: Fingerprint,
+    /// Its 1/W slice of the samples no rank yields (`drop_last`, positions `[end, n)`).
+    pub dropped: Fingerprint,
+    /// Its 1/W slice of the ids `[0, n)`.
+    pub reference: Fingerprint,
 }
 
 /// The split of one epoch (or of its remainder after `start` consumed positions) across
@@ -82,7 +103,7 @@ impl Partition {
             Order::Explicit(list) => list.len() as u64,
         };
         if order_len != n {
-            return Err(Error::Violation(format!(
+            return Err(Error::Invalid(format!(
                 "the order has {order_len} positions but the partition is over {n} samples"
             )));
         }
@@ -103,7 +124,7 @@ impl Partition {
         };
         // The end of the epoch, start + num_samples·W, must be representable.
         if (num_samples as u128) * (num_replicas as u128) + start as u128 > u64::MAX as u128 {
-            return Err(Error::Violation(format!(
+            return Err(Error::Invalid(format!(
                 "n={n} with num_replicas={num_replicas} needs positions past 2**64 - 1; \
                  use a smaller n"
             )));
@@ -224,23 +245,111 @@ impl Partition {
         }
     }
 
-    /// `out[i]` = the sample at global position `first + i`: a contiguous block of the
-    /// epoch, for layouts that deal whole batches (padding wraps around). Batched.
-    pub fn fill_positions(&self, first: u64, out: &mut [u64]) -> Result<(), Error> {
-        let len = out.len() as u64;
+    /// Checks that global positions `[first, first + len)` lie in this pass.
+    pub fn check_positions(&self, first: u64, len: u64) -> Result<(), Error> {
         if first < self.start || first > self.end() || len > self.end() - first {
-            return Err(Error::Violation(format!(
+            return Err(Error::Invalid(format!(
                 "positions [{first}, {first} + {len}) are outside this pass [{}, {})",
                 self.start,
                 self.end()
             )));
         }
+        Ok(())
+    }
+
+    /// The sample at global position `p`, which must be below `max(n, end)`.
+    pub fn checked_sample_at(&self, p: u64) -> Result<u64, Error> {
+        let limit = self.end().max(self.n);
+        if p >= limit {
+            return Err(Error::Invalid(format!(
+                "position {p} is past the end of the epoch ({limit})"
+            )));
+        }
+        Ok(self.sample_at(p))
+    }
+
+    /// `out[i]` = the sample at global position `first + i`: a contiguous block of the
+    /// epoch, for layouts that deal whole batches (padding wraps around). Batched.
+    pub fn fill_positions(&self, first: u64, out: &mut [u64]) -> Result<(), Error> {
+        self.check_positions(first, out.len() as u64)?;
         for (i, slot) in out.iter_mut().enumerate() {
             let p = first + i as u64;
             *slot = self.wrap(p);
         }
         self.map_positions(out);
         Ok(())
+    }
+
+    /// Fingerprints of what `rank` yields in this pass: `(real, padding)`, split by
+    /// whether the position is below `n`. O(num_samples) time, O(1) memory.
+    pub fn rank_fingerprint(&self, rank: u64) -> Result<(Fingerprint, Fingerprint), Error> {
+        self.check_slice(rank, 0, 0)?;
+        let mut real = Fingerprint::default();
+        let mut padding = Fingerprint::default();
+        let mut buf = vec![0u64; FINGERPRINT_CHUNK.min(self.num_samples) as usize];
+        let mut local = 0;
+        while local < self.num_samples {
+            let len = (buf.len() as u64).min(self.num_samples - local);
+            let items = &mut buf[..len as usize];
+            self.fill_rank(rank, local, items)?;
+            for (k, &s) in items.iter().enumerate() {
+                if self.position(rank, local + k as u64) < self.n {
+                    real.add(s);
+                } else {
+                    padding.add(s);
+                }
+            }
+            local += len;
+        }
+        Ok((real, padding))
+    }
+
+    /// The fingerprint of the samples at positions `[lo, hi)` of the order (`hi <= n`):
+    /// what a resume consumed before this pass, or what `drop_last` leaves out.
+    pub fn positions_fingerprint(&self, lo: u64, hi: u64) -> Result<Fingerprint, Error> {
+        if lo > hi || hi > self.n {
+            return Err(Error::Invalid(format!(
+                "positions [{lo}, {hi}) are not inside the order [0, {})",
+                self.n
+            )));
+        }
+        let mut f = Fingerprint::default();
+        let mut buf = vec![0u64; FINGERPRINT_CHUNK.min(hi - lo) as usize];
+        let mut p = lo;
+        while p < hi {
+            let len = (buf.len() as u64).min(hi - p);
+            let items = &mut buf[..len as usize];
+            for (i, slot) in items.iter_mut().enumerate() {
+                *slot = p + i as u64;
+            }
+            self.map_positions(items);
+            f.add_all(items);
+            p += len;
+        }
+        Ok(f)
+    }
+
+    /// What `rank` contributes to the distributed coverage proof of this pass; see
+    /// [`CoverageShare`]. O((n + start) / W) time, O(1) memory.
+    pub fn coverage_share(&self, rank: u64) -> Result<CoverageShare, Error> {
+        let (yielded, padding) = self.rank_fingerprint(rank)?;
+        let w = self.num_replicas;
+        let slice = |lo: u64, hi: u64| {
+            let (len, r, w) = ((hi - lo) as u128, rank as u128, w as u128);
+            (lo + (len * r / w) as u64, lo + (len * (r + 1) / w) as u64)
+        };
+        let consumed_end = self.start.min(self.n);
+        let (c_lo, c_hi) = slice(0, consumed_end);
+        let dropped_start = self.end().max(consumed_end).min(self.n);
+        let (d_lo, d_hi) = slice(dropped_start, self.n);
+        let (r_lo, r_hi) = slice(0, self.n);
+        Ok(CoverageShare {
+            yielded,
+            padding,
+            consumed: self.positions_fingerprint(c_lo, c_hi)?,
+            dropped: self.positions_fingerprint(d_lo, d_hi)?,
+            reference: Fingerprint::of_range(r_lo, r_hi),
+        })
     }
 
     /// Every `(rank, local position)` that yields `sample` in this partition: none when it
@@ -385,6 +494,46 @@ mod tests {
         assert_eq!(block[7..], [part.sample_at(0), part.sample_at(1)]); // padding wraps
         assert!(part.fill_positions(2, &mut [0; 1]).is_err()); // before the pass
         assert!(part.fill_positions(10, &mut [0; 3]).is_err()); // past its end
+    }
+
+    #[test]
+    fn coverage_shares_add_up_to_the_reference_after_any_resume() {
+        for (n, w, drop_last) in [(23, 5, false), (23, 5, true), (7, 9, false), (64, 4, true)] {
+            for start in 0..=n + 2 {
+                let part = Partition::new(n, w, start, drop_last, shuffled(n)).unwrap();
+                let mut total = CoverageShare::default();
+                for r in 0..w {
+                    let s = part.coverage_share(r).unwrap();
+                    total.yielded = total.yielded.merge(&s.yielded);
+                    total.consumed = total.consumed.merge(&s.consumed);
+                    total.dropped = total.dropped.merge(&s.dropped);
+                    total.reference = total.reference.merge(&s.reference);
+                }
+                let all = total.yielded.merge(&total.consumed).merge(&total.dropped);
+                assert_eq!(all, Fingerprint::of_range(0, n), "n={n} w={w} start={start}");
+                assert_eq!(total.reference, Fingerprint::of_range(0, n));
+            }
+        }
+        // A pass that repeats a consumed sample does not add up: the proof can fail.
+        let part = Partition::new(10, 2, 4, false, Order::Identity).unwrap();
+        let mut wrong = Fingerprint::default();
+        for r in 0..2 {
+            let s = part.coverage_share(r).unwrap();
+            wrong = wrong.merge(&s.yielded).merge(&s.dropped);
+        }
+        wrong.add(0); // sample 0 once more instead of the consumed [0, 4)
+        assert_ne!(wrong, Fingerprint::of_range(0, 10));
+    }
+
+    #[test]
+    fn argument_errors_are_not_violations() {
+        let err = Partition::new(u64::MAX, 2, 0, false, Order::Identity).unwrap_err();
+        assert!(!err.is_violation(), "{err}");
+        let part = Partition::new(10, 3, 3, false, Order::Identity).unwrap();
+        assert!(!part.fill_positions(2, &mut [0; 1]).unwrap_err().is_violation());
+        assert!(!part.checked_sample_at(12).unwrap_err().is_violation());
+        assert_eq!(part.checked_sample_at(11).unwrap(), 1);
+        assert!(!part.positions_fingerprint(3, 11).unwrap_err().is_violation());
     }
 
     #[test]

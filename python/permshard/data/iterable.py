@@ -3,6 +3,8 @@ consumer (rank, worker)."""
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Callable, Generic, Optional, TypeVar
 
@@ -15,15 +17,62 @@ T = TypeVar("T")
 S = TypeVar("S")
 
 
+#: The process that imported permshard. A DataLoader worker started by fork inherits it
+#: (and with it torch.distributed's state); spawn and forkserver workers import afresh.
+_IMPORTED_IN = os.getpid()
+
+
+def _inherits_parent_state() -> bool:
+    """Whether this worker is a fork of the process that built the DataLoader, so that
+    torch.distributed's state seen here is that process's."""
+    parent = multiprocessing.parent_process()
+    return parent is not None and parent.pid == _IMPORTED_IN
+
+
+def _from_environment() -> Optional[tuple[int, int]]:
+    """``(rank, world_size)`` from ``RANK`` / ``WORLD_SIZE`` (torchrun, accelerate)."""
+    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+    if rank is None or world is None:
+        return None
+    try:
+        return int(rank), int(world)
+    except ValueError:
+        raise ValueError(
+            f"RANK={rank!r} and WORLD_SIZE={world!r} in the environment are not integers; "
+            "fix them or pass rank=... and world_size=..."
+        ) from None
+
+
 def rank_and_world(rank: Optional[int] = None, world_size: Optional[int] = None) -> tuple[int, int]:
-    """``rank`` / ``world_size``, defaulting to torch.distributed's (0 / 1 when it is not
-    initialized). Resolve them in the main process: DataLoader workers do not see the
-    process group."""
-    initialized = dist.is_available() and dist.is_initialized()
-    if world_size is None:
-        world_size = dist.get_world_size() if initialized else 1
-    if rank is None:
-        rank = dist.get_rank() if initialized else 0
+    """``rank`` / ``world_size`` of this process among the data-parallel ranks.
+
+    Missing values come from torch.distributed's group when one is visible, else from
+    ``RANK`` / ``WORLD_SIZE`` in the environment (set by torchrun and accelerate, and
+    inherited by DataLoader workers whatever their start method). Outside a DataLoader
+    worker, neither means a single process: ``(0, 1)``. Inside a worker started by spawn
+    or forkserver, the rank's process group is invisible and nothing tells a single
+    process from one rank of many: that is an error, never a guess of world size 1.
+    """
+    if rank is None or world_size is None:
+        if dist.is_available() and dist.is_initialized():
+            known = (dist.get_rank(), dist.get_world_size())
+        else:
+            from_env = _from_environment()
+            if from_env is not None:
+                known = from_env
+            elif get_worker_info() is None or _inherits_parent_state():
+                known = (0, 1)
+            else:
+                raise ValueError(
+                    "shard_iterable is running in a DataLoader worker started by spawn or "
+                    "forkserver, where the rank's process group is not visible and RANK / "
+                    "WORLD_SIZE are not set: it cannot tell which part of the data is this "
+                    "rank's. Pass rank=... and world_size=... (resolved in the main process, "
+                    "as ShardedIterable does), launch with torchrun, or set RANK=0 "
+                    "WORLD_SIZE=1 for a single process"
+                )
+        rank = known[0] if rank is None else rank
+        world_size = known[1] if world_size is None else world_size
     world_size, rank = as_int("world_size", world_size), as_int("rank", rank)
     if world_size < 1:
         raise ValueError(f"world_size should be at least 1, got {world_size}")
@@ -89,9 +138,11 @@ def shard_iterable(
     Args:
         source: elements, or shards with ``open_shard``.
         open_shard (callable, optional): shard -> iterable of elements.
-        rank, world_size (int, optional): default to torch.distributed's. Inside a
-            DataLoader worker, pass them (the worker does not see the process group);
-            :class:`ShardedIterable` does this for you.
+        rank, world_size (int, optional): default to torch.distributed's group, else to
+            ``RANK`` / ``WORLD_SIZE`` in the environment (torchrun and accelerate set them;
+            workers inherit them under any start method). In a spawn or forkserver worker
+            with neither, it raises rather than guess; :class:`ShardedIterable` resolves
+            them in the main process for you.
         even (bool, optional): every consumer yields the same number of elements (an
             incomplete last round is dropped, declared), so DDP never waits on a rank
             with one batch fewer. With whole shards of unknown sizes this falls back to

@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import Dataset
 
 from .._validation import as_int, as_positive, as_u64
+from ..epoch_index import epoch_of
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -38,9 +39,11 @@ class TokenWindows(Dataset[torch.Tensor]):
     token (the last target of one is the first input of the next).
 
     The index -> (file, offset) map is a cumulative count per file: O(number of files)
-    memory whatever the number of tokens. With ``shift_per_epoch=True``, :meth:`set_epoch`
-    moves every window boundary by a per-epoch offset in ``[0, seq_len)`` so each epoch
-    sees new cuts; the number of windows does not change with the offset.
+    memory whatever the number of tokens. A file of ``m`` tokens holds ``(m - 1) // seq_len``
+    windows. With ``shift_per_epoch=True`` every window boundary moves by a per-epoch
+    offset in ``[0, seq_len)`` so each epoch sees new cuts (``(m - seq_len) // seq_len``
+    windows per file, whatever the offset); the epoch comes with each index from
+    permshard's samplers, so DataLoader workers, persistent ones included, follow it.
 
     Args:
         paths (str or list of str): token files, in order.
@@ -81,15 +84,20 @@ class TokenWindows(Dataset[torch.Tensor]):
         self.shift_per_epoch = bool(shift_per_epoch)
         self.seed = as_u64("seed", seed)
         self.shift = 0
+        self._shifts: dict[int, int] = {}
         self.sizes = [self._tokens_in(p) for p in self.paths]
-        # Counted for the largest shift (seq_len - 1), so the count never depends on it.
-        counts = [max(0, (m - self.seq_len) // self.seq_len) for m in self.sizes]
+        # Window i of a file is tokens [s + i·L, s + i·L + L + 1): it fits while
+        # s + i·L + L + 1 <= m. Unshifted (s = 0) that is (m - 1) // L windows; shifted,
+        # counted for the largest shift s = L - 1 so the count never depends on it.
+        slack = self.seq_len - 1 if self.shift_per_epoch else 0
+        counts = [max(0, (m - 1 - slack) // self.seq_len) for m in self.sizes]
         for path, m, c in zip(self.paths, self.sizes, counts):
             if c == 0:
+                extra = f" plus seq_len - 1 = {slack} for shifted epochs" if slack else ""
                 raise ValueError(
                     f"{path} holds {m} tokens, fewer than one window of seq_len + 1 = "
-                    f"{self.seq_len + 1} tokens (plus seq_len - 1 for shifted epochs); "
-                    "use a smaller seq_len or leave the file out"
+                    f"{self.seq_len + 1} tokens{extra}; use a smaller seq_len or leave the "
+                    "file out"
                 )
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self._maps: Optional[list[np.memmap]] = None
@@ -130,22 +138,49 @@ class TokenWindows(Dataset[torch.Tensor]):
         state["_maps"] = state["_views"] = None  # re-opened in the worker
         return state
 
-    def set_epoch(self, epoch: int) -> None:
-        """Moves window boundaries for ``epoch`` when ``shift_per_epoch=True``."""
-        epoch = as_u64("epoch", epoch)
-        if self.shift_per_epoch:
-            from .. import Permutation
+    @property
+    def epoch_dependent(self) -> bool:
+        """True with ``shift_per_epoch``: permshard's samplers then yield
+        :class:`~permshard.epoch_index.EpochIndex` values, so every DataLoader worker
+        (persistent ones included) cuts the windows of the epoch being sampled."""
+        return self.shift_per_epoch
 
-            self.shift = Permutation(self.seq_len, seed=self.seed, epoch=epoch)[0]
+    def set_epoch(self, epoch: int) -> None:
+        """Moves window boundaries for ``epoch`` when ``shift_per_epoch=True``.
+
+        This process only: DataLoader workers keep the copy they started with. Indices
+        from permshard's samplers carry their epoch, which wins over this setting."""
+        self.shift = self.shift_for(as_u64("epoch", epoch))
+
+    def shift_for(self, epoch: int) -> int:
+        """The token offset of every window boundary in ``epoch`` (0 without shifting)."""
+        if not self.shift_per_epoch:
+            return 0
+        shift = self._shifts.get(epoch)
+        if shift is None:
+            from ..permutation import Permutation
+
+            shift = Permutation(self.seq_len, seed=self.seed, epoch=epoch)[0]
+            if len(self._shifts) >= 64:
+                self._shifts.clear()
+            self._shifts[epoch] = shift
+        return shift
+
+    def _shift_of(self, indices: Any) -> int:
+        """The shift for ``indices``: their epoch's when they carry one (EpochIndex)."""
+        epoch = epoch_of(indices)
+        return self.shift if epoch is None else self.shift_for(epoch)
 
     def __len__(self) -> int:
         return int(self.starts[-1])
 
-    def locate(self, index: int) -> tuple[str, int]:
-        """``(path, token offset)`` of window ``index``."""
+    def locate(self, index: int, epoch: Optional[int] = None) -> tuple[str, int]:
+        """``(path, token offset)`` of window ``index`` in ``epoch`` (default: the epoch
+        the index carries, else the one of :meth:`set_epoch`)."""
         i = self._check(index)
         f = int(np.searchsorted(self.starts, i, side="right")) - 1
-        return self.paths[f], self.shift + (i - int(self.starts[f])) * self.seq_len
+        shift = self._shift_of(index) if epoch is None else self.shift_for(as_u64("epoch", epoch))
+        return self.paths[f], shift + (i - int(self.starts[f])) * self.seq_len
 
     def _check(self, index: int) -> int:
         i = as_int("index", index)
@@ -159,7 +194,7 @@ class TokenWindows(Dataset[torch.Tensor]):
     def __getitem__(self, index: int) -> torch.Tensor:
         i = self._check(index)
         f = int(np.searchsorted(self.starts, i, side="right")) - 1
-        offset = self.shift + (i - int(self.starts[f])) * self.seq_len
+        offset = self._shift_of(index) + (i - int(self.starts[f])) * self.seq_len
         window = self._open()[f][offset : offset + self.seq_len + 1]
         return torch.from_numpy(window.astype(np.int64))
 
@@ -175,7 +210,7 @@ class TokenWindows(Dataset[torch.Tensor]):
             raise IndexError(f"window index out of range for {n} windows")
         idx = np.where(idx < 0, idx + n, idx)
         files = np.searchsorted(self.starts, idx, side="right") - 1
-        offsets = self.shift + (idx - self.starts[files]) * self.seq_len
+        offsets = self._shift_of(indices) + (idx - self.starts[files]) * self.seq_len
         out = np.empty((idx.size, self.seq_len + 1), dtype=np.int64)
         maps = self._open()
         for f in np.unique(files):

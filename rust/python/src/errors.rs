@@ -13,8 +13,9 @@ create_exception!(
 );
 
 pub fn to_py(err: permshard_core::Error) -> PyErr {
-    match err {
-        permshard_core::Error::Violation(msg) => ShardingError::new_err(msg),
-        other => PyValueError::new_err(other.to_string()),
+    if err.is_violation() {
+        ShardingError::new_err(err.to_string())
+    } else {
+        PyValueError::new_err(err.to_string())
     }
 }

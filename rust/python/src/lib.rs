@@ -17,7 +17,7 @@ mod _core {
     #[pymodule_export]
     use super::permutation::Permutation;
     #[pymodule_export]
-    use super::verify::{range_fingerprint, verify, Progress};
+    use super::verify::{verify, Progress};
 
     use pyo3::prelude::*;
 

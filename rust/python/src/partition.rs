@@ -12,6 +12,15 @@ use crate::permutation::{alloc, compute};
 /// The four columns of a fingerprint, as Python receives them.
 pub type FingerprintTuple = (u64, u64, u64, u64);
 
+/// A coverage share, as Python receives it.
+pub type CoverageTuple = (
+    FingerprintTuple,
+    FingerprintTuple,
+    FingerprintTuple,
+    FingerprintTuple,
+    FingerprintTuple,
+);
+
 pub fn fingerprint_tuple(f: &Fingerprint) -> FingerprintTuple {
     (f.count, f.sum, f.hash_sum, f.xor)
 }
@@ -71,13 +80,7 @@ impl Partition {
 
     /// The sample at global position `position` (padding wraps around).
     fn sample_at(&self, position: u64) -> PyResult<u64> {
-        if position >= self.inner.end().max(self.inner.n()) {
-            return Err(PyValueError::new_err(format!(
-                "position {position} is past the end of the epoch ({})",
-                self.inner.end().max(self.inner.n())
-            )));
-        }
-        Ok(self.inner.sample_at(position))
+        self.inner.checked_sample_at(position).map_err(to_py)
     }
 
     /// Items `[local_start, local_start + count)` of `rank` as a list of Python ints.
@@ -105,12 +108,7 @@ impl Partition {
 
     /// Samples at global positions `[first, first + count)` (a contiguous block).
     fn take_positions(&self, py: Python<'_>, first: u64, count: u64) -> PyResult<Vec<u64>> {
-        let end = self.inner.end();
-        if first > end || count > end - first {
-            return Err(PyValueError::new_err(format!(
-                "positions [{first}, {first} + {count}) are past the end of the pass ({end})"
-            )));
-        }
+        self.inner.check_positions(first, count).map_err(to_py)?;
         let mut out = alloc(count)?;
         compute(py, count, || {
             self.inner.fill_positions(first, &mut out).map(|_| out)
@@ -145,35 +143,19 @@ impl Partition {
         self.inner.locate(sample).map_err(to_py)
     }
 
-    /// Fingerprints of what `rank` yields: (real positions, padding positions).
-    fn fingerprint(
-        &self,
-        py: Python<'_>,
-        rank: u64,
-    ) -> PyResult<(FingerprintTuple, FingerprintTuple)> {
-        let part = &self.inner;
-        let n = part.n();
-        let result = py.detach(|| {
-            let mut real = Fingerprint::default();
-            let mut padding = Fingerprint::default();
-            let mut buf = vec![0u64; 1 << 16];
-            let mut local = 0;
-            while local < part.num_samples() {
-                let len = (buf.len() as u64).min(part.num_samples() - local);
-                let items = &mut buf[..len as usize];
-                part.fill_rank(rank, local, items)?;
-                for (k, &s) in items.iter().enumerate() {
-                    if part.position(rank, local + k as u64) < n {
-                        real.add(s);
-                    } else {
-                        padding.add(s);
-                    }
-                }
-                local += len;
-            }
-            Ok((fingerprint_tuple(&real), fingerprint_tuple(&padding)))
-        });
-        result.map_err(to_py)
+    /// This rank's share of the distributed coverage proof:
+    /// `(yielded, padding, consumed, dropped, reference)` fingerprints.
+    fn coverage_share(&self, py: Python<'_>, rank: u64) -> PyResult<CoverageTuple> {
+        let share = py
+            .detach(|| self.inner.coverage_share(rank))
+            .map_err(to_py)?;
+        Ok((
+            fingerprint_tuple(&share.yielded),
+            fingerprint_tuple(&share.padding),
+            fingerprint_tuple(&share.consumed),
+            fingerprint_tuple(&share.dropped),
+            fingerprint_tuple(&share.reference),
+        ))
     }
 }
 

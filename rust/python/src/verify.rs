@@ -1,14 +1,12 @@
-//! `_core.verify` (the exact proof), its progress counter, and range fingerprints.
+//! `_core.verify` (the exact proof) and its progress counter.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use pyo3::prelude::*;
 
-use permshard_core::Fingerprint;
-
 use crate::errors::to_py;
-use crate::partition::{fingerprint_tuple, FingerprintTuple, Partition};
+use crate::partition::Partition;
 
 /// A counter the proof advances while it runs, readable from another Python thread.
 #[pyclass(frozen, module = "permshard._core", name = "Progress")]
@@ -46,10 +44,4 @@ pub fn verify(
         .detach(|| permshard_core::verify(part, threads, &counter))
         .map_err(to_py)?;
     Ok((cert.covered, cert.padding, cert.dropped))
-}
-
-/// The fingerprint of the ids `[lo, hi)`.
-#[pyfunction]
-pub fn range_fingerprint(py: Python<'_>, lo: u64, hi: u64) -> FingerprintTuple {
-    py.detach(|| fingerprint_tuple(&Fingerprint::of_range(lo, hi)))
 }

@@ -52,9 +52,10 @@ def proofs(rank: int, world: int, n: int) -> dict:
     s = ShardedSampler(n + 1 if last else n)
     out["n"] = expect_error(lambda: list(s), ShardingError)
 
-    # A dataset sliced per rank by hand, then split again.
+    # A dataset sliced per rank by hand, then split again: the first iteration sees every
+    # rank's slice and refuses, on every rank.
     full = list(range(n))
-    out["subset"] = expect_error(lambda: ShardedSampler(Subset(full, range(rank, n, world))), ShardingError)
+    out["subset"] = expect_error(lambda: list(ShardedSampler(Subset(full, range(rank, n, world)))), ShardingError)
     sliced = full[rank::world]
     out["list_slice"] = expect_error(lambda: list(ShardedSampler(sliced)), ShardingError)
 
@@ -101,6 +102,44 @@ class Docs(IterableDataset):
         from permshard.data import shard_iterable
 
         return shard_iterable(range(self.n))
+
+
+def resumed_proofs(rank: int, world: int, n: int) -> dict:
+    """Proofs after a resume onto this world size, with no pickling collective at all
+    (what NCCL would put on GPU 0): verify and verify_distributed prove the same pass."""
+    import warnings
+
+    def no_pickles(*args, **kwargs):
+        raise AssertionError("all_gather_object used: unsafe on NCCL")
+
+    dist.all_gather_object = no_pickles  # type: ignore[assignment]
+    out: dict = {}
+    # Saved by a 3-rank run after 7 steps of 5: 105 global samples of epoch 2 consumed.
+    donor = ShardedSampler(n, num_replicas=3, rank=0, seed=9, check_consensus=False)
+    donor.set_epoch(2)
+    state = donor.state_dict(consumed_samples=105)
+    s = ShardedSampler(n, seed=9)
+    s.load_state_dict(state)
+    s.set_epoch(2)
+    out["len"] = len(s)
+    out["items"] = list(s.iter_with_padding())
+    local, distributed = s.verify(), s.verify_distributed()
+    out["local"] = (local.start, local.consumed, local.covered, local.padding, local.dropped)
+    out["distributed"] = (distributed.start, distributed.consumed, distributed.covered,
+                          distributed.padding, distributed.dropped, str(distributed))
+    # One rank resumed from another point: refused on every rank, naming the fix.
+    s = ShardedSampler(n, seed=9)
+    s.load_state_dict(dict(state, consumed=110 if rank == world - 1 else 105))
+    out["start"] = expect_error(lambda: list(s), ShardingError)
+    # The legitimate every-other-sample subset, the same on every rank: no warning, no error.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        subset = Subset(list(range(n)), range(0, n, 2))
+        s = ShardedSampler(subset)
+        out["subset_items"] = [subset.indices[i] for i in s]
+    out["subset_warnings"] = [str(w.message) for w in caught]
+    dist.barrier()
+    return out
 
 
 def iterable_start_method(rank: int, world: int, n_docs: int, method: str) -> list[int]:

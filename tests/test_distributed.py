@@ -3,10 +3,14 @@ the rank, the value and the fix for bad ones; the double split is caught."""
 
 from __future__ import annotations
 
+import itertools
+from collections import Counter
+
 import pytest
 
 import dist_workers
 from distributed import launch
+from permshard import ShardedSampler
 
 pytestmark = pytest.mark.multiprocess
 
@@ -49,3 +53,28 @@ def test_accelerate_prepare_double_split_is_caught(world):
         assert "splits the data twice" in error and "shard once" in error
         assert "splits the data twice" in out["sharded_check"]
         assert "BatchSamplerShard" in out["sharded_iter"] and "prepare_data_loader" in out["sharded_iter"]
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_resumed_pass_is_proven_on_real_ranks_without_pickling_collectives(world):
+    n = 1000
+    results = launch(dist_workers.resumed_proofs, world, n)
+    # The 105 positions consumed by the 3-rank run and this run's items: each sample once.
+    donor = ShardedSampler(n, num_replicas=1, rank=0, seed=9)
+    donor.set_epoch(2)
+    consumed = list(itertools.islice(iter(donor), 105))
+    real = [x for r in results for x, pad in r["items"] if not pad]
+    assert Counter(consumed + real) == Counter(range(n))
+    per_rank = -(-(n - 105) // world)
+    padding = per_rank * world - (n - 105)
+    assert sum(pad for r in results for _, pad in r["items"]) == padding
+    for r in results:
+        assert r["len"] == per_rank == len(r["items"])
+        # verify() and verify_distributed() prove the same pass: the resumed one.
+        assert r["local"] == (105, 105, n - 105, padding, 0)
+        assert r["distributed"][:5] == r["local"]
+        assert "resumed at position 105" in r["distributed"][5]
+        assert "ranks disagree on start" in r["start"] and "same state dict" in r["start"]
+        assert r["subset_warnings"] == []
+    subset_items = [x for r in results for x in r["subset_items"]]
+    assert sorted(set(subset_items)) == list(range(0, n, 2))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import warnings
-
 from collections import Counter
 
 import pytest
@@ -11,7 +10,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Subset
 
 import permshard
-from permshard import ShardedSampler, ShardingError, check_loader, verify
+from permshard import ShardedSampler, ShardingError, _core, check_loader, verify
 from permshard.proofs import check_not_presharded, dataset_fingerprint
 
 BOUNDARY_N = [1, 2, 3, 7, 2**10 - 1, 2**10, 2**10 + 1, 2**16 - 1, 2**16, 2**16 + 1, 2**20, 2**20 + 1]
@@ -124,3 +123,45 @@ def test_check_loader():
 
 def test_sharding_error_is_exported():
     assert issubclass(permshard.ShardingError, ValueError)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: permshard.verify(2**64 - 1, 2),
+        lambda: _core.Partition(10, 3, start=3).take_positions(2, 1),
+        lambda: _core.Partition(10, 3, start=3).sample_at(12),
+    ],
+)
+def test_argument_errors_are_never_sharding_errors(call):
+    with pytest.raises(ValueError) as e:
+        call()
+    assert not isinstance(e.value, ShardingError), e.value
+
+
+def test_a_proof_too_large_for_memory_is_a_memory_error():
+    # 2**64 - 1 samples over 3 ranks fit in positions, but the bitmap would be 2 EiB.
+    with pytest.raises(MemoryError, match="verify_distributed"):
+        permshard.verify(2**64 - 1, 3)
+
+
+def test_consensus_device_follows_the_backend(monkeypatch):
+    import torch
+    import torch.distributed as dist
+
+    from permshard.collectives import collective_device
+
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: "gloo")
+    assert collective_device() == torch.device("cpu")
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: "cpu:gloo,cuda:nccl")
+    assert collective_device() == torch.device("cpu")
+    # NCCL in a script that never called torch.cuda.set_device: LOCAL_RANK's GPU, not GPU 0.
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: "nccl")
+    monkeypatch.setattr(dist, "group", type("G", (), {"WORLD": None}))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert collective_device() == torch.device("cuda", 3)
+    # A group bound to a device (init_process_group(device_id=...)) wins.
+    bound = type("Bound", (), {"bound_device_id": torch.device("cuda", 5)})()
+    assert collective_device(bound) == torch.device("cuda", 5)

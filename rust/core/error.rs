@@ -32,6 +32,8 @@ pub enum Error {
     },
     /// Any other argument the call cannot accept; the message names the value and the fix.
     Invalid(String),
+    /// Memory for `bytes` bytes could not be had (e.g. the proof's bitmap for a huge `n`).
+    OutOfMemory { bytes: u128, what: &'static str },
     /// The exact proof found a counter-example.
     Violation(String),
 }
@@ -69,6 +71,11 @@ impl fmt::Display for Error {
                 f,
                 "rank {rank} has {num_samples} samples; local slice [{start}, {start} + {len}) \
                  is past its end"
+            ),
+            Error::OutOfMemory { bytes, what } => write!(
+                f,
+                "cannot allocate {bytes} bytes for {what}; use a smaller n, or prove it \
+                 across ranks with verify_distributed (O(1) memory)"
             ),
             Error::Invalid(msg) | Error::Violation(msg) => f.write_str(msg),
         }

@@ -56,8 +56,17 @@ pub fn verify(
     let n = part.n();
     let w = part.num_replicas();
     let per_rank = part.num_samples();
-    let words = n.div_ceil(64) as usize;
-    let bitmap: Vec<AtomicU64> = (0..words).map(|_| AtomicU64::new(0)).collect();
+    let words = n.div_ceil(64);
+    let out_of_memory = Error::OutOfMemory {
+        bytes: words as u128 * 8,
+        what: "the proof's bitmap of n bits",
+    };
+    let words = usize::try_from(words).map_err(|_| out_of_memory.clone())?;
+    let mut bitmap: Vec<AtomicU64> = Vec::new();
+    bitmap
+        .try_reserve_exact(words)
+        .map_err(|_| out_of_memory)?;
+    bitmap.extend((0..words).map(|_| AtomicU64::new(0)));
     let chunks_per_rank = per_rank.div_ceil(CHUNK);
     let tasks = chunks_per_rank * w;
     let next_task = AtomicU64::new(0);
@@ -224,6 +233,14 @@ mod tests {
             Order::Explicit(order.into()),
         )?;
         verify(&part, 2, &AtomicU64::new(0))
+    }
+
+    #[test]
+    fn a_bitmap_too_large_is_an_error_not_an_abort() {
+        let part = Partition::new(u64::MAX, 3, 0, false, Order::Identity).unwrap();
+        let err = verify(&part, 1, &AtomicU64::new(0)).unwrap_err();
+        assert!(matches!(err, Error::OutOfMemory { .. }), "{err}");
+        assert!(!err.is_violation());
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Core errors as Python exceptions: a failed proof is `ShardingError` (a `ValueError`),
-//! every refused argument a `ValueError`.
+//! memory that cannot be had a `MemoryError`, every refused argument a `ValueError`.
 
 use pyo3::create_exception;
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyMemoryError, PyValueError};
 use pyo3::PyErr;
 
 create_exception!(
@@ -13,9 +13,9 @@ create_exception!(
 );
 
 pub fn to_py(err: permshard_core::Error) -> PyErr {
-    if err.is_violation() {
-        ShardingError::new_err(err.to_string())
-    } else {
-        PyValueError::new_err(err.to_string())
+    match err {
+        permshard_core::Error::Violation(msg) => ShardingError::new_err(msg),
+        permshard_core::Error::OutOfMemory { .. } => PyMemoryError::new_err(err.to_string()),
+        other => PyValueError::new_err(other.to_string()),
     }
 }

@@ -510,7 +510,11 @@ mod tests {
                     total.reference = total.reference.merge(&s.reference);
                 }
                 let all = total.yielded.merge(&total.consumed).merge(&total.dropped);
-                assert_eq!(all, Fingerprint::of_range(0, n), "n={n} w={w} start={start}");
+                assert_eq!(
+                    all,
+                    Fingerprint::of_range(0, n),
+                    "n={n} w={w} start={start}"
+                );
                 assert_eq!(total.reference, Fingerprint::of_range(0, n));
             }
         }
@@ -530,10 +534,16 @@ mod tests {
         let err = Partition::new(u64::MAX, 2, 0, false, Order::Identity).unwrap_err();
         assert!(!err.is_violation(), "{err}");
         let part = Partition::new(10, 3, 3, false, Order::Identity).unwrap();
-        assert!(!part.fill_positions(2, &mut [0; 1]).unwrap_err().is_violation());
+        assert!(!part
+            .fill_positions(2, &mut [0; 1])
+            .unwrap_err()
+            .is_violation());
         assert!(!part.checked_sample_at(12).unwrap_err().is_violation());
         assert_eq!(part.checked_sample_at(11).unwrap(), 1);
-        assert!(!part.positions_fingerprint(3, 11).unwrap_err().is_violation());
+        assert!(!part
+            .positions_fingerprint(3, 11)
+            .unwrap_err()
+            .is_violation());
     }
 
     #[test]

@@ -63,9 +63,7 @@ pub fn verify(
     };
     let words = usize::try_from(words).map_err(|_| out_of_memory.clone())?;
     let mut bitmap: Vec<AtomicU64> = Vec::new();
-    bitmap
-        .try_reserve_exact(words)
-        .map_err(|_| out_of_memory)?;
+    bitmap.try_reserve_exact(words).map_err(|_| out_of_memory)?;
     bitmap.extend((0..words).map(|_| AtomicU64::new(0)));
     let chunks_per_rank = per_rank.div_ceil(CHUNK);
     let tasks = chunks_per_rank * w;

@@ -285,3 +285,32 @@ def lightning_ddp(rank: int, world: int, n: int) -> dict:
     trainer.fit(Model(), datamodule=Data())
     sampler = trainer.train_dataloader.sampler
     return {"seen": seen, "sampler": type(sampler).__name__, "epoch": sampler.epoch}
+
+
+def model_parallel(rank: int, world: int, n: int) -> dict:
+    """4 processes laid out as dp = 2 x tp = 2 (manual ranks and a DeviceMesh), tp only,
+    a (2, 2, 1) mesh, and a tensor-parallel peer with another seed."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    out: dict = {}
+    dp_rank, tp_rank = divmod(rank, 2)
+
+    def run(sampler) -> dict:
+        items = list(sampler)
+        cert = sampler.verify_distributed()
+        return {"items": items, "covered": cert.covered, "lengths": cert.lengths}
+
+    out["manual"] = run(ShardedSampler(n, num_replicas=2, rank=dp_rank, seed=3))
+    out["tp_only"] = run(ShardedSampler(n, num_replicas=1, rank=0, seed=3))
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    s = ShardedSampler(n, device_mesh=mesh, mesh_dim="dp", seed=3)
+    out["mesh"] = dict(run(s), dp=(s.num_replicas, s.rank))
+    mesh3 = init_device_mesh("cpu", (2, 2, 1), mesh_dim_names=("dp_replicate", "dp_shard", "tp"))
+    s = ShardedSampler(n, device_mesh=mesh3, mesh_dim=("dp_replicate", "dp_shard"), seed=3)
+    out["mesh3"] = dict(run(s), dp=(s.num_replicas, s.rank))
+    bad = ShardedSampler(n, num_replicas=2, rank=dp_rank, seed=4 if rank == 3 else 3)
+    out["bad_peer"] = expect_error(lambda: list(bad), ShardingError)
+    uneven = ShardedSampler(n, num_replicas=2, rank=0 if rank < 3 else 1)
+    out["uneven"] = expect_error(lambda: list(uneven), ShardingError)
+    dist.barrier()
+    return out

@@ -78,3 +78,24 @@ def test_resumed_pass_is_proven_on_real_ranks_without_pickling_collectives(world
         assert r["subset_warnings"] == []
     subset_items = [x for r in results for x in r["subset_items"]]
     assert sorted(set(subset_items)) == list(range(0, n, 2))
+
+
+def test_model_parallel_layouts_on_four_processes():
+    n = 1001
+    results = launch(dist_workers.model_parallel, 4, n)
+    for case, dp in [("manual", 2), ("tp_only", 1), ("mesh", 2), ("mesh3", 4)]:
+        streams = [r[case]["items"] for r in results]
+        # Processes that share a data-parallel rank read identical data ...
+        groups: dict = {}
+        for proc, items in enumerate(streams):
+            groups.setdefault(proc * dp // 4, []).append(items)
+        assert all(len({tuple(s) for s in g}) == 1 for g in groups.values()), case
+        # ... and the data-parallel ranks split the data exactly once (plus padding).
+        union = [x for g in groups.values() for x in g[0]]
+        assert sorted(set(union)) == list(range(n)) and len(union) == -(-n // dp) * dp, case
+        assert all(r[case]["covered"] == n and r[case]["lengths"] == (-(-n // dp),) * dp for r in results)
+    assert [r["mesh"]["dp"] for r in results] == [(2, 0), (2, 0), (2, 1), (2, 1)]
+    assert [r["mesh3"]["dp"] for r in results] == [(4, 0), (4, 1), (4, 2), (4, 3)]
+    for r in results:
+        assert "ranks disagree on seed" in r["bad_peer"] and "process 3" in r["bad_peer"]
+        assert "must appear equally often" in r["uneven"]

@@ -238,3 +238,34 @@ def test_works_in_a_dataloader_with_workers():
     loader = torch.utils.data.DataLoader(data, batch_size=16, sampler=s, num_workers=2)
     got = torch.cat(list(loader)).tolist()
     assert got == list(ShardedSampler(data, num_replicas=2, rank=1, seed=1))
+
+
+class _FakeMesh:
+    """The three DeviceMesh methods the sampler reads, for a (2, 3, 2) mesh at (1, 2, 0)."""
+
+    mesh_dim_names = ("dp_replicate", "dp_shard", "tp")
+    _shape, _coord = (2, 3, 2), (1, 2, 0)
+
+    def size(self, dim: int) -> int:
+        return self._shape[dim]
+
+    def get_local_rank(self, name: str) -> int:
+        return self._coord[self.mesh_dim_names.index(name)]
+
+
+def test_device_mesh_gives_the_data_parallel_size_and_rank():
+    mesh = _FakeMesh()
+    s = ShardedSampler(100, device_mesh=mesh, mesh_dim="dp_shard")
+    assert (s.num_replicas, s.rank) == (3, 2)
+    s = ShardedSampler(100, device_mesh=mesh, mesh_dim=("dp_replicate", "dp_shard"))
+    assert (s.num_replicas, s.rank) == (6, 1 * 3 + 2)  # row-major flattening
+    with pytest.raises(ValueError, match="needs mesh_dim"):
+        ShardedSampler(100, device_mesh=mesh)
+    with pytest.raises(ValueError, match=r"\['pp'\] not in the mesh's dimensions"):
+        ShardedSampler(100, device_mesh=mesh, mesh_dim="pp")
+    with pytest.raises(ValueError, match="not both"):
+        ShardedSampler(100, num_replicas=2, rank=0, device_mesh=mesh, mesh_dim="tp")
+    with pytest.raises(ValueError, match="needs device_mesh"):
+        ShardedSampler(100, num_replicas=2, rank=0, mesh_dim="tp")
+    with pytest.raises(TypeError, match="DeviceMesh"):
+        ShardedSampler(100, device_mesh=object(), mesh_dim="dp")

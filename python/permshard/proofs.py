@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 import warnings
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
@@ -391,12 +392,6 @@ def check_consensus(sampler: ShardedSampler, group: Any = None, *, start: Option
     double = _double_split(everyone, world)
     if double is not None:
         raise ShardingError(double)
-    ranks = sorted(c["rank"] for c in everyone)
-    if ranks != list(range(world)):
-        raise ShardingError(
-            f"sampler ranks {ranks} across the {world} processes of the group are not "
-            f"0..{world - 1} each once; leave rank=None (it defaults to the process rank)"
-        )
     reference = everyone[0]
     for key in _AGREED:
         for proc, config in enumerate(everyone):
@@ -409,10 +404,23 @@ def check_consensus(sampler: ShardedSampler, group: Any = None, *, start: Option
                     f"rank {config['rank']} (process {proc}) has {key}={theirs}. "
                     f"Fix: {_FIXES[key]}"
                 )
-    if reference["num_replicas"] != world:
+    _check_layout([c["rank"] for c in everyone], reference["num_replicas"])
+
+
+def _check_layout(ranks: list[int], num_replicas: int) -> None:
+    """Each sampler rank ``0..num_replicas-1`` must appear equally often among the
+    processes: once each in pure data parallelism, ``world / num_replicas`` times when
+    model-parallel peers (tensor, pipeline, context) share a data-parallel rank."""
+    world = len(ranks)
+    counts = Counter(ranks)
+    if world % num_replicas or any(counts[r] != world // num_replicas for r in range(num_replicas)):
+        per_process = ", ".join(f"process {p}: rank {r}" for p, r in enumerate(ranks))
         raise ShardingError(
-            f"the sampler splits across num_replicas={reference['num_replicas']} but the "
-            f"process group has {world} processes; leave num_replicas=None"
+            f"the {world} processes of the group use sampler ranks {sorted(ranks)} with "
+            f"num_replicas={num_replicas} ({per_process}): every rank 0..{num_replicas - 1} "
+            f"must appear equally often ({world} / {num_replicas} processes each). In pure data "
+            "parallelism leave num_replicas and rank unset; with model parallelism pass the "
+            "data-parallel size and rank (or device_mesh=..., mesh_dim=...)"
         )
 
 
@@ -443,7 +451,8 @@ def verify_distributed(sampler: ShardedSampler, group: Any = None) -> Certificat
     yielded, padding, consumed, dropped, reference = part.coverage_share(sampler.rank)
     mine = [sampler.rank, part.num_samples, *yielded, *padding, *consumed, *dropped, *reference]
     totals = [(0, 0, 0, 0)] * 5
-    for row in all_gather_u64(mine, group):
+    first_of_rank: dict[int, tuple[int, list[int]]] = {}
+    for proc, row in enumerate(all_gather_u64(mine, group)):
         r, length = row[0], row[1]
         if length != part.num_samples:
             raise ShardingError(
@@ -451,6 +460,16 @@ def verify_distributed(sampler: ShardedSampler, group: Any = None) -> Certificat
                 f"{part.num_samples}; DDP would hang on the last step. Use the same dataset "
                 "and num_replicas everywhere"
             )
+        if r in first_of_rank:  # a model-parallel peer: must read exactly the same stream
+            peer, peer_row = first_of_rank[r]
+            if row[2:] != peer_row[2:]:
+                raise ShardingError(
+                    f"processes {peer} and {proc} share sampler rank {r} but yield different "
+                    "streams (their fingerprints differ): model-parallel peers must read "
+                    "identical data. Check that both run the same sampler class and dataset"
+                )
+            continue
+        first_of_rank[r] = (proc, row)
         columns = [row[2 + 4 * i : 6 + 4 * i] for i in range(5)]
         totals = [_merge(t, c) for t, c in zip(totals, columns)]
     total_yielded, total_padding, total_consumed, total_dropped, total_reference = totals

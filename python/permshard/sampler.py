@@ -14,6 +14,7 @@ from torch.utils.data import BatchSampler, DistributedSampler
 from . import _core
 from ._validation import as_int, as_positive, as_u64
 from .epoch_index import tag, wants_epoch
+from .mesh import MeshDim, mesh_world
 from .plan import ShardPlan, build_plan
 
 #: Items computed per call into Rust while iterating (GIL released for each chunk).
@@ -120,6 +121,14 @@ class ShardedSampler(DistributedSampler[int]):
             the same configuration. It is a collective: every rank of the group must
             iterate the sampler; pass ``False`` for a loader iterated on some ranks only.
             Default: ``True``.
+        device_mesh (DeviceMesh, optional): under model parallelism, the mesh whose
+            ``mesh_dim`` gives ``num_replicas`` and ``rank`` (instead of passing them).
+        mesh_dim (str or tuple of str, optional): the data-parallel dimension name(s) of
+            ``device_mesh``; several are flattened (e.g. ``("dp_replicate", "dp_shard")``).
+
+    Model parallelism: processes that share a data-parallel rank (tensor, pipeline or
+    context parallel peers) pass the same ``rank`` (or the same mesh coordinate) and read
+    identical data; the consensus accepts any layout where each rank appears equally often.
 
     .. warning::
         As with DistributedSampler, call :meth:`set_epoch` at the beginning of each epoch
@@ -147,10 +156,21 @@ class ShardedSampler(DistributedSampler[int]):
         *,
         auto_epoch: bool = False,
         check_consensus: bool = True,
+        device_mesh: Any = None,
+        mesh_dim: Optional[MeshDim] = None,
     ) -> None:
         # DistributedSampler.__init__ is not called: it would compute nothing we use.
         self.dataset = dataset  # type: ignore[assignment]
         self._n = dataset_length(dataset)
+        if device_mesh is not None:
+            if num_replicas is not None or rank is not None:
+                raise ValueError(
+                    "pass either device_mesh=... (num_replicas and rank come from its "
+                    "mesh_dim) or num_replicas=... and rank=..., not both"
+                )
+            num_replicas, rank = mesh_world(device_mesh, mesh_dim)
+        elif mesh_dim is not None:
+            raise ValueError("mesh_dim=... needs device_mesh=...")
         self.num_replicas, self.rank = _world(num_replicas, rank)
         self.shuffle = bool(shuffle)
         self.seed = as_u64("seed", seed)

@@ -22,23 +22,23 @@ def mesh_world(device_mesh: Any, mesh_dim: Optional[MeshDim]) -> tuple[int, int]
         device_mesh: a ``torch.distributed.device_mesh.DeviceMesh``.
         mesh_dim: a dimension name, or a tuple of names flattened together.
     """
-    names = getattr(device_mesh, "mesh_dim_names", None)
-    if names is None and not hasattr(device_mesh, "get_local_rank"):
+    if not hasattr(device_mesh, "get_local_rank"):
         raise TypeError(
             f"device_mesh must be a torch DeviceMesh, got {type(device_mesh).__name__}"
         )
+    names: tuple[str, ...] = tuple(getattr(device_mesh, "mesh_dim_names", None) or ())
     if mesh_dim is None:
         raise ValueError(
             "device_mesh=... needs mesh_dim=...: the name of the data-parallel dimension "
-            f"(or a tuple of names), one of {list(names or [])}"
+            f"(or a tuple of names), one of {list(names)}"
         )
     dims = (mesh_dim,) if isinstance(mesh_dim, str) else tuple(mesh_dim)
     if not dims or not all(isinstance(d, str) for d in dims):
         raise TypeError(f"mesh_dim must be a dimension name or a tuple of names, got {mesh_dim!r}")
-    unknown = [d for d in dims if d not in (names or ())]
+    unknown = [d for d in dims if d not in names]
     if unknown:
         raise ValueError(
-            f"mesh_dim {unknown} not in the mesh's dimensions {list(names or [])}; name the "
+            f"mesh_dim {unknown} not in the mesh's dimensions {list(names)}; name the "
             "data-parallel dimension(s) when building the mesh (init_device_mesh(..., "
             "mesh_dim_names=(...)))"
         )

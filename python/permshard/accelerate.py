@@ -22,7 +22,6 @@ from typing import Any, Optional
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, RandomSampler, SequentialSampler
 
 from ._core import ShardingError
-from .epoch_index import tag, wants_epoch
 from .sampler import ShardedBatchSampler, ShardedSampler
 
 __all__ = ["StepBatchSampler", "prepare_data_loader"]
@@ -61,9 +60,7 @@ class StepBatchSampler(ShardedBatchSampler):
         for step in range(self._batches(part.num_samples)):
             b = min(bs, part.num_samples - step * bs)
             first = base + step * bs * w + rank * b
-            batch = part.take_positions(first, b)
-            if wants_epoch(sampler.dataset):
-                batch = tag(batch, current.epoch)
+            batch = sampler._for_dataset(part.take_positions(first, b), current)
             current.chunk_base = step * bs + b
             if step == 0:
                 sampler._first_item(current)

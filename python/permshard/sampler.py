@@ -306,10 +306,7 @@ class ShardedSampler(DistributedSampler[int]):
         base, size = 0, _FIRST_CHUNK
         while base < total:
             count = min(size, total - base)
-            items = current.partition.take(self.rank, base, count)
-            if wants_epoch(self.dataset):  # the epoch travels with the index to the worker
-                items = tag(items, current.epoch)
-            chunk = iter(items)
+            chunk = iter(self._for_dataset(current.partition.take(self.rank, base, count), current))
             current.chunk_base, current.chunk_len, current.chunk = base, count, chunk
             if base == 0:
                 self._first_item(current)
@@ -361,6 +358,11 @@ class ShardedSampler(DistributedSampler[int]):
             epoch = as_u64("epoch", epoch)
             start = self._pass_start() if epoch == self.epoch else 0
         return [tuple(hit) for hit in self._partition(epoch, start).locate(sample)]  # type: ignore[misc]
+
+    def _for_dataset(self, indices: list[int], current: _Pass) -> list[int]:
+        """``indices`` as the dataset receives them: tagged with the pass's epoch when the
+        dataset is epoch-dependent (the epoch travels with the index to every worker)."""
+        return tag(indices, current.epoch) if wants_epoch(self.dataset) else indices
 
     def _pass_start(self) -> int:
         """First global position of the pass being run (or last run) in this epoch; the
@@ -555,9 +557,8 @@ class ShardedBatchSampler(BatchSampler):
         for base in range(0, total, step):
             count = min(step, total - base)
             batches = part.take_batches(rank, base, count, self.batch_size)
-            if wants_epoch(self._sharded.dataset):
-                batches = [tag(batch, current.epoch) for batch in batches]
             for i, batch in enumerate(batches):
+                batch = self._sharded._for_dataset(batch, current)
                 current.chunk_base = min(base + (i + 1) * self.batch_size, base + count)
                 if base == 0 and i == 0:
                     self._sharded._first_item(current)

@@ -314,3 +314,42 @@ def model_parallel(rank: int, world: int, n: int) -> dict:
     out["uneven"] = expect_error(lambda: list(uneven), ShardingError)
     dist.barrier()
     return out
+
+
+def model_parallel_loaders(rank: int, world: int, n: int) -> dict:
+    """dp = 2 x tp = 2: shard_iterable / ShardedIterable from a mesh (with DataLoader
+    workers), and the accelerate helper under accelerate's own ParallelismConfig."""
+    from accelerate import Accelerator
+    from accelerate.parallelism_config import ParallelismConfig
+    from torch.distributed.device_mesh import init_device_mesh
+
+    import permshard.accelerate
+    from permshard.data import ShardedIterable
+
+    out: dict = {}
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    docs = ShardedIterable(range(n), device_mesh=mesh, mesh_dim="dp")
+    loader = DataLoader(docs, batch_size=None, num_workers=2, multiprocessing_context="spawn")
+    out["iterable"] = sorted(int(x) for x in loader)
+    out["iterable_rank"] = (docs.rank, docs.world_size)
+    out["iterable_error"] = expect_error(
+        lambda: ShardedIterable(range(n), device_mesh=mesh, mesh_dim="dp", rank=0), ValueError
+    )
+
+    # accelerate 1.15 accepts a ParallelismConfig only on GPUs (FSDP2 / multi-GPU): on CPU
+    # it is attached to the state as Accelerator.__init__ does there, with accelerate's own
+    # mesh (built by the config, flattened dims included).
+    accelerator = Accelerator(cpu=True)
+    config = ParallelismConfig(dp_shard_size=2, tp_size=2)
+    accelerator.state.parallelism_config = config
+    accelerator.state.device_mesh = config.get_device_mesh("cpu")
+    out["accelerate_world"] = permshard.accelerate.data_parallel_world(accelerator)
+    data = list(range(n))
+    prepared = permshard.accelerate.prepare_data_loader(accelerator, DataLoader(data, batch_size=4, shuffle=True))
+    out["accelerate"] = [x for batch in prepared for x in batch.tolist()]
+    wrong = DataLoader(data, batch_size=4, sampler=ShardedSampler(data))  # 4 ranks: not the dp world
+    out["accelerate_error"] = expect_error(
+        lambda: permshard.accelerate.prepare_data_loader(accelerator, wrong), ShardingError
+    )
+    dist.barrier()
+    return out

@@ -99,3 +99,19 @@ def test_model_parallel_layouts_on_four_processes():
     for r in results:
         assert "ranks disagree on seed" in r["bad_peer"] and "process 3" in r["bad_peer"]
         assert "must appear equally often" in r["uneven"]
+
+
+def test_iterables_and_accelerate_split_by_data_parallel_rank_only():
+    n = 203
+    results = launch(dist_workers.model_parallel_loaders, 4, n)
+    assert [r["iterable_rank"] for r in results] == [(0, 2), (0, 2), (1, 2), (1, 2)]
+    assert [r["accelerate_world"] for r in results] == [(2, 0), (2, 0), (2, 1), (2, 1)]
+    for key in ("iterable", "accelerate"):
+        # tensor-parallel peers (processes 0/1 and 2/3) read the same; the dp ranks split once.
+        assert results[0][key] == results[1][key] and results[2][key] == results[3][key], key
+        union = sorted(results[0][key] + results[2][key])
+        assert sorted(set(union)) == list(range(n)) and len(union) - n <= 1, key
+        assert set(results[0][key]).isdisjoint(results[2][key]) or len(union) == n + 1, key
+    for r in results:
+        assert "not both" in r["iterable_error"]
+        assert "data-parallel ranks" in r["accelerate_error"]

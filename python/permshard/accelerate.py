@@ -22,9 +22,10 @@ from typing import Any, Optional
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, RandomSampler, SequentialSampler
 
 from ._core import ShardingError
+from .mesh import mesh_world
 from .sampler import ShardedBatchSampler, ShardedSampler
 
-__all__ = ["StepBatchSampler", "prepare_data_loader"]
+__all__ = ["StepBatchSampler", "data_parallel_world", "prepare_data_loader"]
 
 
 class StepBatchSampler(ShardedBatchSampler):
@@ -94,10 +95,27 @@ def _sharded_sampler(loader: DataLoader[Any], num_processes: int, process_index:
     if (sampler.num_replicas, sampler.rank) != (num_processes, process_index):
         raise ShardingError(
             f"the ShardedSampler splits across num_replicas={sampler.num_replicas} as rank "
-            f"{sampler.rank}, but accelerate runs {num_processes} processes and this is process "
-            f"{process_index}; leave num_replicas and rank unset"
+            f"{sampler.rank}, but accelerate has {num_processes} data-parallel ranks and this "
+            f"process is rank {process_index} of them; leave num_replicas and rank unset (or "
+            "build the sampler from accelerator.torch_device_mesh's data-parallel dims)"
         )
     return sampler, int(batch_size), bool(drop_last)
+
+
+def data_parallel_world(accelerator: Any) -> tuple[int, int]:
+    """``(num_replicas, rank)`` of this process among the data-parallel ranks.
+
+    Without model parallelism: accelerate's process count and index. With a
+    ``ParallelismConfig`` (tensor, context or sequence parallel dims), the coordinate along
+    its data-parallel dims (``dp_replicate``, ``dp_shard``) of ``accelerator.torch_device_mesh``:
+    model-parallel peers read the same batches.
+    """
+    config = getattr(accelerator, "parallelism_config", None)
+    mesh = getattr(accelerator, "torch_device_mesh", None)
+    if config is None or mesh is None:
+        return int(accelerator.num_processes), int(accelerator.process_index)
+    dims = tuple(config.dp_dim_names)
+    return mesh_world(mesh, dims) if dims else (1, 0)
 
 
 class _Checkpoint:
@@ -131,7 +149,8 @@ def prepare_data_loader(accelerator: Any, dataloader: DataLoader[Any]) -> Any:
     Use it instead of ``accelerator.prepare(dataloader)`` (prepare models and optimizers
     as usual). The loader's sampler may be a :class:`ShardedSampler`, a
     ``DistributedSampler`` (replaced by the equivalent ShardedSampler) or the plain
-    sampler of ``shuffle=True/False``.
+    sampler of ``shuffle=True/False``. With accelerate's ``ParallelismConfig``, the data
+    is split across its data-parallel dims only (see :func:`data_parallel_world`).
 
     Args:
         accelerator (accelerate.Accelerator): the accelerator.
@@ -148,9 +167,7 @@ def prepare_data_loader(accelerator: Any, dataloader: DataLoader[Any]) -> Any:
         >>> loader = permshard.accelerate.prepare_data_loader(accelerator, loader)
         >>> model, optimizer = accelerator.prepare(model, optimizer)
     """
-    sampler, batch_size, drop_last = _sharded_sampler(
-        dataloader, accelerator.num_processes, accelerator.process_index
-    )
+    sampler, batch_size, drop_last = _sharded_sampler(dataloader, *data_parallel_world(accelerator))
     batches = StepBatchSampler(sampler, batch_size, drop_last)
     kwargs = {
         name: getattr(dataloader, name)

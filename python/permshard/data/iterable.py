@@ -12,6 +12,7 @@ import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .._validation import as_int
+from ..mesh import MeshDim, mesh_world
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -81,6 +82,23 @@ def rank_and_world(rank: Optional[int] = None, world_size: Optional[int] = None)
     return rank, world_size
 
 
+def _data_parallel(
+    rank: Optional[int], world_size: Optional[int], device_mesh: Any, mesh_dim: Optional[MeshDim]
+) -> tuple[Optional[int], Optional[int]]:
+    """``rank`` / ``world_size`` from ``device_mesh`` when one is given (model parallel)."""
+    if device_mesh is None:
+        if mesh_dim is not None:
+            raise ValueError("mesh_dim=... needs device_mesh=...")
+        return rank, world_size
+    if rank is not None or world_size is not None:
+        raise ValueError(
+            "pass either device_mesh=... (rank and world_size come from its mesh_dim) or "
+            "rank=... and world_size=..., not both"
+        )
+    world_size, rank = mesh_world(device_mesh, mesh_dim)
+    return rank, world_size
+
+
 def consumer(rank: Optional[int] = None, world_size: Optional[int] = None) -> tuple[int, int]:
     """``(index, count)`` of this (rank, DataLoader worker) among all of them; the worker
     comes from ``torch.utils.data.get_worker_info()``."""
@@ -121,6 +139,8 @@ def shard_iterable(
     rank: Optional[int] = None,
     world_size: Optional[int] = None,
     even: bool = False,
+    device_mesh: Any = None,
+    mesh_dim: Optional[MeshDim] = None,
 ) -> Iterator[Any]:
     r"""The part of ``source`` that belongs to this (rank, DataLoader worker).
 
@@ -147,6 +167,11 @@ def shard_iterable(
             incomplete last round is dropped, declared), so DDP never waits on a rank
             with one batch fewer. With whole shards of unknown sizes this falls back to
             striding over elements. Default: ``False``.
+        device_mesh (DeviceMesh, optional): under model parallelism, the mesh whose
+            ``mesh_dim`` gives ``rank`` and ``world_size``, so that processes sharing a
+            data-parallel coordinate (tensor or pipeline peers) read the same elements;
+            the process group's rank would give each of them a different part.
+        mesh_dim (str or tuple of str, optional): the data-parallel dimension name(s).
 
     Example::
 
@@ -154,7 +179,7 @@ def shard_iterable(
         ...     def __iter__(self):
         ...         return shard_iterable(files, open_shard=read_jsonl)
     """
-    me, count = consumer(rank, world_size)
+    me, count = consumer(*_data_parallel(rank, world_size, device_mesh, mesh_dim))
     if open_shard is None:
         yield from _stride(source, me, count, even)
         return
@@ -173,6 +198,9 @@ class ShardedIterable(IterableDataset[T], Generic[T]):
     """An IterableDataset over ``source`` that yields each element on exactly one
     (rank, worker); see :func:`shard_iterable` for the arguments.
 
+    The rank and world size are resolved here, in the process that builds the dataset
+    (from ``device_mesh`` when given), so DataLoader workers of any start method use them.
+
     Example::
 
         >>> ds = ShardedIterable(["a.jsonl", "b.jsonl"], open_shard=read_jsonl)
@@ -187,10 +215,13 @@ class ShardedIterable(IterableDataset[T], Generic[T]):
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
         even: bool = False,
+        device_mesh: Any = None,
+        mesh_dim: Optional[MeshDim] = None,
     ) -> None:
         self.source = source
         self.open_shard = open_shard
-        self.rank, self.world_size = rank_and_world(rank, world_size)
+        # Only (rank, world_size) is kept: a DeviceMesh need not pickle into workers.
+        self.rank, self.world_size = rank_and_world(*_data_parallel(rank, world_size, device_mesh, mesh_dim))
         self.even = even
 
     def __iter__(self) -> Iterator[T]:

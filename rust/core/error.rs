@@ -13,27 +13,54 @@ pub enum Error {
     EmptyDomain,
     /// A position or a sample id outside `[0, n)`.
     OutOfRange {
+        /// `"position"` or `"sample"`.
         what: &'static str,
+        /// The refused value.
         value: u64,
+        /// The domain size.
         n: u64,
     },
     /// A slice `[start, start + len)` that does not fit in `[0, n)`.
-    SliceOutOfRange { start: u64, len: u64, n: u64 },
+    SliceOutOfRange {
+        /// First position of the slice.
+        start: u64,
+        /// Its length.
+        len: u64,
+        /// The domain size.
+        n: u64,
+    },
     /// `num_replicas` must be at least 1.
-    InvalidReplicas { num_replicas: u64 },
+    InvalidReplicas {
+        /// The refused value.
+        num_replicas: u64,
+    },
     /// `rank` must be in `[0, num_replicas)`.
-    InvalidRank { rank: u64, num_replicas: u64 },
+    InvalidRank {
+        /// The refused rank.
+        rank: u64,
+        /// The number of ranks.
+        num_replicas: u64,
+    },
     /// A rank's local slice `[start, start + len)` past its `num_samples`.
     LocalOutOfRange {
+        /// The rank.
         rank: u64,
+        /// First local item of the slice.
         start: u64,
+        /// Its length.
         len: u64,
+        /// Items the rank has.
         num_samples: u64,
     },
     /// Any other argument the call cannot accept; the message names the value and the fix.
     Invalid(String),
     /// Memory for `bytes` bytes could not be had (e.g. the proof's bitmap for a huge `n`).
-    OutOfMemory { bytes: u128, what: &'static str },
+    OutOfMemory {
+        /// Bytes asked for.
+        bytes: u128,
+        /// What they were for.
+        what: &'static str,
+    },
     /// The exact proof found a counter-example.
     Violation(String),
 }

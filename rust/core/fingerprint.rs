@@ -12,13 +12,18 @@ const HASH_KEY: u64 = 0x6669_6e67_6572_7072; // "fingerpr"
 /// or repeated — up to a 2^-64-scale chance for the keyed hash sum.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Fingerprint {
+    /// Number of ids (wrapping).
     pub count: u64,
+    /// Sum of the ids (wrapping).
     pub sum: u64,
+    /// Sum of a keyed 64-bit hash of each id (wrapping).
     pub hash_sum: u64,
+    /// XOR of the ids.
     pub xor: u64,
 }
 
 impl Fingerprint {
+    /// Adds one id.
     #[inline]
     pub fn add(&mut self, id: u64) {
         self.count = self.count.wrapping_add(1);
@@ -27,6 +32,7 @@ impl Fingerprint {
         self.xor ^= id;
     }
 
+    /// Adds every id of `ids`.
     pub fn add_all(&mut self, ids: &[u64]) {
         for &id in ids {
             self.add(id);

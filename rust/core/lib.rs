@@ -4,6 +4,7 @@
 //! This crate knows nothing of Python; `rust/python` binds it.
 //!
 //! * [`Permutation`] — perm-v1: `forward`, `inverse`, batched `fill`.
+//! * [`SampleOrder`] — the order of an epoch (perm-v1, identity, explicit): position ↔ sample.
 //! * [`Partition`] — which global positions (and samples) each rank takes, with padding,
 //!   `drop_last` and resume from a consumed prefix.
 //! * [`verify`] — the exact proof that ranks are disjoint and cover the data.
@@ -12,6 +13,7 @@
 mod error;
 mod fingerprint;
 mod mix;
+mod order;
 mod partition;
 mod permutation;
 mod verify;
@@ -19,6 +21,7 @@ mod verify;
 pub use error::Error;
 pub use fingerprint::Fingerprint;
 pub use mix::splitmix64;
-pub use partition::{CoverageShare, Order, Partition};
+pub use order::{Explicit, Identity, Order, SampleOrder};
+pub use partition::{CoverageShare, Partition};
 pub use permutation::{Permutation, ALGORITHM};
 pub use verify::{verify, Certificate};

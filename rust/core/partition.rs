@@ -8,46 +8,10 @@
 
 use crate::error::Error;
 use crate::fingerprint::Fingerprint;
-use crate::permutation::Permutation;
+use crate::order::Order;
 
 /// Items filled per batched call while fingerprinting.
 const FINGERPRINT_CHUNK: u64 = 1 << 16;
-
-/// The order of the epoch: the identity (`shuffle=False`), a perm-v1 permutation, or an
-/// explicit list (any order to be proven, e.g. one produced elsewhere; O(n) memory).
-#[derive(Clone, Debug)]
-pub enum Order {
-    Identity,
-    Shuffled(Permutation),
-    Explicit(std::sync::Arc<[u64]>),
-}
-
-impl Order {
-    /// The sample at position `p < n`.
-    #[inline]
-    fn at(&self, p: u64) -> u64 {
-        match self {
-            Order::Identity => p,
-            Order::Shuffled(perm) => perm.forward_unchecked(p),
-            Order::Explicit(list) => list[p as usize],
-        }
-    }
-
-    /// The position of `sample < n`.
-    fn position_of(&self, sample: u64) -> Result<u64, Error> {
-        match self {
-            Order::Identity => Ok(sample),
-            Order::Shuffled(perm) => perm.inverse(sample),
-            Order::Explicit(list) => list
-                .iter()
-                .position(|&x| x == sample)
-                .map(|p| p as u64)
-                .ok_or(Error::Invalid(format!(
-                    "sample {sample} does not occur in the explicit order"
-                ))),
-        }
-    }
-}
 
 /// One rank's part of the distributed coverage proof. Summed over the ranks of a pass,
 /// `yielded + consumed + dropped` equals `reference` exactly when every sample of `[0, n)`
@@ -97,24 +61,11 @@ impl Partition {
         if num_replicas == 0 {
             return Err(Error::InvalidReplicas { num_replicas });
         }
-        let order_len = match &order {
-            Order::Identity => n,
-            Order::Shuffled(perm) => perm.len(),
-            Order::Explicit(list) => list.len() as u64,
-        };
-        if order_len != n {
+        if order.len() != n {
             return Err(Error::Invalid(format!(
-                "the order has {order_len} positions but the partition is over {n} samples"
+                "the order has {} positions but the partition is over {n} samples",
+                order.len()
             )));
-        }
-        if let Order::Explicit(list) = &order {
-            if let Some(&bad) = list.iter().find(|&&x| x >= n) {
-                return Err(Error::OutOfRange {
-                    what: "sample",
-                    value: bad,
-                    n,
-                });
-            }
         }
         let remaining = n.saturating_sub(start);
         let num_samples = if drop_last {
@@ -139,22 +90,27 @@ impl Partition {
         })
     }
 
+    /// Samples in the epoch.
     pub fn n(&self) -> u64 {
         self.n
     }
 
+    /// Ranks the positions are dealt to.
     pub fn num_replicas(&self) -> u64 {
         self.num_replicas
     }
 
+    /// Global positions consumed before this pass (a resume point; `0` for a whole epoch).
     pub fn start(&self) -> u64 {
         self.start
     }
 
+    /// Whether the tail that does not fill a round of ranks is dropped instead of padded.
     pub fn drop_last(&self) -> bool {
         self.drop_last
     }
 
+    /// The order positions are mapped through.
     pub fn order(&self) -> &Order {
         &self.order
     }
@@ -182,6 +138,20 @@ impl Partition {
     /// Positions in `[max(start, end), n)`: never dealt (`drop_last`).
     pub fn dropped(&self) -> u64 {
         self.n.saturating_sub(self.end().max(self.start))
+    }
+
+    /// The local index of `rank`'s first padding item: its items from there on sit at
+    /// positions `>= n` and repeat samples. `num_samples` when the rank has no padding.
+    pub fn first_padding(&self, rank: u64) -> Result<u64, Error> {
+        self.check_slice(rank, 0, 0)?;
+        // Item k sits at start + rank + k·W, which is >= n once k >= ceil((n - start - rank) / W).
+        let before = self.n.saturating_sub(self.start.saturating_add(rank));
+        Ok(before.div_ceil(self.num_replicas).min(self.num_samples))
+    }
+
+    /// How many of `rank`'s items are padding.
+    pub fn padding_of(&self, rank: u64) -> Result<u64, Error> {
+        Ok(self.num_samples - self.first_padding(rank)?)
     }
 
     /// Checks that `rank` exists and has items `[local_start, local_start + len)`.
@@ -238,11 +208,7 @@ impl Partition {
 
     /// Replaces positions (already reduced below n) by their samples.
     fn map_positions(&self, values: &mut [u64]) {
-        match &self.order {
-            Order::Identity => {}
-            Order::Shuffled(perm) => perm.map_in_place(values),
-            Order::Explicit(list) => values.iter_mut().for_each(|p| *p = list[*p as usize]),
-        }
+        self.order.map_in_place(values)
     }
 
     /// Checks that global positions `[first, first + len)` lie in this pass.
@@ -286,19 +252,17 @@ impl Partition {
         self.check_slice(rank, 0, 0)?;
         let mut real = Fingerprint::default();
         let mut padding = Fingerprint::default();
+        let first_padding = self.first_padding(rank)?;
         let mut buf = vec![0u64; FINGERPRINT_CHUNK.min(self.num_samples) as usize];
         let mut local = 0;
         while local < self.num_samples {
             let len = (buf.len() as u64).min(self.num_samples - local);
             let items = &mut buf[..len as usize];
             self.fill_rank(rank, local, items)?;
-            for (k, &s) in items.iter().enumerate() {
-                if self.position(rank, local + k as u64) < self.n {
-                    real.add(s);
-                } else {
-                    padding.add(s);
-                }
-            }
+            // Items before first_padding sit below n; the rest repeat samples.
+            let real_len = first_padding.saturating_sub(local).min(len) as usize;
+            real.add_all(&items[..real_len]);
+            padding.add_all(&items[real_len..]);
             local += len;
         }
         Ok((real, padding))
@@ -384,9 +348,16 @@ impl Partition {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::order::Identity;
+    use crate::permutation::Permutation;
+    use std::sync::Arc;
 
     fn shuffled(n: u64) -> Order {
-        Order::Shuffled(Permutation::new(n, 1, 0).unwrap())
+        Arc::new(Permutation::new(n, 1, 0).unwrap())
+    }
+
+    fn identity(n: u64) -> Order {
+        Arc::new(Identity::new(n).unwrap())
     }
 
     /// DistributedSampler's rule written out directly, as the reference.
@@ -519,7 +490,7 @@ mod tests {
             }
         }
         // A pass that repeats a consumed sample does not add up: the proof can fail.
-        let part = Partition::new(10, 2, 4, false, Order::Identity).unwrap();
+        let part = Partition::new(10, 2, 4, false, identity(10)).unwrap();
         let mut wrong = Fingerprint::default();
         for r in 0..2 {
             let s = part.coverage_share(r).unwrap();
@@ -530,10 +501,35 @@ mod tests {
     }
 
     #[test]
+    fn first_padding_matches_the_positions_of_every_rank() {
+        for (n, w) in [(10u64, 4u64), (3, 8), (17, 5), (12, 4), (1, 1)] {
+            for start in 0..=n + 2 {
+                let part = Partition::new(n, w, start, false, identity(n)).unwrap();
+                let mut total = 0;
+                for r in 0..w {
+                    // Brute force: the first local item whose position is >= n.
+                    let want = (0..part.num_samples())
+                        .find(|&k| part.position(r, k) >= n)
+                        .unwrap_or(part.num_samples());
+                    assert_eq!(
+                        part.first_padding(r).unwrap(),
+                        want,
+                        "n={n} w={w} start={start} r={r}"
+                    );
+                    total += part.padding_of(r).unwrap();
+                }
+                assert_eq!(total, part.padding(), "n={n} w={w} start={start}");
+            }
+        }
+        let part = Partition::new(10, 4, 0, false, identity(10)).unwrap();
+        assert!(part.first_padding(4).is_err());
+    }
+
+    #[test]
     fn argument_errors_are_not_violations() {
-        let err = Partition::new(u64::MAX, 2, 0, false, Order::Identity).unwrap_err();
+        let err = Partition::new(u64::MAX, 2, 0, false, identity(u64::MAX)).unwrap_err();
         assert!(!err.is_violation(), "{err}");
-        let part = Partition::new(10, 3, 3, false, Order::Identity).unwrap();
+        let part = Partition::new(10, 3, 3, false, identity(10)).unwrap();
         assert!(!part
             .fill_positions(2, &mut [0; 1])
             .unwrap_err()
@@ -548,13 +544,13 @@ mod tests {
 
     #[test]
     fn rejects_bad_arguments() {
-        assert!(Partition::new(0, 1, 0, false, Order::Identity).is_err());
-        assert!(Partition::new(5, 0, 0, false, Order::Identity).is_err());
+        assert!(Identity::new(0).is_err());
+        assert!(Partition::new(5, 0, 0, false, identity(5)).is_err());
         assert!(Partition::new(5, 2, 0, false, shuffled(6)).is_err());
-        let part = Partition::new(5, 2, 0, false, Order::Identity).unwrap();
+        let part = Partition::new(5, 2, 0, false, identity(5)).unwrap();
         assert!(part.fill_rank(2, 0, &mut [0; 1]).is_err());
         assert!(part.fill_rank(0, 2, &mut [0; 2]).is_err());
         assert!(part.locate(5).is_err());
-        assert!(Partition::new(u64::MAX, 2, 0, false, Order::Identity).is_err());
+        assert!(Partition::new(u64::MAX, 2, 0, false, identity(u64::MAX)).is_err());
     }
 }

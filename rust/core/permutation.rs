@@ -157,6 +157,7 @@ impl Permutation {
         Table { forward, inverse }
     }
 
+    /// Number of positions `n`.
     pub fn len(&self) -> u64 {
         self.n
     }
@@ -166,14 +167,17 @@ impl Permutation {
         false
     }
 
+    /// The seed the permutation is keyed with.
     pub fn seed(&self) -> u64 {
         self.seed
     }
 
+    /// The epoch the permutation is keyed with.
     pub fn epoch(&self) -> u64 {
         self.epoch
     }
 
+    /// The stream the permutation is keyed with (independent orders for one seed/epoch).
     pub fn stream(&self) -> u64 {
         self.stream
     }
@@ -325,16 +329,59 @@ impl Permutation {
 }
 
 /// Runtime CPU-feature dispatch for the batched path. Every variant compiles the same
-/// integer code, so the output never depends on the path taken.
+/// integer code, so the output never depends on the path taken. The CPU is probed once.
 mod simd {
+    use std::sync::OnceLock;
+
     use super::Permutation;
 
-    /// Defines `$name(perm, lanes)`: `$method` compiled for AVX-512, for AVX2 and portably,
-    /// picked at run time.
+    /// The instruction sets the batched path is compiled for.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub(super) enum Level {
+        /// AVX-512 F + DQ + VL (64-bit multiplies in vector registers).
+        Avx512,
+        /// AVX2.
+        Avx2,
+        /// Whatever the target's baseline is.
+        Portable,
+    }
+
+    /// The levels this CPU can run, best first (`Portable` always last).
+    pub(super) fn available() -> Vec<Level> {
+        let mut levels = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512dq")
+                && std::arch::is_x86_feature_detected!("avx512vl")
+            {
+                levels.push(Level::Avx512);
+            }
+            if std::arch::is_x86_feature_detected!("avx2") {
+                levels.push(Level::Avx2);
+            }
+        }
+        levels.push(Level::Portable);
+        levels
+    }
+
+    /// The best level of this CPU, probed on first use.
+    pub(super) fn best() -> Level {
+        static BEST: OnceLock<Level> = OnceLock::new();
+        *BEST.get_or_init(|| available()[0])
+    }
+
+    /// Defines `$name(perm, lanes)` (at the best level) and `$at(level, perm, lanes)`
+    /// (at a given level that this CPU supports): `$method` compiled per level.
     macro_rules! dispatch {
-        ($name:ident, $method:ident) => {
+        ($name:ident, $at:ident, $method:ident) => {
             #[inline]
             pub(super) fn $name(perm: &Permutation, lanes: &mut [u64]) {
+                $at(best(), perm, lanes)
+            }
+
+            #[inline]
+            pub(super) fn $at(level: Level, perm: &Permutation, lanes: &mut [u64]) {
                 #[cfg(target_arch = "x86_64")]
                 {
                     #[target_feature(enable = "avx512f,avx512dq,avx512vl")]
@@ -345,30 +392,22 @@ mod simd {
                     fn avx2(perm: &Permutation, lanes: &mut [u64]) {
                         perm.$method(lanes)
                     }
-                    if std::arch::is_x86_feature_detected!("avx512dq")
-                        && std::arch::is_x86_feature_detected!("avx512vl")
-                    {
-                        // SAFETY: the features were detected on this CPU just above.
-                        return unsafe { avx512(perm, lanes) };
-                    }
-                    if std::arch::is_x86_feature_detected!("avx2") {
+                    match level {
+                        // SAFETY: `level` comes from `available()`, which probed the CPU.
+                        Level::Avx512 => return unsafe { avx512(perm, lanes) },
                         // SAFETY: as above.
-                        return unsafe { avx2(perm, lanes) };
+                        Level::Avx2 => return unsafe { avx2(perm, lanes) },
+                        Level::Portable => {}
                     }
                 }
+                let _ = level;
                 perm.$method(lanes)
             }
         };
     }
 
-    dispatch!(map_block, map_block_generic);
-    dispatch!(encrypt_block, encrypt_block_generic);
-
-    /// The portable path, for tests that compare it with the dispatched one.
-    #[cfg(test)]
-    pub(super) fn map_block_portable(perm: &Permutation, lanes: &mut [u64]) {
-        perm.map_block_generic(lanes)
-    }
+    dispatch!(map_block, map_block_at, map_block_generic);
+    dispatch!(encrypt_block, encrypt_block_at, encrypt_block_generic);
 }
 
 #[cfg(test)]
@@ -435,14 +474,38 @@ mod tests {
             let start = n - 1000;
             let mut batched = vec![0u64; 1000];
             p.fill(start, &mut batched).unwrap();
-            let mut portable: Vec<u64> = (start..n).collect();
-            for chunk in portable.chunks_mut(BLOCK) {
-                simd::map_block_portable(&p, chunk);
+            for (i, &b) in batched.iter().enumerate() {
+                assert_eq!(b, p.forward(start + i as u64).unwrap());
             }
-            for (i, (&b, &q)) in batched.iter().zip(&portable).enumerate() {
-                let scalar = p.forward(start + i as u64).unwrap();
-                assert_eq!(b, scalar);
-                assert_eq!(q, scalar);
+        }
+    }
+
+    #[test]
+    fn every_simd_level_of_this_cpu_equals_the_scalar_path() {
+        let levels = simd::available();
+        assert_eq!(levels.last(), Some(&simd::Level::Portable));
+        assert_eq!(simd::best(), levels[0]);
+        eprintln!("SIMD levels tested on this CPU: {levels:?}");
+        for n in [TABLE_MAX_N + 1, 1_000_003, 1 << 40, u64::MAX] {
+            let p = Permutation::new(n, 5, 9).unwrap();
+            let start = n - 1000;
+            let scalar: Vec<u64> = (start..n).map(|i| p.forward(i).unwrap()).collect();
+            for &level in &levels {
+                let mut mapped: Vec<u64> = (start..n).collect();
+                for chunk in mapped.chunks_mut(BLOCK) {
+                    simd::map_block_at(level, &p, chunk);
+                }
+                assert_eq!(mapped, scalar, "n={n} level={level:?}");
+                let mut encrypted: Vec<u64> =
+                    (start..n).map(|x| x & mask(p.domain_bits())).collect();
+                let mut want = encrypted.clone();
+                for chunk in want.chunks_mut(BLOCK) {
+                    simd::encrypt_block_at(simd::Level::Portable, &p, chunk);
+                }
+                for chunk in encrypted.chunks_mut(BLOCK) {
+                    simd::encrypt_block_at(level, &p, chunk);
+                }
+                assert_eq!(encrypted, want, "n={n} level={level:?}");
             }
         }
     }

@@ -12,7 +12,9 @@ const CHUNK: u64 = 1 << 16;
 /// What [`verify`] proved about a [`Partition`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Certificate {
+    /// Samples in the epoch.
     pub n: u64,
+    /// Ranks.
     pub num_replicas: u64,
     /// Items each rank yields.
     pub num_samples: u64,
@@ -172,11 +174,12 @@ pub fn verify(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::partition::Order;
+    use crate::order::{Explicit, Identity, Order};
     use crate::permutation::Permutation;
+    use std::sync::Arc;
 
     fn check(n: u64, w: u64, start: u64, drop_last: bool) -> Certificate {
-        let order = Order::Shuffled(Permutation::new(n, 3, 1).unwrap());
+        let order = Arc::new(Permutation::new(n, 3, 1).unwrap()) as Order;
         let part = Partition::new(n, w, start, drop_last, order).unwrap();
         let progress = AtomicU64::new(0);
         let cert = verify(&part, 2, &progress).unwrap();
@@ -186,7 +189,7 @@ mod tests {
 
     /// Brute force: every rank's items counted in a plain vector.
     fn brute_force(n: u64, w: u64, drop_last: bool) -> (u64, u64, u64) {
-        let order = Order::Shuffled(Permutation::new(n, 3, 1).unwrap());
+        let order = Arc::new(Permutation::new(n, 3, 1).unwrap()) as Order;
         let part = Partition::new(n, w, 0, drop_last, order).unwrap();
         let mut count = vec![0u64; n as usize];
         let mut items = vec![0u64; part.num_samples() as usize];
@@ -228,14 +231,21 @@ mod tests {
             w,
             0,
             drop_last,
-            Order::Explicit(order.into()),
+            Arc::new(Explicit::new(order).unwrap()),
         )?;
         verify(&part, 2, &AtomicU64::new(0))
     }
 
     #[test]
     fn a_bitmap_too_large_is_an_error_not_an_abort() {
-        let part = Partition::new(u64::MAX, 3, 0, false, Order::Identity).unwrap();
+        let part = Partition::new(
+            u64::MAX,
+            3,
+            0,
+            false,
+            Arc::new(Identity::new(u64::MAX).unwrap()),
+        )
+        .unwrap();
         let err = verify(&part, 1, &AtomicU64::new(0)).unwrap_err();
         assert!(matches!(err, Error::OutOfMemory { .. }), "{err}");
         assert!(!err.is_violation());

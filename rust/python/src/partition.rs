@@ -4,7 +4,9 @@ use numpy::{IntoPyArray, PyArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use permshard_core::{Fingerprint, Order};
+use std::sync::Arc;
+
+use permshard_core::{Fingerprint, Identity, Order, Permutation};
 
 use crate::errors::to_py;
 use crate::permutation::{alloc, compute};
@@ -43,10 +45,10 @@ impl Partition {
         seed: u64,
         epoch: u64,
     ) -> PyResult<Self> {
-        let order = if shuffle {
-            Order::Shuffled(permshard_core::Permutation::new(n, seed, epoch).map_err(to_py)?)
+        let order: Order = if shuffle {
+            Arc::new(Permutation::new(n, seed, epoch).map_err(to_py)?)
         } else {
-            Order::Identity
+            Arc::new(Identity::new(n).map_err(to_py)?)
         };
         let inner = permshard_core::Partition::new(n, num_replicas, start, drop_last, order)
             .map_err(to_py)?;
@@ -76,6 +78,22 @@ impl Partition {
     #[getter]
     fn dropped(&self) -> u64 {
         self.inner.dropped()
+    }
+
+    /// The order's algorithm id (`perm-v1`, `identity`).
+    #[getter]
+    fn algorithm(&self) -> &'static str {
+        self.inner.order().algorithm()
+    }
+
+    /// The local index of `rank`'s first padding item (`num_samples` when none).
+    fn first_padding(&self, rank: u64) -> PyResult<u64> {
+        self.inner.first_padding(rank).map_err(to_py)
+    }
+
+    /// How many of `rank`'s items are padding.
+    fn padding_of(&self, rank: u64) -> PyResult<u64> {
+        self.inner.padding_of(rank).map_err(to_py)
     }
 
     /// The sample at global position `position` (padding wraps around).

@@ -6,25 +6,51 @@
   without ``randperm(N)``, with plans, ``locate``, O(1) resume (also on another number of
   ranks) and proofs; :class:`ShardedBatchSampler` yields whole batches.
 * :func:`verify` — the exact proof; :class:`ShardingError` when sharding is wrong.
+
+Names are imported on first use, so ``permshard --help`` (and anything else that does
+not touch a sampler) starts without importing torch.
 """
 
-from ._core import ALGORITHM, ShardingError, __version__
-from .permutation import Permutation
-from .plan import ShardPlan
-from .proofs import Certificate, check_loader, verify
-from .sampler import ShardedBatchSampler, ShardedSampler
-from . import data
+from __future__ import annotations
 
-__all__ = [
-    "ALGORITHM",
-    "Certificate",
-    "Permutation",
-    "ShardPlan",
-    "ShardedBatchSampler",
-    "ShardedSampler",
-    "ShardingError",
-    "__version__",
-    "check_loader",
-    "data",
-    "verify",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ._core import ALGORITHM, ShardingError, __version__
+
+if TYPE_CHECKING:
+    from . import data
+    from .config import ShardConfig
+    from .permutation import Permutation
+    from .plan import ShardPlan
+    from .proofs import Certificate, check_loader, verify
+    from .sampler import ShardedBatchSampler, ShardedSampler
+
+#: Public name -> the module that defines it.
+_LAZY = {
+    "Certificate": ".proofs",
+    "Permutation": ".permutation",
+    "ShardConfig": ".config",
+    "ShardPlan": ".plan",
+    "ShardedBatchSampler": ".sampler",
+    "ShardedSampler": ".sampler",
+    "check_loader": ".proofs",
+    "data": ".data",
+    "verify": ".proofs",
+}
+
+__all__ = ["ALGORITHM", "ShardingError", "__version__", *sorted(_LAZY)]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'permshard' has no attribute {name!r}")
+    imported = importlib.import_module(module, __name__)
+    value = imported if name == "data" else getattr(imported, name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

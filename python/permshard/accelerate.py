@@ -23,49 +23,9 @@ from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Rando
 
 from ._core import ShardingError
 from .mesh import mesh_world
-from .sampler import ShardedBatchSampler, ShardedSampler
+from .sampler import ShardedBatchSampler, ShardedSampler, StepBatchSampler
 
 __all__ = ["StepBatchSampler", "data_parallel_world", "prepare_data_loader"]
-
-
-class StepBatchSampler(ShardedBatchSampler):
-    r"""Deals whole batches: at step ``s`` rank ``r`` takes global positions
-    ``[s·B·W + r·b, s·B·W + (r + 1)·b)`` where ``b`` is the step's per-rank batch (``B``
-    except maybe at the last step).
-
-    This is accelerate's own layout (``gather`` at a step returns positions in order), so
-    at the end of an evaluation epoch the padding is exactly the tail that
-    ``gather_for_metrics`` cuts. After ``k`` steps the consumed positions are the prefix
-    ``[0, k·B·W)``, as with :class:`ShardedSampler`: resume (also on another number of
-    processes) stays exact. Lengths, argument checks and state dicts are those of
-    :class:`~permshard.ShardedBatchSampler`.
-
-    Args:
-        sampler (ShardedSampler): gives the epoch's order, rank and world size.
-        batch_size (int): per-process batch size ``B``.
-        drop_last (bool): drop the last step when it is smaller than ``B``.
-    """
-
-    def __init__(self, sampler: ShardedSampler, batch_size: int, drop_last: bool = False) -> None:
-        super().__init__(sampler, batch_size, drop_last)
-        # Read by accelerate: total_batch_size = batch_size * num_processes.
-        self.num_processes = sampler.num_replicas
-        self.process_index = 0  # not a splitter: the sampler already holds the rank
-        self.split_batches = False
-
-    def __iter__(self) -> Iterator[list[int]]:
-        sampler = self._sharded
-        current = sampler._begin_pass()
-        part, w, rank, bs = current.partition, sampler.num_replicas, sampler.rank, self.batch_size
-        base = current.start
-        for step in range(self._batches(part.num_samples)):
-            b = min(bs, part.num_samples - step * bs)
-            first = base + step * bs * w + rank * b
-            batch = sampler._for_dataset(part.take_positions(first, b), current)
-            current.chunk_base = step * bs + b
-            if step == 0:
-                sampler._first_item(current)
-            yield batch
 
 
 def _sharded_sampler(loader: DataLoader[Any], num_processes: int, process_index: int) -> tuple[ShardedSampler, int, bool]:
@@ -129,13 +89,11 @@ class _Checkpoint:
         self.batch_size = batch_size
 
     def state_dict(self) -> dict[str, Any]:
-        delivered = int(getattr(self.loader, "_permshard_delivered", 0))
-        current = self.sampler._pass
-        if current is None or current.epoch != self.sampler.epoch:
+        epoch, delivered = getattr(self.loader, "_permshard_delivered", (None, 0))
+        if epoch != self.sampler.epoch:  # nothing delivered in this epoch yet
             return self.sampler.state_dict()
-        # Global positions from the epoch start: the pass's resume point, then W per item.
-        local = min(delivered * self.batch_size, current.partition.num_samples)
-        return self.sampler.state_dict(current.start + local * self.sampler.num_replicas)
+        items = min(delivered * self.batch_size, len(self.sampler))
+        return self.sampler.state_dict(self.sampler.consumed_after(items))
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.sampler.load_state_dict(state)
@@ -199,9 +157,11 @@ def _loader_class() -> Any:
         """DataLoaderShard that counts the batches handed to the training loop."""
 
         def __iter__(self) -> Iterator[Any]:
-            self._permshard_delivered = 0
+            # (epoch, batches handed to the loop in it); the epoch is set by the iteration.
+            self._permshard_delivered = (None, 0)
             for batch in super().__iter__():
-                self._permshard_delivered += 1
+                epoch, delivered = self._permshard_delivered
+                self._permshard_delivered = (self.batch_sampler.sampler.epoch, delivered + 1)
                 yield batch
 
     return PermshardDataLoaderShard

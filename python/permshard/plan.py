@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from . import _core
-
-if TYPE_CHECKING:
-    from .sampler import ShardedSampler
+from .config import Configured, ShardConfig
 
 
 @dataclass(frozen=True)
-class ShardPlan:
+class ShardPlan(Configured):
     """What every rank yields in one epoch, in closed form.
 
     Attributes:
-        n: dataset length.
-        num_replicas: number of ranks.
+        config: the configuration planned; its fields (``n``, ``num_replicas``, ``seed``,
+            ``epoch``, ``shuffle``, ``drop_last``, ``algorithm``) read as attributes too.
         rank: the rank this plan was made on.
-        epoch, seed, shuffle, drop_last: the sampler's configuration.
         start: global positions consumed before this pass (non-zero after a resume).
         num_samples: items every rank yields.
         total_size: ``num_samples * num_replicas``.
@@ -30,13 +27,8 @@ class ShardPlan:
         dropped_samples: samples no rank yields this epoch (``drop_last``).
     """
 
-    n: int
-    num_replicas: int
+    config: ShardConfig
     rank: int
-    epoch: int
-    seed: int
-    shuffle: bool
-    drop_last: bool
     start: int
     num_samples: int
     total_size: int
@@ -83,28 +75,21 @@ class ShardPlan:
         return "\n".join(lines)
 
 
-def build_plan(part: _core.Partition, sampler: ShardedSampler) -> ShardPlan:
-    """Builds the plan of ``part``: O(num_replicas) work and memory."""
-    n, w, start = sampler.n, sampler.num_replicas, part.end - part.total_size
-    end = part.end
-    padding_positions = tuple(range(max(n, start), end))
-    dropped_positions = range(max(end, start), n)
-    pad_per_rank = [0] * w
-    for p in padding_positions:
-        pad_per_rank[(p - start) % w] += 1
+def build_plan(part: _core.Partition, config: ShardConfig, rank: int) -> ShardPlan:
+    """The plan of ``part`` (made under ``config``) as seen from ``rank``: O(num_replicas)
+    work and memory plus the padding and dropped samples it lists."""
+    # The core deals: padding is the last `part.padding` positions of the pass, drops the
+    # last `part.dropped` positions of the epoch.
+    padding_positions = tuple(range(part.end - part.padding, part.end))
+    dropped_positions = range(config.n - part.dropped, config.n)
     return ShardPlan(
-        n=n,
-        num_replicas=w,
-        rank=sampler.rank,
-        epoch=sampler.epoch,
-        seed=sampler.seed,
-        shuffle=sampler.shuffle,
-        drop_last=sampler.drop_last,
-        start=start,
+        config=config,
+        rank=rank,
+        start=part.start,
         num_samples=part.num_samples,
         total_size=part.total_size,
-        lengths=(part.num_samples,) * w,
-        padding_per_rank=tuple(pad_per_rank),
+        lengths=(part.num_samples,) * config.num_replicas,
+        padding_per_rank=tuple(part.padding_of(r) for r in range(config.num_replicas)),
         padding_positions=padding_positions,
         padding_samples=tuple(part.sample_at(p) for p in padding_positions),
         dropped_samples=tuple(part.sample_at(p) for p in dropped_positions),

@@ -4,6 +4,7 @@ and the checks that catch a dataset split twice."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import math
 import sys
@@ -21,13 +22,12 @@ from torch.utils.data import DistributedSampler, Subset
 
 from . import _core
 from ._core import ShardingError
-from ._validation import as_positive, as_u64
+from ._validation import as_u64
 from .collectives import all_gather_u64
+from .config import Configured, ShardConfig
 
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader
-
-    from .sampler import ShardedSampler
 
 _FIX_DOUBLE_SPLIT = (
     "shard once: pass the full dataset, or use num_replicas=1 on a pre-sharded dataset"
@@ -35,11 +35,13 @@ _FIX_DOUBLE_SPLIT = (
 
 
 @dataclass(frozen=True)
-class Certificate:
+class Certificate(Configured):
     """What a proof established.
 
     Attributes:
-        algorithm, n, num_replicas, seed, epoch, shuffle, drop_last: what was proven.
+        config: the configuration proven; its fields (``algorithm``, ``n``,
+            ``num_replicas``, ``seed``, ``epoch``, ``shuffle``, ``drop_last``) read as
+            attributes too.
         lengths: items per rank.
         covered: distinct samples yielded, all ranks together.
         padding: items that repeat a sample to make ranks even.
@@ -52,13 +54,7 @@ class Certificate:
             must not yield again.
     """
 
-    algorithm: str
-    n: int
-    num_replicas: int
-    seed: int
-    epoch: int
-    shuffle: bool
-    drop_last: bool
+    config: ShardConfig
     lengths: tuple[int, ...]
     covered: int
     padding: int
@@ -85,7 +81,7 @@ class Certificate:
 
 def verify_partition(
     part: _core.Partition,
-    config: Mapping[str, Any],
+    config: ShardConfig,
     *,
     threads: int = 0,
     on_progress: Optional[Callable[[int], None]] = None,
@@ -115,22 +111,15 @@ def verify_partition(
     if failure:
         raise failure[0]
     covered, padding, not_yielded = result[0]
-    start = part.end - part.total_size
-    consumed = min(start, config["n"])
+    consumed = min(part.start, config.n)
     return Certificate(
-        algorithm=_core.ALGORITHM,
-        n=config["n"],
-        num_replicas=config["num_replicas"],
-        seed=config["seed"],
-        epoch=config["epoch"],
-        shuffle=config["shuffle"],
-        drop_last=config["drop_last"],
-        lengths=(part.num_samples,) * config["num_replicas"],
+        config=config,
+        lengths=(part.num_samples,) * config.num_replicas,
         covered=covered,
         padding=padding,
         dropped=not_yielded - consumed,
         seconds=time.perf_counter() - began,
-        start=start,
+        start=part.start,
         consumed=consumed,
     )
 
@@ -170,25 +159,8 @@ def verify(
         >>> print(permshard.verify(1000, 8, seed=1))  # doctest: +ELLIPSIS
         PROVEN (bitmap, perm-v1): n=1,000 over 8 ranks x 125 samples ...
     """
-    n = as_u64("n", n, minimum=1)
-    num_replicas = as_positive("num_replicas", num_replicas)
-    config: dict[str, Any] = {
-        "n": n,
-        "num_replicas": num_replicas,
-        "seed": as_u64("seed", seed),
-        "epoch": as_u64("epoch", epoch),
-        "shuffle": bool(shuffle),
-        "drop_last": bool(drop_last),
-    }
-    part = _core.Partition(
-        n,
-        num_replicas,
-        drop_last=config["drop_last"],
-        shuffle=config["shuffle"],
-        seed=config["seed"],
-        epoch=config["epoch"],
-    )
-    return verify_partition(part, config, threads=threads, on_progress=on_progress)
+    config = ShardConfig(n, num_replicas, seed, epoch, shuffle, drop_last)
+    return verify_partition(config.partition(), config, threads=threads, on_progress=on_progress)
 
 
 # -- the double split ------------------------------------------------------------------------
@@ -340,20 +312,23 @@ _FIXES = {
     f"dataset is a per-rank slice, the data is split twice: {_FIX_DOUBLE_SPLIT}",
 }
 
-#: What every process of a pass must agree on, in the order consensus checks it.
-_AGREED = ("algorithm", "n", "num_replicas", "seed", "epoch", "shuffle", "drop_last", "start", "dataset")
+_CONFIG_KEYS = tuple(f.name for f in dataclasses.fields(ShardConfig))
+#: What every process of a pass must agree on, in the order consensus checks it: the
+#: configuration (algorithm first), the pass's resume point and the dataset.
+_AGREED = ("algorithm", *(k for k in _CONFIG_KEYS if k != "algorithm"), "start", "dataset")
 #: Sent along for the messages: the sampler rank and a Subset's progression (first, step).
 _RECORD = _AGREED + ("rank", "subset_first", "subset_step")
 
 
-def _consensus_record(sampler: ShardedSampler, start: int) -> list[int]:
-    config = dict(sampler.describe(), start=start, rank=sampler.rank)
-    config["algorithm"] = _digest(config["algorithm"])
-    config["dataset"] = _digest(dataset_fingerprint(sampler.dataset))
-    progression = _subset_progression(sampler.dataset)
+def _consensus_record(config: ShardConfig, rank: int, dataset: Any, start: int) -> list[int]:
+    """This process's consensus record: one int64 per key of ``_RECORD``."""
+    record = dict(config.as_dict(), start=start, rank=rank)
+    record["algorithm"] = _digest(config.algorithm)
+    record["dataset"] = _digest(dataset_fingerprint(dataset if dataset is not None else config.n))
+    progression = _subset_progression(dataset)
     first, step = progression if progression is not None else (0, 0)
-    config.update(subset_first=first, subset_step=step)
-    return [int(config[key]) for key in _RECORD]
+    record.update(subset_first=first, subset_step=step)
+    return [int(record[key]) for key in _RECORD]
 
 
 def _double_split(everyone: list[dict[str, int]], world: int) -> Optional[str]:
@@ -374,19 +349,20 @@ def _double_split(everyone: list[dict[str, int]], world: int) -> Optional[str]:
     )
 
 
-def check_consensus(sampler: ShardedSampler, group: Any = None, *, start: Optional[int] = None) -> None:
+def check_consensus(
+    config: ShardConfig, rank: int, dataset: Any = None, *, start: int = 0, group: Any = None
+) -> None:
     """Gathers every process's configuration (fixed-size int64 tensors, any backend) and
     raises ShardingError naming the first process and value that differ, and the fix.
 
     Args:
-        sampler: this process's sampler.
+        config: this process's configuration.
+        rank: its sampler (data-parallel) rank.
+        dataset: its dataset, fingerprinted (default: ``config.n`` only).
+        start: the first global position of the pass being checked (a resume point).
         group: the process group (default: the world).
-        start (int, optional): the first global position of the pass being checked.
-            Default: the sampler's pass being run.
     """
-    if start is None:
-        start = sampler._pass_start()
-    rows = all_gather_u64(_consensus_record(sampler, start), group)
+    rows = all_gather_u64(_consensus_record(config, rank, dataset, start), group)
     everyone = [dict(zip(_RECORD, row)) for row in rows]
     world = len(everyone)
     double = _double_split(everyone, world)
@@ -394,14 +370,14 @@ def check_consensus(sampler: ShardedSampler, group: Any = None, *, start: Option
         raise ShardingError(double)
     reference = everyone[0]
     for key in _AGREED:
-        for proc, config in enumerate(everyone):
-            if config[key] != reference[key]:
+        for proc, other in enumerate(everyone):
+            if other[key] != reference[key]:
                 shown = {"algorithm": "<digest>", "dataset": "<fingerprint>"}
                 mine = shown.get(key, repr(_as_python(key, reference[key])))
-                theirs = shown.get(key, repr(_as_python(key, config[key])))
+                theirs = shown.get(key, repr(_as_python(key, other[key])))
                 raise ShardingError(
                     f"ranks disagree on {key}: rank {reference['rank']} has {key}={mine}, "
-                    f"rank {config['rank']} (process {proc}) has {key}={theirs}. "
+                    f"rank {other['rank']} (process {proc}) has {key}={theirs}. "
                     f"Fix: {_FIXES[key]}"
                 )
     _check_layout([c["rank"] for c in everyone], reference["num_replicas"])
@@ -433,11 +409,20 @@ def _merge(a: Sequence[int], b: Sequence[int]) -> tuple[int, int, int, int]:
     return ((a[0] + b[0]) & mask, (a[1] + b[1]) & mask, (a[2] + b[2]) & mask, a[3] ^ b[3])
 
 
-def verify_distributed(sampler: ShardedSampler, group: Any = None) -> Certificate:
-    """Consensus, then coverage of the pass being run (from its resume point, if any):
-    each rank fingerprints what it yields (count, sum, keyed-hash sum, XOR), plus a 1/W
-    slice of the samples consumed before the pass, of those dropped and of ``[0, n)``; the
-    sums across ranks must match. O((n + start) / W) time, O(1) memory per rank.
+def verify_distributed(
+    part: _core.Partition, config: ShardConfig, rank: int, dataset: Any = None, group: Any = None
+) -> Certificate:
+    """Consensus, then coverage of the pass ``part`` (from its resume point, if any): each
+    rank fingerprints what it yields (count, sum, keyed-hash sum, XOR), plus a 1/W slice of
+    the samples consumed before the pass, of those dropped and of ``[0, n)``; the sums
+    across ranks must match. O((n + start) / W) time, O(1) memory per rank.
+
+    Args:
+        part: the pass this process iterates (``config.partition(start)``).
+        config: its configuration.
+        rank: this process's sampler (data-parallel) rank.
+        dataset: its dataset, fingerprinted by the consensus.
+        group: the process group (default: the world).
 
     Raises:
         ShardingError: naming the rank, the value that differs and the fix.
@@ -445,18 +430,16 @@ def verify_distributed(sampler: ShardedSampler, group: Any = None) -> Certificat
     if not (dist.is_available() and dist.is_initialized()):
         raise ValueError("verify_distributed needs torch.distributed to be initialized")
     began = time.perf_counter()
-    start = sampler._pass_start()
-    check_consensus(sampler, group, start=start)
-    part = sampler._partition(sampler.epoch, start)
-    yielded, padding, consumed, dropped, reference = part.coverage_share(sampler.rank)
-    mine = [sampler.rank, part.num_samples, *yielded, *padding, *consumed, *dropped, *reference]
+    check_consensus(config, rank, dataset, start=part.start, group=group)
+    yielded, padding, consumed, dropped, reference = part.coverage_share(rank)
+    mine = [rank, part.num_samples, *yielded, *padding, *consumed, *dropped, *reference]
     totals = [(0, 0, 0, 0)] * 5
     first_of_rank: dict[int, tuple[int, list[int]]] = {}
     for proc, row in enumerate(all_gather_u64(mine, group)):
         r, length = row[0], row[1]
         if length != part.num_samples:
             raise ShardingError(
-                f"rank {r} yields {length} samples in this pass, rank {sampler.rank} "
+                f"rank {r} yields {length} samples in this pass, rank {rank} "
                 f"{part.num_samples}; DDP would hang on the last step. Use the same dataset "
                 "and num_replicas everywhere"
             )
@@ -477,19 +460,19 @@ def verify_distributed(sampler: ShardedSampler, group: Any = None) -> Certificat
         raise ShardingError(
             f"coverage fingerprint mismatch: the ranks together yield {total_yielded[0]:,} "
             f"samples (+{total_consumed[0]:,} consumed before the pass, +{total_dropped[0]:,} "
-            f"dropped), but not each of [0, {sampler.n:,}) exactly once: some sample is "
+            f"dropped), but not each of [0, {config.n:,}) exactly once: some sample is "
             "repeated and another missing although every rank announced the same "
             "configuration. Check that every rank runs the same permshard build and sampler class"
         )
     return Certificate(
-        **sampler.describe(),
-        lengths=(part.num_samples,) * sampler.num_replicas,
+        config=config,
+        lengths=(part.num_samples,) * config.num_replicas,
         covered=total_yielded[0],
         padding=total_padding[0],
         dropped=total_dropped[0],
         seconds=time.perf_counter() - began,
         method="fingerprint",
-        start=start,
+        start=part.start,
         consumed=total_consumed[0],
     )
 

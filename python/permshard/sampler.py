@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import operator
 import warnings
 from collections.abc import Iterator, Mapping, Sized
 from dataclasses import dataclass
@@ -11,8 +12,9 @@ from typing import Any, Optional, Union
 import torch.distributed as dist
 from torch.utils.data import BatchSampler, DistributedSampler
 
-from . import _core
+from . import _core, proofs
 from ._validation import as_int, as_positive, as_u64
+from .config import ShardConfig
 from .epoch_index import tag, wants_epoch
 from .mesh import MeshDim, mesh_world
 from .plan import ShardPlan, build_plan
@@ -20,10 +22,6 @@ from .plan import ShardPlan, build_plan
 #: Items computed per call into Rust while iterating (GIL released for each chunk).
 _CHUNK = 1 << 13
 _FIRST_CHUNK = 1 << 6
-
-#: Keys of a state dict, in the order they are written.
-STATE_KEYS = ("algorithm", "n", "seed", "epoch", "shuffle", "drop_last", "consumed", "num_replicas")
-
 
 def dataset_length(dataset: Any) -> int:
     """Length of ``dataset``: an int N, or anything with ``__len__``."""
@@ -84,8 +82,7 @@ class _Pass:
         """Items this rank has handed out in this pass (exact, even mid-chunk)."""
         if self.chunk is None:
             return self.chunk_base
-        left = int(self.chunk.__length_hint__())  # type: ignore[attr-defined]
-        return self.chunk_base + self.chunk_len - left
+        return self.chunk_base + self.chunk_len - operator.length_hint(self.chunk)
 
 
 class ShardedSampler(DistributedSampler[int]):
@@ -178,16 +175,14 @@ class ShardedSampler(DistributedSampler[int]):
         self.auto_epoch = bool(auto_epoch)
         self.check_consensus = bool(check_consensus)
         self.epoch = 0
-        self._partitions: dict[tuple[Any, ...], _core.Partition] = {}
+        self._partitions: dict[tuple[ShardConfig, int], _core.Partition] = {}
         self._start = 0  # global positions consumed before the next pass (a resume)
         self._pass: Optional[_Pass] = None
         self._iterated_epoch: Optional[int] = None
         self._warned_repeat = False
         self._agreed_epoch: Optional[int] = None
-        from .proofs import check_not_presharded
-
         cross_rank = self.check_consensus and dist.is_available() and dist.is_initialized()
-        check_not_presharded(dataset, self.num_replicas, cross_rank=cross_rank)
+        proofs.check_not_presharded(dataset, self.num_replicas, cross_rank=cross_rank)
 
     # -- DistributedSampler's attributes -------------------------------------------------
 
@@ -195,6 +190,18 @@ class ShardedSampler(DistributedSampler[int]):
     def n(self) -> int:
         """Length of the dataset."""
         return self._n
+
+    @property
+    def config(self) -> ShardConfig:
+        """The configuration of the current epoch, as every rank must agree on it."""
+        return ShardConfig(
+            n=self._n,
+            num_replicas=self.num_replicas,
+            seed=self.seed,
+            epoch=self.epoch,
+            shuffle=self.shuffle,
+            drop_last=self.drop_last,
+        )
 
     @property
     def num_samples(self) -> int:
@@ -238,18 +245,10 @@ class ShardedSampler(DistributedSampler[int]):
     # -- iteration -------------------------------------------------------------------------
 
     def _partition(self, epoch: int, start: int) -> _core.Partition:
-        key = (epoch, start, self.seed, self.shuffle, self.drop_last, self.num_replicas)
+        key = (self.config.replace(epoch=epoch), start)
         cached = self._partitions.get(key)
         if cached is None:
-            cached = _core.Partition(
-                self._n,
-                self.num_replicas,
-                start=start,
-                drop_last=self.drop_last,
-                shuffle=self.shuffle,
-                seed=self.seed,
-                epoch=epoch,
-            )
+            cached = key[0].partition(start)
             # Small n builds a lookup table: keep the last few partitions, not one per call.
             if len(self._partitions) >= 4:
                 self._partitions.pop(next(iter(self._partitions)))
@@ -268,9 +267,7 @@ class ShardedSampler(DistributedSampler[int]):
 
     def _begin_pass(self) -> _Pass:
         self._check_dataset_unchanged()
-        from .proofs import check_not_wrapped_by_accelerate
-
-        check_not_wrapped_by_accelerate(self.num_replicas)
+        proofs.check_not_wrapped_by_accelerate(self.num_replicas)
         if self._iterated_epoch == self.epoch and self._start == 0:
             if self.auto_epoch:
                 self.epoch += 1
@@ -285,9 +282,7 @@ class ShardedSampler(DistributedSampler[int]):
                 )
         if self.check_consensus and self._agreed_epoch != self.epoch:
             if dist.is_available() and dist.is_initialized():
-                from .proofs import check_consensus
-
-                check_consensus(self, start=self._start)
+                proofs.check_consensus(self.config, self.rank, self.dataset, start=self._start)
             self._agreed_epoch = self.epoch
         part = self._partition(self.epoch, self._start)
         self._pass = _Pass(self.epoch, self._start, part)
@@ -326,9 +321,7 @@ class ShardedSampler(DistributedSampler[int]):
         them from metrics for an exact evaluation.
         """
         current = self._begin_pass()
-        # Local item k sits at global position start + rank + k·W: padding once that is >= n.
-        behind = self._n - current.start - self.rank
-        first_padding = max(0, -(-behind // self.num_replicas))
+        first_padding = current.partition.first_padding(self.rank)
         for k, index in enumerate(itertools.chain.from_iterable(self._chunks(current))):
             yield index, k >= first_padding
 
@@ -336,7 +329,7 @@ class ShardedSampler(DistributedSampler[int]):
 
     def plan(self) -> ShardPlan:
         """The exact split of the current epoch: lengths, padding and dropped samples."""
-        return build_plan(self._partition(self.epoch, self._pass_start()), self)
+        return build_plan(self._current_partition(), self.config, self.rank)
 
     def locate(self, sample: int, epoch: Optional[int] = None) -> list[tuple[int, int]]:
         """Every ``(rank, local_position)`` that yields ``sample`` in ``epoch``; O(1).
@@ -372,31 +365,37 @@ class ShardedSampler(DistributedSampler[int]):
             return current.start
         return self._start
 
-    def verify(self) -> Any:
+    def _current_partition(self) -> _core.Partition:
+        """The partition of the pass being run (or the next one)."""
+        return self._partition(self.epoch, self._pass_start())
+
+    def consumed_after(self, items: int) -> int:
+        """Global samples of the epoch consumed once every rank has taken ``items`` items
+        of the pass being run (or the next one): the pass's resume point plus ``items``
+        rounds of ``num_replicas``. For :meth:`state_dict` from a count of local items.
+
+        Args:
+            items (int): items each rank took in this pass, in ``[0, len(self)]``.
+        """
+        part = self._current_partition()
+        items = as_int("items", items)
+        if not 0 <= items <= part.num_samples:
+            raise ValueError(f"items must be in [0, {part.num_samples}] (this pass's length), got {items}")
+        return part.start + items * self.num_replicas
+
+    def verify(self) -> proofs.Certificate:
         """Exact proof of the pass being run (from its resume point, if any); see
         :func:`permshard.verify`."""
-        from .proofs import verify_partition
+        return proofs.verify_partition(self._current_partition(), self.config)
 
-        return verify_partition(self._partition(self.epoch, self._pass_start()), self.describe())
-
-    def verify_distributed(self, group: Any = None) -> Any:
+    def verify_distributed(self, group: Any = None) -> proofs.Certificate:
         """Consensus and coverage of the pass being run, across the ranks of ``group``;
-        see ``permshard.proofs``."""
-        from .proofs import verify_distributed
-
-        return verify_distributed(self, group)
+        see :func:`permshard.proofs.verify_distributed`."""
+        return proofs.verify_distributed(self._current_partition(), self.config, self.rank, self.dataset, group)
 
     def describe(self) -> dict[str, Any]:
         """The configuration every rank must agree on (without ``rank``)."""
-        return {
-            "algorithm": _core.ALGORITHM,
-            "n": self._n,
-            "seed": self.seed,
-            "epoch": self.epoch,
-            "num_replicas": self.num_replicas,
-            "shuffle": self.shuffle,
-            "drop_last": self.drop_last,
-        }
+        return self.config.as_dict()
 
     # -- state -----------------------------------------------------------------------------
 
@@ -444,55 +443,15 @@ class ShardedSampler(DistributedSampler[int]):
                     f"({end}), counted in global samples from the start of epoch "
                     f"{self.epoch}; got {consumed}"
                 )
-        return {
-            "algorithm": _core.ALGORITHM,
-            "n": self._n,
-            "seed": self.seed,
-            "epoch": self.epoch,
-            "shuffle": self.shuffle,
-            "drop_last": self.drop_last,
-            "consumed": consumed,
-            "num_replicas": self.num_replicas,
-        }
+        return self.config.state_dict(consumed)
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restores a resume point saved by :meth:`state_dict`, possibly with another
         number of replicas: the remaining positions are re-split so every sample of the
         epoch is yielded exactly once across both runs (plus declared padding)."""
-        if not isinstance(state_dict, Mapping):
-            raise TypeError(f"state_dict must be a mapping, got {type(state_dict).__name__}")
-        missing = [k for k in STATE_KEYS if k not in state_dict]
-        if missing:
-            raise ValueError(
-                f"state_dict is missing {missing}; pass a dict saved by ShardedSampler.state_dict()"
-            )
-        if state_dict["algorithm"] != _core.ALGORITHM:
-            raise ValueError(
-                f"state_dict is for algorithm {state_dict['algorithm']!r}, this sampler runs "
-                f"{_core.ALGORITHM!r}; the saved order cannot be reproduced"
-            )
-        for key, mine in (
-            ("n", self._n),
-            ("seed", self.seed),
-            ("shuffle", self.shuffle),
-            ("drop_last", self.drop_last),
-        ):
-            if state_dict[key] != mine:
-                raise ValueError(
-                    f"state_dict has {key}={state_dict[key]!r} but this sampler has "
-                    f"{key}={mine!r}; build the sampler with the same {key} to resume"
-                )
-        epoch = as_u64("state_dict['epoch']", state_dict["epoch"])
-        saved_replicas = as_positive("state_dict['num_replicas']", state_dict["num_replicas"])
-        consumed = as_int("state_dict['consumed']", state_dict["consumed"])
-        # The furthest a pass can end: past n only by padding, less than one round of ranks.
-        limit = self._n if self.drop_last else self._n + saved_replicas - 1
-        if not 0 <= consumed <= limit:
-            raise ValueError(
-                f"state_dict['consumed'] must be in [0, {limit}] (global positions of an epoch "
-                f"of n={self._n} over num_replicas={saved_replicas}), got {consumed}: the "
-                "state was not saved by this sampler's state_dict()"
-            )
+        saved, consumed = ShardConfig.from_state_dict(state_dict)
+        self.config.check_resumable(saved)
+        epoch = saved.epoch
         self.epoch = epoch
         self._start = consumed
         self._pass = None
@@ -581,3 +540,44 @@ class ShardedBatchSampler(BatchSampler):
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         self._sharded.load_state_dict(state_dict)
+
+
+class StepBatchSampler(ShardedBatchSampler):
+    r"""Deals whole batches: at step ``s`` rank ``r`` takes global positions
+    ``[s·B·W + r·b, s·B·W + (r + 1)·b)`` where ``b`` is the step's per-rank batch (``B``
+    except maybe at the last step).
+
+    This is accelerate's own layout (``gather`` at a step returns positions in order), so
+    at the end of an evaluation epoch the padding is exactly the tail that
+    ``gather_for_metrics`` cuts. After ``k`` steps the consumed positions are the prefix
+    ``[0, k·B·W)``, as with :class:`ShardedSampler`: resume (also on another number of
+    processes) stays exact. Lengths, argument checks and state dicts are those of
+    :class:`~permshard.ShardedBatchSampler`. :func:`permshard.accelerate.prepare_data_loader`
+    builds one.
+
+    Args:
+        sampler (ShardedSampler): gives the epoch's order, rank and world size.
+        batch_size (int): per-process batch size ``B``.
+        drop_last (bool): drop the last step when it is smaller than ``B``.
+    """
+
+    def __init__(self, sampler: ShardedSampler, batch_size: int, drop_last: bool = False) -> None:
+        super().__init__(sampler, batch_size, drop_last)
+        # Read by accelerate: total_batch_size = batch_size * num_processes.
+        self.num_processes = sampler.num_replicas
+        self.process_index = 0  # not a splitter: the sampler already holds the rank
+        self.split_batches = False
+
+    def __iter__(self) -> Iterator[list[int]]:
+        sampler = self._sharded
+        current = sampler._begin_pass()
+        part, w, rank, bs = current.partition, sampler.num_replicas, sampler.rank, self.batch_size
+        base = current.start
+        for step in range(self._batches(part.num_samples)):
+            b = min(bs, part.num_samples - step * bs)
+            first = base + step * bs * w + rank * b
+            batch = sampler._for_dataset(part.take_positions(first, b), current)
+            current.chunk_base = step * bs + b
+            if step == 0:
+                sampler._first_item(current)
+            yield batch

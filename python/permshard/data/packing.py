@@ -89,7 +89,7 @@ class PackedDataset(IterableDataset[torch.Tensor]):
     def _documents(self, epoch: int, me: int, count: int) -> Iterator[Any]:
         n = len(self.documents)
         if self.shuffle:
-            from .. import Permutation
+            from ..permutation import Permutation
 
             order = Permutation(n, seed=self.seed, epoch=epoch)
             for k in range(me, n, count):

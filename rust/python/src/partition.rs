@@ -56,6 +56,21 @@ impl Partition {
     }
 
     #[getter]
+    fn n(&self) -> u64 {
+        self.inner.n()
+    }
+
+    #[getter]
+    fn num_replicas(&self) -> u64 {
+        self.inner.num_replicas()
+    }
+
+    #[getter]
+    fn start(&self) -> u64 {
+        self.inner.start()
+    }
+
+    #[getter]
     fn num_samples(&self) -> u64 {
         self.inner.num_samples()
     }

@@ -1,0 +1,148 @@
+"""``ShardConfig``: everything that decides which samples each rank reads in an epoch.
+
+One frozen object behind the state dicts, the cross-rank consensus, ``Certificate``,
+``ShardPlan`` and ``describe()``: adding a field here adds it to all of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from . import _core
+from ._validation import as_int, as_positive, as_u64
+
+#: Fields a resume must share with the run that saved it (epoch and num_replicas may change).
+RESUME_KEYS = ("algorithm", "n", "seed", "shuffle", "drop_last")
+
+
+@dataclass(frozen=True)
+class ShardConfig:
+    """The configuration every rank must agree on (the rank itself is not part of it).
+
+    Args:
+        n (int): dataset length, ``>= 1``.
+        num_replicas (int): number of data-parallel ranks.
+        seed (int): shuffle seed in ``[0, 2**64 - 1]``.
+        epoch (int): epoch in ``[0, 2**64 - 1]``.
+        shuffle (bool): perm-v1 order (``True``) or the identity.
+        drop_last (bool): drop the tail that does not fill a round of ranks, instead of
+            padding it.
+        algorithm (str): the order's algorithm id; a state dict of another one cannot be
+            resumed.
+
+    Example::
+
+        >>> config = ShardConfig(n=1000, num_replicas=8, seed=1)
+        >>> config.partition().num_samples
+        125
+    """
+
+    n: int
+    num_replicas: int
+    seed: int = 0
+    epoch: int = 0
+    shuffle: bool = True
+    drop_last: bool = False
+    algorithm: str = _core.ALGORITHM
+
+    def __post_init__(self) -> None:
+        checked = {
+            "n": as_u64("n", self.n, minimum=1),
+            "num_replicas": as_positive("num_replicas", self.num_replicas),
+            "seed": as_u64("seed", self.seed),
+            "epoch": as_u64("epoch", self.epoch),
+            "shuffle": bool(self.shuffle),
+            "drop_last": bool(self.drop_last),
+        }
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)  # frozen: normalise once, here
+
+    def partition(self, start: int = 0) -> _core.Partition:
+        """The split of this epoch's positions ``[start, ...)`` across the ranks."""
+        return _core.Partition(
+            self.n,
+            self.num_replicas,
+            start=start,
+            drop_last=self.drop_last,
+            shuffle=self.shuffle,
+            seed=self.seed,
+            epoch=self.epoch,
+        )
+
+    def replace(self, **changes: Any) -> ShardConfig:
+        """A copy with ``changes`` applied (and validated)."""
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields, in declaration order."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def state_dict(self, consumed: int) -> dict[str, Any]:
+        """A resume point: this configuration and ``consumed`` global positions of the epoch."""
+        return dict(self.as_dict(), consumed=consumed)
+
+    @classmethod
+    def from_state_dict(cls, state: Mapping[str, Any]) -> tuple[ShardConfig, int]:
+        """``(config, consumed)`` from a state dict saved by :meth:`state_dict`.
+
+        Raises:
+            TypeError: ``state`` is not a mapping.
+            ValueError: a key is missing or a value is out of range.
+        """
+        if not isinstance(state, Mapping):
+            raise TypeError(f"state_dict must be a mapping, got {type(state).__name__}")
+        keys = [f.name for f in dataclasses.fields(cls)] + ["consumed"]
+        missing = [k for k in keys if k not in state]
+        if missing:
+            raise ValueError(
+                f"state_dict is missing {missing}; pass a dict saved by ShardedSampler.state_dict()"
+            )
+        config = cls(**{k: state[k] for k in keys if k != "consumed"})
+        consumed = as_int("state_dict['consumed']", state["consumed"])
+        # The furthest a pass can end: past n only by padding, less than one round of ranks.
+        limit = config.n if config.drop_last else config.n + config.num_replicas - 1
+        if not 0 <= consumed <= limit:
+            raise ValueError(
+                f"state_dict['consumed'] must be in [0, {limit}] (global positions of an epoch "
+                f"of n={config.n} over num_replicas={config.num_replicas}), got {consumed}: the "
+                "state was not saved by this sampler's state_dict()"
+            )
+        return config, consumed
+
+    def check_resumable(self, saved: ShardConfig) -> None:
+        """Raises ValueError unless a state saved under ``saved`` continues under this one."""
+        if saved.algorithm != self.algorithm:
+            raise ValueError(
+                f"state_dict is for algorithm {saved.algorithm!r}, this sampler runs "
+                f"{self.algorithm!r}; the saved order cannot be reproduced"
+            )
+        for key in RESUME_KEYS:
+            theirs, mine = getattr(saved, key), getattr(self, key)
+            if theirs != mine:
+                raise ValueError(
+                    f"state_dict has {key}={theirs!r} but this sampler has {key}={mine!r}; "
+                    f"build the sampler with the same {key} to resume"
+                )
+
+
+class Configured:
+    """Reads a result's configuration fields by name (``plan.n``, ``cert.seed``) from its
+    ``config``: a field added to :class:`ShardConfig` is readable here without more code."""
+
+    config: ShardConfig
+
+    def __getattr__(self, name: str) -> Any:
+        # Called only for names not found normally; "config" itself must not recurse
+        # (e.g. while unpickling, before the instance has its fields).
+        if name != "config" and name in _FIELDS:
+            return getattr(self.config, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(_FIELDS))
+
+
+_FIELDS = frozenset(f.name for f in dataclasses.fields(ShardConfig))

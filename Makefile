@@ -3,40 +3,55 @@
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# pyo3's build script needs an interpreter: the virtualenv's once it exists, else python3.
+ifneq ($(wildcard $(PY)),)
 export PYO3_PYTHON := $(abspath $(PY))
+endif
 
-.PHONY: help demo test bench build lint rust-test py-test clean
+.PHONY: help demo test bench build lint lint-rust lint-py rust-test py-test clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-$(VENV)/.ready: pyproject.toml Makefile
+# What the demo needs: torch, numpy and the CLI.
+$(VENV)/.base: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[dev]" accelerate torchdata transformers lightning
+	$(PY) -m pip install -q -e ".[cli]"
 	touch $@
 
-build: $(VENV)/.ready  ## Build the Rust extension into the virtualenv (release)
+# What the tests and linters add: the integrations, pytest, mypy, ruff.
+$(VENV)/.dev: $(VENV)/.base
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+build: $(VENV)/.base  ## Build the Rust extension into the virtualenv (release)
 	$(PY) -m pip install -q --no-deps -e .
 
 demo: build  ## The main job: 4 real ranks shard a generated token file, with proofs
 	$(VENV)/bin/permshard demo
 
-lint: build  ## rustfmt, clippy, mypy --strict, stubtest
+lint: lint-rust lint-py  ## Everything below
+
+lint-rust:  ## rustfmt and clippy (needs no Python environment)
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets --release -- -D warnings
+
+lint-py: build $(VENV)/.dev  ## ruff (format and check), mypy --strict, stubtest
+	$(PY) -m ruff format --check .
+	$(PY) -m ruff check .
 	$(PY) -m mypy
 	$(PY) -m mypy.stubtest permshard._core
 
 rust-test:  ## Rust unit, property and golden tests
 	cargo test --release -p permshard-core
 
-py-test: build  ## Python tests (real multi-process runs included)
+py-test: build $(VENV)/.dev  ## Python tests (real multi-process runs included)
 	$(PY) -m pytest
 
 test: lint rust-test py-test  ## Everything CI runs
 
-bench: build  ## criterion + pytest-benchmark + side-by-side; writes docs/benchmarks.md and the plot
+bench: build $(VENV)/.dev  ## criterion + pytest-benchmark + side-by-side; writes docs/benchmarks.md and the plot
 	cargo bench -p permshard-core --bench permutation
 	$(PY) -m pytest benches --benchmark-enable --benchmark-only -q
 	$(PY) -m permshard bench --n 1e6,1e7,1e8 --markdown docs/benchmarks.md --plot docs/benchmarks.png

@@ -4,7 +4,9 @@ Builds a small token file, trains a tiny model for two epochs on CPU (gloo), and
 each rank's share; the sampler checks at each epoch that all ranks agree.
 """
 
+import datetime
 import os
+import sys
 import tempfile
 
 import numpy as np
@@ -15,7 +17,7 @@ from torch.utils.data import DataLoader
 from permshard import ShardedBatchSampler, ShardedSampler
 from permshard.data import TokenWindows
 
-dist.init_process_group("gloo")
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
 rank, world = dist.get_rank(), dist.get_world_size()
 folder = tempfile.gettempdir()
 path = os.path.join(folder, "permshard_example_tokens.bin")
@@ -26,7 +28,9 @@ dist.barrier()
 ds = TokenWindows(path, seq_len=64)
 sampler = ShardedSampler(ds, seed=1)  # rank and world size from the process group
 loader = DataLoader(ds, batch_sampler=ShardedBatchSampler(sampler, batch_size=16))
-model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(torch.nn.Embedding(256, 32), torch.nn.Linear(32, 256)))
+model = torch.nn.parallel.DistributedDataParallel(
+    torch.nn.Sequential(torch.nn.Embedding(256, 32), torch.nn.Linear(32, 256))
+)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 
 for epoch in range(2):
@@ -47,3 +51,7 @@ if rank == 0:
 del model, optimizer  # DDP holds the group: release it before the group goes
 dist.barrier()  # nobody tears the group down while another rank still talks
 dist.destroy_process_group()
+# Leave without interpreter teardown: torch's background threads can abort a finished
+# process at exit ("terminate called without an active exception"); see the README.
+sys.stdout.flush()
+os._exit(0)

@@ -19,6 +19,7 @@ FROM..TO of the epoch); a segment redone after a crash overwrites the same file.
 """
 
 import argparse
+import datetime
 import json
 import os
 import signal
@@ -46,8 +47,11 @@ def main() -> None:
     parser.add_argument("--folder", required=True)
     parser.add_argument("--every", type=int, default=5, help="checkpoint every N steps")
     parser.add_argument("--kill-at", default="", help="ROUND:RANK:STEP,... (SIGKILL)")
-    parser.add_argument("--sampler-count", action="store_true",
-                        help="save the sampler's own count instead of the loop's (loses data)")
+    parser.add_argument(
+        "--sampler-count",
+        action="store_true",
+        help="save the sampler's own count instead of the loop's (loses data)",
+    )
     args = parser.parse_args()
     kills = {tuple(map(int, k.split(":"))) for k in args.kill_at.split(",") if k}
 
@@ -56,7 +60,11 @@ def main() -> None:
     # A fresh rendezvous file per restart round: gloo's rendezvous through torchrun's store
     # can hang on a restarted round on some machines.
     dist.init_process_group(
-        "gloo", init_method=f"file://{args.folder}/rendezvous-{restart}", rank=rank, world_size=world
+        "gloo",
+        init_method=f"file://{args.folder}/rendezvous-{restart}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=120),
     )
 
     checkpoint = os.path.join(args.folder, "checkpoint.json")
@@ -88,7 +96,11 @@ def main() -> None:
                 dist.barrier()  # every rank's part is on disk before the checkpoint moves
                 if rank == 0:
                     # The sampler's own count includes what the workers prefetched.
-                    saved = sampler.state_dict() if args.sampler_count else sampler.state_dict(consumed_samples=consumed)
+                    saved = (
+                        sampler.state_dict()
+                        if args.sampler_count
+                        else sampler.state_dict(consumed_samples=consumed)
+                    )
                     write_atomically(checkpoint, {"epoch": epoch, "sampler": saved})
                 dist.barrier()
                 committed_at, pending = consumed, []

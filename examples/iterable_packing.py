@@ -4,13 +4,17 @@ Documents are sharded across ranks x DataLoader workers before they are packed: 
 document is read by exactly one worker of one rank.
 """
 
+import datetime
+import os
+import sys
+
 import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from permshard.data import PackedDataset
 
-dist.init_process_group("gloo")
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
 rank, world = dist.get_rank(), dist.get_world_size()
 texts = [f"document {i} " + "word " * (i % 50) for i in range(2000)]
 vocab: dict[str, int] = {}
@@ -28,3 +32,7 @@ dist.all_reduce(total)
 print(f"rank {rank}/{world}: {sequences} packed sequences of 128 tokens ({total.item()} on all ranks)")
 dist.barrier()  # nobody tears the group down while another rank still talks
 dist.destroy_process_group()
+# Leave without interpreter teardown: torch's background threads can abort a finished
+# process at exit ("terminate called without an active exception"); see the README.
+sys.stdout.flush()
+os._exit(0)

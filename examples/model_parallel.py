@@ -75,15 +75,24 @@ def main() -> None:
             saved = json.load(f)
         sampler.load_state_dict(saved)  # saved with another data-parallel size, maybe
         first_epoch = saved["epoch"]
-    loader = DataLoader(data, batch_size=BATCH, sampler=sampler, num_workers=args.workers,
-                        multiprocessing_context=args.start_method if args.workers else None,
-                        persistent_workers=args.workers > 0)
+    loader = DataLoader(
+        data,
+        batch_size=BATCH,
+        sampler=sampler,
+        num_workers=args.workers,
+        multiprocessing_context=args.start_method if args.workers else None,
+        persistent_workers=args.workers > 0,
+    )
 
     result: dict = {
-        "rank": rank, "local_rank": int(os.environ["LOCAL_RANK"]),
+        "rank": rank,
+        "local_rank": int(os.environ["LOCAL_RANK"]),
         "node": int(os.environ.get("GROUP_RANK", "0")),
-        "dp": [sampler.num_replicas, sampler.rank], "tp": mesh.get_local_rank("tp"),
-        "epochs": {}, "certificates": {}, "tp_agree": True,
+        "dp": [sampler.num_replicas, sampler.rank],
+        "tp": mesh.get_local_rank("tp"),
+        "epochs": {},
+        "certificates": {},
+        "tp_agree": True,
     }
     for epoch in range(first_epoch, EPOCHS):
         sampler.set_epoch(epoch)  # keeps a loaded resume point of this epoch
@@ -105,8 +114,15 @@ def main() -> None:
 
     # An IterableDataset split the same way: tp peers get the same documents.
     docs = ShardedIterable(range(N), device_mesh=mesh, mesh_dim="dp")
-    result["documents"] = [int(d) for d in DataLoader(docs, batch_size=None, num_workers=args.workers,
-                                                      multiprocessing_context=args.start_method if args.workers else None)]
+    result["documents"] = [
+        int(d)
+        for d in DataLoader(
+            docs,
+            batch_size=None,
+            num_workers=args.workers,
+            multiprocessing_context=args.start_method if args.workers else None,
+        )
+    ]
 
     name = f"{'resumed-' if args.resume else ''}rank-{rank}.json"
     write_atomically(os.path.join(args.out, name), result)

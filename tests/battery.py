@@ -37,8 +37,10 @@ def affine(n: int, seed: int, epoch: int) -> np.ndarray:
         if math.gcd(a, n) == 1:
             break
     b = int(rng.integers(0, n))
-    return (a * np.arange(n, dtype=object) + b).astype(np.int64) % n if n > 2**31 else (
-        (a * np.arange(n, dtype=np.int64) + b) % n
+    return (
+        (a * np.arange(n, dtype=object) + b).astype(np.int64) % n
+        if n > 2**31
+        else ((a * np.arange(n, dtype=np.int64) + b) % n)
     )
 
 

@@ -6,12 +6,11 @@ Each returns plain data (counts, certificates, error messages) for the test to c
 from __future__ import annotations
 
 import torch.distributed as dist
+from distributed import expect_error
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, Subset
 
 import permshard
-from distributed import expect_error
-from permshard import ShardedSampler, ShardingError
-from permshard import _core
+from permshard import ShardedSampler, ShardingError, _core
 
 
 class _Lying(ShardedSampler):
@@ -20,8 +19,15 @@ class _Lying(ShardedSampler):
 
     def _partition(self, epoch, start):  # type: ignore[override]
         seed = self.seed + (1 if self.rank == self.num_replicas - 1 else 0)
-        return _core.Partition(self.n, self.num_replicas, start=start, drop_last=self.drop_last,
-                               shuffle=self.shuffle, seed=seed, epoch=epoch)
+        return _core.Partition(
+            self.n,
+            self.num_replicas,
+            start=start,
+            drop_last=self.drop_last,
+            shuffle=self.shuffle,
+            seed=seed,
+            epoch=epoch,
+        )
 
 
 def proofs(rank: int, world: int, n: int) -> dict:
@@ -55,7 +61,9 @@ def proofs(rank: int, world: int, n: int) -> dict:
     # A dataset sliced per rank by hand, then split again: the first iteration sees every
     # rank's slice and refuses, on every rank.
     full = list(range(n))
-    out["subset"] = expect_error(lambda: list(ShardedSampler(Subset(full, range(rank, n, world)))), ShardingError)
+    out["subset"] = expect_error(
+        lambda: list(ShardedSampler(Subset(full, range(rank, n, world)))), ShardingError
+    )
     sliced = full[rank::world]
     out["list_slice"] = expect_error(lambda: list(ShardedSampler(sliced)), ShardingError)
 
@@ -125,8 +133,14 @@ def resumed_proofs(rank: int, world: int, n: int) -> dict:
     out["items"] = list(s.iter_with_padding())
     local, distributed = s.verify(), s.verify_distributed()
     out["local"] = (local.start, local.consumed, local.covered, local.padding, local.dropped)
-    out["distributed"] = (distributed.start, distributed.consumed, distributed.covered,
-                          distributed.padding, distributed.dropped, str(distributed))
+    out["distributed"] = (
+        distributed.start,
+        distributed.consumed,
+        distributed.covered,
+        distributed.padding,
+        distributed.dropped,
+        str(distributed),
+    )
     # One rank resumed from another point: refused on every rank, naming the fix.
     s = ShardedSampler(n, seed=9)
     s.load_state_dict(dict(state, consumed=110 if rank == world - 1 else 105))
@@ -161,7 +175,9 @@ def iterable_sharding(rank: int, world: int, n_docs: int) -> dict:
     even = DataLoader(ShardedIterable(docs[:-5], even=True), batch_size=None, num_workers=3)
     out["even"] = [int(x) for x in even]
     token_docs = [[d * 1000 + j for j in range(1 + d % 17)] for d in range(n_docs)]
-    packed = PackedDataset(token_docs, seq_len=64, eos_id=-1, pad_id=-2, drop_last=False, shuffle=True, seed=3)
+    packed = PackedDataset(
+        token_docs, seq_len=64, eos_id=-1, pad_id=-2, drop_last=False, shuffle=True, seed=3
+    )
     batches = list(DataLoader(packed, batch_size=None, num_workers=3))
     out["packed_lengths"] = sorted({len(b) for b in batches})
     out["packed_tokens"] = [int(t) for b in batches for t in b if t >= 0]
@@ -238,8 +254,14 @@ def hf_trainer(rank: int, world: int, n: int, folder: str) -> dict:
 
     data = [{"x": torch.randn(4), "labels": torch.tensor(0.5), "idx": torch.tensor(i)} for i in range(n)]
     args = TrainingArguments(
-        output_dir=folder, per_device_train_batch_size=4, num_train_epochs=2, use_cpu=True,
-        report_to=[], save_strategy="no", logging_strategy="no", seed=7,
+        output_dir=folder,
+        per_device_train_batch_size=4,
+        num_train_epochs=2,
+        use_cpu=True,
+        report_to=[],
+        save_strategy="no",
+        logging_strategy="no",
+        seed=7,
     )
     trainer = ShardedTrainer(model=Tiny(), args=args, train_dataset=data)
     trainer.train()
@@ -279,8 +301,14 @@ def lightning_ddp(rank: int, world: int, n: int) -> dict:
             return DataLoader(data, batch_size=4, sampler=ShardedSampler(data, seed=3))
 
     trainer = L.Trainer(
-        accelerator="cpu", devices=world, strategy="ddp", max_epochs=2, logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        accelerator="cpu",
+        devices=world,
+        strategy="ddp",
+        max_epochs=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
     )
     trainer.fit(Model(), datamodule=Data())
     sampler = trainer.train_dataloader.sampler
@@ -345,7 +373,9 @@ def model_parallel_loaders(rank: int, world: int, n: int) -> dict:
     accelerator.state.device_mesh = config.get_device_mesh("cpu")
     out["accelerate_world"] = permshard.accelerate.data_parallel_world(accelerator)
     data = list(range(n))
-    prepared = permshard.accelerate.prepare_data_loader(accelerator, DataLoader(data, batch_size=4, shuffle=True))
+    prepared = permshard.accelerate.prepare_data_loader(
+        accelerator, DataLoader(data, batch_size=4, shuffle=True)
+    )
     out["accelerate"] = [x for batch in prepared for x in batch.tolist()]
     wrong = DataLoader(data, batch_size=4, sampler=ShardedSampler(data))  # 4 ranks: not the dp world
     out["accelerate_error"] = expect_error(

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-import pytest
-
 import dist_workers
+import pytest
 from distributed import launch
 
 pytest.importorskip("accelerate")

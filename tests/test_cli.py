@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -23,6 +24,18 @@ def test_help_on_every_command():
         assert done.returncode == 0 and "usage: permshard" in done.stdout
 
 
+def test_help_does_not_import_torch():
+    script = (
+        "import sys\n"
+        "from permshard.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print('torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "False"
+
+
 def test_plan(capsys):
     assert cli.main(["plan", "-n", "1000", "-w", "3", "--batch-size", "32"]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -38,9 +51,17 @@ def test_plan(capsys):
 def test_locate_agrees_with_the_sampler(capsys):
     assert cli.main(["locate", "17", "-n", "1000", "-w", "8", "--batch-size", "16", "--seed", "3"]) == 0
     out = capsys.readouterr().out.strip()
-    (rank, local), = ShardedSampler(1000, num_replicas=8, rank=0, seed=3).locate(17)
-    assert out == f"sample 17: rank {rank}, local position {local}, step {local // 16} (item {local % 16} of the batch)"
-    assert cli.main(["locate", "999", "-n", "1000", "-w", "3", "--drop-last"]) == 0
+    ((rank, local),) = ShardedSampler(1000, num_replicas=8, rank=0, seed=3).locate(17)
+    assert (
+        out
+        == f"sample 17: rank {rank}, local position {local}, step {local // 16} (item {local % 16} of the batch)"
+    )
+    # A sample drop_last leaves out is reported as such (checked against the sampler).
+    dropped = next(s for s in range(1000) if not ShardedSampler(1000, 3, 0, drop_last=True).locate(s))
+    assert cli.main(["locate", str(dropped), "-n", "1000", "-w", "3", "--drop-last"]) == 0
+    assert capsys.readouterr().out.strip() == (
+        f"sample {dropped:,} is not yielded in epoch 0 (dropped by drop_last)"
+    )
 
 
 def test_verify_exit_codes(capsys, monkeypatch):
@@ -103,9 +124,44 @@ def test_demo_runs_and_proves():
     assert "all checks passed" in out and "PROVEN (fingerprint" in out and "PROVEN (bitmap" in out
 
 
+def _ddp_train(out: str) -> None:
+    lines = re.findall(r"rank (\d)/2 epoch (\d): (\d+) windows of (\d+)", out)
+    assert sorted((r, e) for r, e, _, _ in lines) == [("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")]
+    for _, _, windows, total in lines:
+        assert int(windows) == -(-int(total) // 2)  # each rank its half, every epoch
+    assert "PROVEN (fingerprint, perm-v1)" in out
+
+
+def _accelerate_train(out: str) -> None:
+    assert "2 processes: trained on 1003 samples once each; evaluation gathered 1003 = N" in out
+
+
+def _stateful_resume(out: str) -> None:
+    lines = re.findall(r"rank (\d): 7 batches before the checkpoint, (\d+) after, (\d+) samples", out)
+    assert sorted(r for r, _, _ in lines) == ["0", "1"]
+    # 500 samples per rank in batches of 10: 7 before the checkpoint, 43 after, none twice.
+    assert all((int(after), int(samples)) == (43, 500) for _, after, samples in lines)
+
+
+def _iterable_packing(out: str) -> None:
+    lines = re.findall(r"rank (\d)/2: (\d+) packed sequences of 128 tokens \((\d+) on all ranks\)", out)
+    assert sorted(r for r, _, _ in lines) == ["0", "1"]
+    assert sum(int(s) for _, s, _ in lines) == int(lines[0][2]) > 0
+
+
+EXAMPLES = {
+    "ddp_train.py": _ddp_train,
+    "accelerate_train.py": _accelerate_train,
+    "stateful_resume.py": _stateful_resume,
+    "iterable_packing.py": _iterable_packing,
+}
+
+
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("script", ["ddp_train.py", "accelerate_train.py", "stateful_resume.py", "iterable_packing.py"])
+@pytest.mark.parametrize("script", sorted(EXAMPLES))
 def test_examples_run_under_torchrun(script):
+    """Each example's ranks report what they read; the checks recompute it. The examples
+    leave with os._exit after their last collective, so torch's teardown cannot fail them."""
     import pathlib
 
     pytest.importorskip("accelerate")
@@ -113,7 +169,9 @@ def test_examples_run_under_torchrun(script):
     path = pathlib.Path(__file__).parent.parent / "examples" / script
     done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(path)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.strip(), done.stderr
+    EXAMPLES[script](done.stdout)

@@ -6,15 +6,15 @@ from __future__ import annotations
 import pickle
 from collections import Counter
 
+import dist_workers
 import numpy as np
 import pytest
 import torch
+from distributed import launch
 from torch.utils.data import DataLoader
 
-import dist_workers
-from distributed import launch
 from permshard import ShardedBatchSampler, ShardedSampler
-from permshard.data import PackedDataset, ShardedIterable, TokenWindows, shard_iterable
+from permshard.data import PackedDataset, TokenWindows, shard_iterable
 from permshard.epoch_index import EpochIndex
 
 
@@ -167,8 +167,13 @@ def test_epoch_reaches_persistent_workers(token_files, per_batch):
     ds = TokenWindows(paths, seq_len=16, shift_per_epoch=True, seed=4)
     sampler = ShardedSampler(ds, num_replicas=2, rank=1, seed=2)
     if per_batch:
-        loader = DataLoader(ds, batch_sampler=ShardedBatchSampler(sampler, 8), num_workers=2,
-                            persistent_workers=True, collate_fn=TokenWindows.collate)
+        loader = DataLoader(
+            ds,
+            batch_sampler=ShardedBatchSampler(sampler, 8),
+            num_workers=2,
+            persistent_workers=True,
+            collate_fn=TokenWindows.collate,
+        )
     else:
         loader = DataLoader(ds, batch_size=8, sampler=sampler, num_workers=2, persistent_workers=True)
     shifts = set()
@@ -208,8 +213,9 @@ def test_epoch_index_behaves_as_an_int():
 def test_shard_iterable_in_a_spawned_worker_without_a_rank_refuses_to_guess(method, monkeypatch):
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    loader = DataLoader(dist_workers.Docs(100), batch_size=None, num_workers=1,
-                        multiprocessing_context=method)
+    loader = DataLoader(
+        dist_workers.Docs(100), batch_size=None, num_workers=1, multiprocessing_context=method
+    )
     with pytest.raises(ValueError, match="cannot tell which part of the data is this rank's"):
         list(loader)
     if method == "forkserver":
@@ -221,8 +227,9 @@ def test_shard_iterable_in_a_spawned_worker_without_a_rank_refuses_to_guess(meth
 
 
 def test_shard_iterable_in_a_forked_worker_of_a_single_process():
-    loader = DataLoader(dist_workers.Docs(100), batch_size=None, num_workers=2,
-                        multiprocessing_context="fork")
+    loader = DataLoader(
+        dist_workers.Docs(100), batch_size=None, num_workers=2, multiprocessing_context="fork"
+    )
     assert sorted(int(x) for x in loader) == list(range(100))
 
 
@@ -248,7 +255,9 @@ def test_whole_shards_are_not_read_by_others():
     got = list(shard_iterable(shards, open_shard=open_shard, rank=1, world_size=3))
     assert opened == ["s1", "s4"] and len(got) == 10
     opened.clear()
-    everyone = [list(shard_iterable(shards[:4], open_shard=open_shard, rank=r, world_size=3)) for r in range(3)]
+    everyone = [
+        list(shard_iterable(shards[:4], open_shard=open_shard, rank=r, world_size=3)) for r in range(3)
+    ]
     assert sorted(x for p in everyone for x in p) == sorted(f"s{i}:{j}" for i in range(4) for j in range(5))
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 
-import pytest
-
 import dist_workers
+import pytest
 from distributed import launch
+
 from permshard import ShardedSampler
 
 pytestmark = pytest.mark.multiprocess
@@ -22,6 +22,8 @@ def test_proofs_on_real_ranks(world, n):
     for epoch_index in range(6):
         epochs = [r["good"][epoch_index] for r in results]
         epoch, drop_last = epochs[0][0], epochs[0][1]
+        assert all(e[:2] == (epoch_index % 3, epoch_index >= 3) for e in epochs)
+        assert epoch == epoch_index % 3
         union = [x for e in epochs for x in e[2]]
         assert len(union) == (n // world if drop_last else per_rank) * world
         if not drop_last:
@@ -29,7 +31,7 @@ def test_proofs_on_real_ranks(world, n):
         for _, _, _, covered, padding, dropped in epochs:
             assert covered + dropped == n
             assert padding == (0 if drop_last else per_rank * world - n)
-    for r, out in enumerate(results):
+    for out in results:
         assert "ranks disagree on seed" in out["seed"] and f"rank {world - 1}" in out["seed"]
         assert "same seed" in out["seed"]
         assert "ranks disagree on epoch" in out["epoch"] and "set_epoch" in out["epoch"]

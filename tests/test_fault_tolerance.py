@@ -40,9 +40,25 @@ def committed(folder: pathlib.Path, epoch: int) -> Counter:
 
 def run(folder: pathlib.Path, kills: list[str], *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(WORLD),
-         "--max-restarts", "3", str(EXAMPLE), "--folder", str(folder), "--kill-at", ",".join(kills), *extra],
-        capture_output=True, text=True, timeout=400,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            str(WORLD),
+            "--max-restarts",
+            "3",
+            str(EXAMPLE),
+            "--folder",
+            str(folder),
+            "--kill-at",
+            ",".join(kills),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
     )
 
 

@@ -22,7 +22,9 @@ N = 1001
 def torchrun(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
 
 
@@ -68,14 +70,34 @@ def test_mesh_with_workers_and_a_resume_onto_another_data_parallel_size(tmp_path
 
 def test_two_torchrun_agents_as_two_nodes(tmp_path):
     endpoint = f"127.0.0.1:{free_port()}"
-    agent = ["--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
-             "--rdzv-endpoint", endpoint, "--rdzv-id", "permshard-two-nodes",
-             str(EXAMPLE), "--out", str(tmp_path), "--tp", "2", "--workers", "1"]
+    agent = [
+        "--nnodes",
+        "2",
+        "--nproc-per-node",
+        "2",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        endpoint,
+        "--rdzv-id",
+        "permshard-two-nodes",
+        str(EXAMPLE),
+        "--out",
+        str(tmp_path),
+        "--tp",
+        "2",
+        "--workers",
+        "1",
+    ]
     finish(torchrun(*agent), torchrun(*agent))
     ranks = results(tmp_path, "", 4)
     # Global ranks 2 and 3 live on the second node: LOCAL_RANK 0 and 1, not 2 and 3.
     assert sorted((r["node"], r["local_rank"], r["rank"]) for r in ranks) == [
-        (0, 0, 0), (0, 1, 1), (1, 0, 2), (1, 1, 3)]
+        (0, 0, 0),
+        (0, 1, 1),
+        (1, 0, 2),
+        (1, 1, 3),
+    ]
     assert all(r["tp_agree"] for r in ranks)
     for epoch in ("0", "1"):
         streams = by_dp_rank(ranks, epoch)

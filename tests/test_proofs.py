@@ -37,7 +37,12 @@ def test_verify_matches_brute_force(n, w, drop_last):
     for shuffle in (True, False):
         cert = verify(n, w, seed=5, epoch=1, shuffle=shuffle, drop_last=drop_last)
         lengths, covered, padding, dropped = brute_force(n, w, 5, 1, shuffle, drop_last)
-        assert (cert.lengths, cert.covered, cert.padding, cert.dropped) == (lengths, covered, padding, dropped)
+        assert (cert.lengths, cert.covered, cert.padding, cert.dropped) == (
+            lengths,
+            covered,
+            padding,
+            dropped,
+        )
         assert cert.n == n and cert.num_replicas == w and cert.method == "bitmap"
         assert cert.seconds >= 0 and "PROVEN" in str(cert)
 
@@ -95,7 +100,10 @@ def test_dataset_fingerprint_is_cheap_and_discriminating():
     full = list(range(1000))
     assert dataset_fingerprint(full) == dataset_fingerprint(list(range(1000)))
     assert dataset_fingerprint(full[0::2]) != dataset_fingerprint(full[1::2])
-    assert dataset_fingerprint(Subset(full, range(0, 10)))["content"] != dataset_fingerprint(Subset(full, range(1, 11)))["content"]
+    assert (
+        dataset_fingerprint(Subset(full, range(0, 10)))["content"]
+        != dataset_fingerprint(Subset(full, range(1, 11)))["content"]
+    )
     assert dataset_fingerprint(7) == {"type": "int", "len": 7, "content": None}
     # Values whose repr is not their content (addresses) give no content hash.
     assert dataset_fingerprint([object(), object()])["content"] is None
@@ -117,7 +125,9 @@ def test_check_loader():
     loader = DataLoader(data, batch_size=8, sampler=s)
     check_loader(loader)
     assert [x for b in loader for x in b.tolist()] == list(ShardedSampler(data, num_replicas=4, rank=1))
-    nested = DataLoader(data, batch_sampler=BatchSampler(ShardedSampler(data, num_replicas=2, rank=0), 10, False))
+    nested = DataLoader(
+        data, batch_sampler=BatchSampler(ShardedSampler(data, num_replicas=2, rank=0), 10, False)
+    )
     assert check_loader(nested) == 500
 
 

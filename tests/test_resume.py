@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 import torch
 
-from permshard import ShardedBatchSampler, ShardedSampler
+from permshard import Permutation, ShardedBatchSampler, ShardedSampler
 
 NS = [1, 2, 5, 97, 100, 1009, 4096]  # primes, N < W, powers of two
 WORLDS = [1, 2, 3, 4, 8]
@@ -61,18 +61,30 @@ def test_many_random_interruptions_are_exactly_once():
                         steps = min(steps, n // w1)
                     explicit = rng.random() < 0.5
                     real, padding, state = run_interrupted(
-                        n, w1, w2, steps, seed=rng.randrange(2**64), epoch=rng.randrange(100),
-                        drop_last=drop_last, explicit=explicit,
+                        n,
+                        w1,
+                        w2,
+                        steps,
+                        seed=rng.randrange(2**64),
+                        epoch=rng.randrange(100),
+                        drop_last=drop_last,
+                        explicit=explicit,
                     )
+                    case = (n, w1, w2, steps, drop_last)
+                    # Every rank of the first run took `steps` items: positions [0, steps·W1).
+                    assert state["consumed"] == steps * w1, case
+                    # DistributedSampler's rule for the rest, [start, end), written out here.
+                    start = steps * w1
+                    left = max(n - start, 0)
+                    end = start + (left // w2 if drop_last else -(-left // w2)) * w2
+                    order = Permutation(n, seed=state["seed"], epoch=state["epoch"])
                     counts = Counter(real)
-                    assert all(c == 1 for c in counts.values()), (n, w1, w2, steps)
-                    assert set(padding) <= set(real) | set(range(n))
-                    if not drop_last:
-                        assert set(counts) == set(range(n)), (n, w1, w2, steps)
-                    else:
-                        # Only the declared drops are missing: fewer than each run's W.
-                        assert n - len(counts) < w1 + w2
-                    assert state["consumed"] == min(steps * w1, state["consumed"])
+                    assert all(c == 1 for c in counts.values()), case
+                    # Missing: exactly the dropped tail [end, n) of the order.
+                    assert set(range(n)) - set(counts) == {order[p] for p in range(end, n)}, case
+                    # Padding: exactly the positions dealt past n, repeating the order's start.
+                    padded = [*range(n, start), *range(max(n, start), end)]
+                    assert Counter(padding) == Counter(order[p % n] for p in padded), case
                     cases += 1
     assert cases >= 200
 
@@ -85,8 +97,14 @@ def test_state_dict_contents_and_o1():
         next(it)
     state = s.state_dict()
     assert state == {
-        "algorithm": "perm-v1", "n": 10**12, "seed": 7, "epoch": 4, "shuffle": True,
-        "drop_last": False, "consumed": 8000, "num_replicas": 8,
+        "algorithm": "perm-v1",
+        "n": 10**12,
+        "seed": 7,
+        "epoch": 4,
+        "shuffle": True,
+        "drop_last": False,
+        "consumed": 8000,
+        "num_replicas": 8,
     }
     t = ShardedSampler(10**12, num_replicas=8, rank=3, seed=7)
     t.load_state_dict(state)
@@ -166,7 +184,9 @@ def test_stateful_dataloader_resumes_exactly(num_workers):
     torchdata = pytest.importorskip("torchdata.stateful_dataloader")
     data = list(range(203))
     make = lambda: torchdata.StatefulDataLoader(  # noqa: E731
-        data, batch_size=4, sampler=ShardedSampler(data, num_replicas=2, rank=1, seed=8),
+        data,
+        batch_size=4,
+        sampler=ShardedSampler(data, num_replicas=2, rank=1, seed=8),
         num_workers=num_workers,
     )
     reference = [b.tolist() for b in make()]

@@ -27,7 +27,9 @@ GRID = [(n, w) for n in (1, 2, 3, 7, 10, 64, 101, 1000) for w in (1, 2, 3, 4, 8,
 def test_unshuffled_equals_distributed_sampler(n, w, drop_last):
     for r in range(w):
         ours = ShardedSampler(list(range(n)), num_replicas=w, rank=r, shuffle=False, drop_last=drop_last)
-        torchs = DistributedSampler(list(range(n)), num_replicas=w, rank=r, shuffle=False, drop_last=drop_last)
+        torchs = DistributedSampler(
+            list(range(n)), num_replicas=w, rank=r, shuffle=False, drop_last=drop_last
+        )
         assert list(ours) == list(torchs)
         assert len(ours) == len(torchs) == ours.num_samples == torchs.num_samples
         assert ours.total_size == torchs.total_size
@@ -95,7 +97,9 @@ def test_epochs_and_seeds_change_the_order():
     first = list(s)
     s.set_epoch(1)
     second = list(s)
-    assert first != second and sorted(first) != sorted(range(1000))
+    # A new epoch deals rank 0 another half of the data, not the same half reordered:
+    # two independent halves of 1000 share 250 samples on average (sd ~8).
+    assert first != second and 200 < len(set(first) & set(second)) < 300
     t = ShardedSampler(1000, num_replicas=2, rank=0, seed=1)
     assert list(t) != first
     u = ShardedSampler(1000, num_replicas=2, rank=0)
@@ -197,7 +201,11 @@ def test_huge_dataset_in_constant_memory():
     "kwargs, exc, text",
     [
         ({"dataset": 10, "num_replicas": 0, "rank": 0}, ValueError, "Invalid num_replicas 0"),
-        ({"dataset": 10, "num_replicas": 3, "rank": 3}, ValueError, r"Invalid rank 3, rank should be in the interval \[0, 2\]"),
+        (
+            {"dataset": 10, "num_replicas": 3, "rank": 3},
+            ValueError,
+            r"Invalid rank 3, rank should be in the interval \[0, 2\]",
+        ),
         ({"dataset": 10, "num_replicas": 3, "rank": -1}, ValueError, "Invalid rank -1"),
         ({"dataset": 0, "num_replicas": 1, "rank": 0}, ValueError, "empty"),
         ({"dataset": [], "num_replicas": 1, "rank": 0}, ValueError, "empty"),

@@ -39,7 +39,20 @@ _LAZY = {
     "verify": ".proofs",
 }
 
-__all__ = ["ALGORITHM", "ShardingError", "__version__", *sorted(_LAZY)]
+__all__ = [
+    "ALGORITHM",
+    "Certificate",
+    "Permutation",
+    "ShardConfig",
+    "ShardPlan",
+    "ShardedBatchSampler",
+    "ShardedSampler",
+    "ShardingError",
+    "__version__",
+    "check_loader",
+    "data",
+    "verify",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -15,9 +15,7 @@ def as_int(name: str, value: Any) -> int:
     try:
         return operator.index(value)
     except TypeError:
-        raise TypeError(
-            f"{name} must be an integer, got {type(value).__name__} {value!r}"
-        ) from None
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}") from None
 
 
 def as_u64(name: str, value: Any, *, minimum: int = 0) -> int:

@@ -28,12 +28,18 @@ from .sampler import ShardedBatchSampler, ShardedSampler, StepBatchSampler
 __all__ = ["StepBatchSampler", "data_parallel_world", "prepare_data_loader"]
 
 
-def _sharded_sampler(loader: DataLoader[Any], num_processes: int, process_index: int) -> tuple[ShardedSampler, int, bool]:
+def _sharded_sampler(
+    loader: DataLoader[Any], num_processes: int, process_index: int
+) -> tuple[ShardedSampler, int, bool]:
     """The loader's ShardedSampler (made from a plain or Distributed sampler if needed),
     its batch size and drop_last."""
     batch_sampler = loader.batch_sampler
     if isinstance(batch_sampler, (ShardedBatchSampler, BatchSampler)):
-        inner, batch_size, drop_last = batch_sampler.sampler, batch_sampler.batch_size, batch_sampler.drop_last
+        inner, batch_size, drop_last = (
+            batch_sampler.sampler,
+            batch_sampler.batch_size,
+            batch_sampler.drop_last,
+        )
     else:
         raise TypeError(
             "prepare_data_loader needs a map-style DataLoader with a batch_size (or a "
@@ -42,11 +48,21 @@ def _sharded_sampler(loader: DataLoader[Any], num_processes: int, process_index:
     if isinstance(inner, ShardedSampler):
         sampler = inner
     elif isinstance(inner, DistributedSampler):
-        sampler = ShardedSampler(loader.dataset, num_processes, process_index, shuffle=inner.shuffle,  # type: ignore[arg-type]
-                                 seed=inner.seed, drop_last=inner.drop_last)
+        sampler = ShardedSampler(
+            loader.dataset,  # type: ignore[arg-type]
+            num_processes,
+            process_index,
+            shuffle=inner.shuffle,
+            seed=inner.seed,
+            drop_last=inner.drop_last,
+        )
     elif isinstance(inner, (RandomSampler, SequentialSampler)):
-        sampler = ShardedSampler(loader.dataset, num_processes, process_index,  # type: ignore[arg-type]
-                                 shuffle=isinstance(inner, RandomSampler))
+        sampler = ShardedSampler(
+            loader.dataset,  # type: ignore[arg-type]
+            num_processes,
+            process_index,
+            shuffle=isinstance(inner, RandomSampler),
+        )
     else:
         raise TypeError(
             f"cannot shard a DataLoader whose sampler is a {type(inner).__name__}; build it with "
@@ -129,8 +145,17 @@ def prepare_data_loader(accelerator: Any, dataloader: DataLoader[Any]) -> Any:
     batches = StepBatchSampler(sampler, batch_size, drop_last)
     kwargs = {
         name: getattr(dataloader, name)
-        for name in ("num_workers", "collate_fn", "pin_memory", "timeout", "worker_init_fn",
-                     "multiprocessing_context", "generator", "prefetch_factor", "persistent_workers")
+        for name in (
+            "num_workers",
+            "collate_fn",
+            "pin_memory",
+            "timeout",
+            "worker_init_fn",
+            "multiprocessing_context",
+            "generator",
+            "prefetch_factor",
+            "persistent_workers",
+        )
         if hasattr(dataloader, name)
     }
     if kwargs.get("num_workers", 0) == 0:
@@ -149,7 +174,7 @@ def prepare_data_loader(accelerator: Any, dataloader: DataLoader[Any]) -> Any:
     return loader
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _loader_class() -> Any:
     from accelerate.data_loader import DataLoaderShard
 

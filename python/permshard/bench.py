@@ -112,7 +112,9 @@ def markdown(results: dict[str, Any]) -> str:
         f"on rank 0 of {results['world']}, each measurement in a fresh process. Regenerate with "
         "`make bench`.",
         "",
-        "| N | first index, DistributedSampler | first index, permshard | speedup | ns/index, DistributedSampler | ns/index, permshard | ratio | peak MiB, DistributedSampler | peak MiB, permshard |",
+        "| N | first index, DistributedSampler | first index, permshard | speedup "
+        "| ns/index, DistributedSampler | ns/index, permshard | ratio "
+        "| peak MiB, DistributedSampler | peak MiB, permshard |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in results["rows"]:
@@ -141,15 +143,33 @@ def plot(results: dict[str, Any], path: str) -> None:
     for kind, label, style in (("torch", "DistributedSampler", "o-"), ("permshard", "ShardedSampler", "s-")):
         ax1.plot(ns, [r[kind]["first_index_s"] for r in rows], style, label=label)
         ax2.plot(ns, [max(r[kind]["peak_mib"], 0.01) for r in rows], style, label=label)
-    ax1.set(xscale="log", yscale="log", xlabel="dataset size N", ylabel="seconds", title="time to first index (rank 0 of 8)")
-    ax2.set(xscale="log", yscale="log", xlabel="dataset size N", ylabel="MiB", title="peak memory growth, one epoch")
+    ax1.set(
+        xscale="log",
+        yscale="log",
+        xlabel="dataset size N",
+        ylabel="seconds",
+        title="time to first index (rank 0 of 8)",
+    )
+    ax2.set(
+        xscale="log",
+        yscale="log",
+        xlabel="dataset size N",
+        ylabel="MiB",
+        title="peak memory growth, one epoch",
+    )
     if all(r["permshard"]["peak_mib"] <= 0.01 for r in rows):
-        ax2.annotate("ShardedSampler: no measurable growth\n(ru_maxrss; drawn at 0.01 MiB)", (ns[0], 0.02),
-                     fontsize=8, color="C1")
+        ax2.annotate(
+            "ShardedSampler: no measurable growth\n(ru_maxrss; drawn at 0.01 MiB)",
+            (ns[0], 0.02),
+            fontsize=8,
+            color="C1",
+        )
     for ax in (ax1, ax2):
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
-    fig.suptitle(f"permshard vs torch DistributedSampler — {results['date']}, {results['machine']}", fontsize=9)
+    fig.suptitle(
+        f"permshard vs torch DistributedSampler — {results['date']}, {results['machine']}", fontsize=9
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
-from typing import Any, NoReturn, Optional, Sequence
+from typing import Any, NoReturn, Optional
 
 from ._core import ShardingError
 
@@ -38,7 +39,9 @@ def _sharding_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=count, default=0, help="shuffle seed (default 0)")
     p.add_argument("--epoch", type=count, default=0, help="epoch (default 0)")
     p.add_argument("--drop-last", action="store_true", help="drop the tail instead of padding")
-    p.add_argument("--no-shuffle", action="store_true", help="identity order (DistributedSampler shuffle=False)")
+    p.add_argument(
+        "--no-shuffle", action="store_true", help="identity order (DistributedSampler shuffle=False)"
+    )
 
 
 def parser() -> argparse.ArgumentParser:
@@ -74,8 +77,13 @@ def _sampler(args: argparse.Namespace, rank: int = 0):  # type: ignore[no-untype
     from .sampler import ShardedSampler
 
     s = ShardedSampler(
-        args.n, num_replicas=args.world, rank=rank, shuffle=not args.no_shuffle,
-        seed=args.seed, drop_last=args.drop_last, check_consensus=False,
+        args.n,
+        num_replicas=args.world,
+        rank=rank,
+        shuffle=not args.no_shuffle,
+        seed=args.seed,
+        drop_last=args.drop_last,
+        check_consensus=False,
     )
     s.set_epoch(args.epoch)
     return s
@@ -85,7 +93,9 @@ def _plan(args: argparse.Namespace) -> int:
     plan = _sampler(args).plan()
     print(str(plan).splitlines()[0])
     print(plan.table(args.batch_size))
-    print(f"total_size={plan.total_size:,}  padding={len(plan.padding_positions)}  dropped={len(plan.dropped_samples)}")
+    print(
+        f"total_size={plan.total_size:,}  padding={len(plan.padding_positions)}  dropped={len(plan.dropped_samples)}"
+    )
     for p, s in list(zip(plan.padding_positions, plan.padding_samples))[:20]:
         print(f"  padding: position {p:,} repeats sample {s:,}")
     if plan.dropped_samples:
@@ -107,8 +117,15 @@ def _verify(args: argparse.Namespace) -> int:
         last[0] = done
 
     try:
-        cert = verify(args.n, args.world, seed=args.seed, epoch=args.epoch, shuffle=not args.no_shuffle,
-                      drop_last=args.drop_last, on_progress=on_progress)
+        cert = verify(
+            args.n,
+            args.world,
+            seed=args.seed,
+            epoch=args.epoch,
+            shuffle=not args.no_shuffle,
+            drop_last=args.drop_last,
+            on_progress=on_progress,
+        )
     except ShardingError as e:
         print(f"NOT PROVEN: {e}")
         return 1
@@ -125,6 +142,7 @@ def _progress(total: int):  # type: ignore[no-untyped-def]
 
         return tqdm(total=total, unit="idx", unit_scale=True, desc="verify", file=sys.stderr)
     except ImportError:  # tqdm is optional: a silent bar
+
         class _Silent:
             def update(self, _: int) -> None: ...
             def close(self) -> None: ...
@@ -138,7 +156,11 @@ def _locate(args: argparse.Namespace) -> int:
         print(f"sample {args.sample:,} is not yielded in epoch {args.epoch} (dropped by drop_last)")
         return 0
     for rank, local in hits:
-        step = f", step {local // args.batch_size:,} (item {local % args.batch_size} of the batch)" if args.batch_size else ""
+        step = (
+            f", step {local // args.batch_size:,} (item {local % args.batch_size} of the batch)"
+            if args.batch_size
+            else ""
+        )
         print(f"sample {args.sample:,}: rank {rank}, local position {local:,}{step}")
     return 0
 

@@ -96,7 +96,10 @@ def _exactly_once(n: int, streams: list[list[int]], padding: int) -> tuple[bool,
     missing = n - len(counts)
     extra = sum(c - 1 for c in counts.values())
     ok = missing == 0 and extra == padding
-    return ok, f"{len(counts):,} of {n:,} windows seen, {missing} missing, {extra} repeated (declared padding: {padding})"
+    return (
+        ok,
+        f"{len(counts):,} of {n:,} windows seen, {missing} missing, {extra} repeated (declared padding: {padding})",
+    )
 
 
 def main(world: int = 4, resume_world: int = 3) -> int:
@@ -107,9 +110,13 @@ def main(world: int = 4, resume_world: int = 3) -> int:
         paths = make_corpus(folder)
         windows = TokenWindows(paths, seq_len=SEQ_LEN)
         n = len(windows)
-        print(f"corpus: {len(paths)} token files, {sum(windows.sizes):,} tokens -> {n:,} windows of {SEQ_LEN + 1} tokens\n")
+        print(
+            f"corpus: {len(paths)} token files, {sum(windows.sizes):,} tokens -> {n:,} windows of {SEQ_LEN + 1} tokens\n"
+        )
 
-        print(f"epoch 0: one pass of DataLoader(TokenWindows, batch_sampler=ShardedBatchSampler(ShardedSampler, {BATCH}))")
+        print(
+            f"epoch 0: one pass of DataLoader(TokenWindows, batch_sampler=ShardedBatchSampler(ShardedSampler, {BATCH}))"
+        )
         results = launch(_rank_main, world, paths, {"epoch": 0, "prove": True})
         print(f"{'rank':>6} {'windows':>9} {'tokens':>11} {'seconds':>8}")
         for r, res in enumerate(results):

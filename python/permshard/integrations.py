@@ -18,10 +18,10 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
-__all__ = ["ShardedTrainer"]
+__all__ = ["ShardedTrainer"]  # noqa: F822 (built on first use by __getattr__)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _trainer_class() -> Any:
     from transformers import Trainer
 
@@ -47,7 +47,9 @@ def _trainer_class() -> Any:
             dataset: Any = self.train_dataset
             collator = self._get_collator_with_removed_columns(self.data_collator, description="training")
             sampler = ShardedSampler(
-                dataset, num_replicas=self.args.world_size, rank=self.args.process_index,
+                dataset,
+                num_replicas=self.args.world_size,
+                rank=self.args.process_index,
                 seed=self.args.seed,
             )
             loader: DataLoader[Any] = DataLoader(

@@ -37,7 +37,8 @@ def _entry(
         WORLD_SIZE=str(world),
         LOCAL_WORLD_SIZE=str(world),
     )
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # Bounded: a rank that never joins fails the run in two minutes, not torch's 30.
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
     try:
         results[rank] = ("ok", worker(rank, world, *args))
     except BaseException:

@@ -23,9 +23,7 @@ def mesh_world(device_mesh: Any, mesh_dim: Optional[MeshDim]) -> tuple[int, int]
         mesh_dim: a dimension name, or a tuple of names flattened together.
     """
     if not hasattr(device_mesh, "get_local_rank"):
-        raise TypeError(
-            f"device_mesh must be a torch DeviceMesh, got {type(device_mesh).__name__}"
-        )
+        raise TypeError(f"device_mesh must be a torch DeviceMesh, got {type(device_mesh).__name__}")
     names: tuple[str, ...] = tuple(getattr(device_mesh, "mesh_dim_names", None) or ())
     if mesh_dim is None:
         raise ValueError(

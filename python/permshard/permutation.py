@@ -115,7 +115,4 @@ class Permutation:
         n = self._inner.n
         head = ", ".join(str(x) for x in self._inner.take_list(0, min(n, 5)))
         more = ", ..." if n > 5 else ""
-        return (
-            f"Permutation(n={n}, seed={self.seed}, epoch={self.epoch}) "
-            f"[{head}{more}] ({_core.ALGORITHM})"
-        )
+        return f"Permutation(n={n}, seed={self.seed}, epoch={self.epoch}) [{head}{more}] ({_core.ALGORITHM})"

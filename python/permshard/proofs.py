@@ -12,7 +12,7 @@ import threading
 import time
 import warnings
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Callable, Optional
@@ -29,9 +29,7 @@ from .config import Configured, ShardConfig
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader
 
-_FIX_DOUBLE_SPLIT = (
-    "shard once: pass the full dataset, or use num_replicas=1 on a pre-sharded dataset"
-)
+_FIX_DOUBLE_SPLIT = "shard once: pass the full dataset, or use num_replicas=1 on a pre-sharded dataset"
 
 
 @dataclass(frozen=True)
@@ -174,9 +172,10 @@ def _arithmetic_step(indices: Sequence[int]) -> Optional[tuple[int, int]]:
         return None
     first, step = int(indices[0]), int(indices[1]) - int(indices[0])
     probe = range(0, len(indices), max(1, len(indices) // 64))
-    if all(int(indices[i]) == first + i * step for i in probe) and int(indices[-1]) == first + (
-        len(indices) - 1
-    ) * step:
+    if (
+        all(int(indices[i]) == first + i * step for i in probe)
+        and int(indices[-1]) == first + (len(indices) - 1) * step
+    ):
         return first, step
     return None
 

@@ -23,6 +23,7 @@ from .plan import ShardPlan, build_plan
 _CHUNK = 1 << 13
 _FIRST_CHUNK = 1 << 6
 
+
 def dataset_length(dataset: Any) -> int:
     """Length of ``dataset``: an int N, or anything with ``__len__``."""
     if isinstance(dataset, bool):
@@ -61,9 +62,7 @@ def _world(num_replicas: Optional[int], rank: Optional[int]) -> tuple[int, int]:
     if num_replicas < 1:
         raise ValueError(f"Invalid num_replicas {num_replicas}, num_replicas should be at least 1")
     if not 0 <= rank < num_replicas:
-        raise ValueError(
-            f"Invalid rank {rank}, rank should be in the interval [0, {num_replicas - 1}]"
-        )
+        raise ValueError(f"Invalid rank {rank}, rank should be in the interval [0, {num_replicas - 1}]")
     return num_replicas, rank
 
 
@@ -391,7 +390,9 @@ class ShardedSampler(DistributedSampler[int]):
     def verify_distributed(self, group: Any = None) -> proofs.Certificate:
         """Consensus and coverage of the pass being run, across the ranks of ``group``;
         see :func:`permshard.proofs.verify_distributed`."""
-        return proofs.verify_distributed(self._current_partition(), self.config, self.rank, self.dataset, group)
+        return proofs.verify_distributed(
+            self._current_partition(), self.config, self.rank, self.dataset, group
+        )
 
     def describe(self) -> dict[str, Any]:
         """The configuration every rank must agree on (without ``rank``)."""

@@ -9,8 +9,8 @@ from typing import Any, Optional, Union
 
 import numpy as np
 import numpy.typing as npt
-from numpy.lib.stride_tricks import sliding_window_view
 import torch
+from numpy.lib.stride_tricks import sliding_window_view
 from torch.utils.data import Dataset
 
 from .._validation import as_int, as_positive, as_u64
@@ -212,7 +212,6 @@ class TokenWindows(Dataset[torch.Tensor]):
         files = np.searchsorted(self.starts, idx, side="right") - 1
         offsets = self._shift_of(indices) + (idx - self.starts[files]) * self.seq_len
         out = np.empty((idx.size, self.seq_len + 1), dtype=np.int64)
-        maps = self._open()
         for f in np.unique(files):
             rows = np.nonzero(files == f)[0]
             # A strided view whose row o is tokens[o : o + seq_len + 1] (no copy): indexing

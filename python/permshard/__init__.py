@@ -5,6 +5,7 @@
 * :class:`ShardedSampler` — a drop-in :class:`~torch.utils.data.DistributedSampler`
   without ``randperm(N)``, with plans, ``locate``, O(1) resume (also on another number of
   ranks) and proofs; :class:`ShardedBatchSampler` yields whole batches.
+* :class:`Mixture` — weighted sources, position → ``(source, index)``, no build step.
 * :func:`verify` — the exact proof; :class:`ShardingError` when sharding is wrong.
 
 Names are imported on first use, so ``permshard --help`` (and anything else that does
@@ -21,6 +22,7 @@ from ._core import ALGORITHM, ShardingError, __version__
 if TYPE_CHECKING:
     from . import data
     from .config import ShardConfig
+    from .mixture import Mixture
     from .permutation import Permutation
     from .plan import ShardPlan
     from .proofs import Certificate, check_loader, verify
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
 #: Public name -> the module that defines it.
 _LAZY = {
     "Certificate": ".proofs",
+    "Mixture": ".mixture",
     "Permutation": ".permutation",
     "ShardConfig": ".config",
     "ShardPlan": ".plan",
@@ -42,6 +45,7 @@ _LAZY = {
 __all__ = [
     "ALGORITHM",
     "Certificate",
+    "Mixture",
     "Permutation",
     "ShardConfig",
     "ShardPlan",

@@ -7,12 +7,14 @@
 //! * [`SampleOrder`] — the order of an epoch (perm-v1, identity, explicit): position ↔ sample.
 //! * [`Partition`] — which global positions (and samples) each rank takes, with padding,
 //!   `drop_last` and resume from a consumed prefix.
+//! * [`Mixture`] — mix-v1: weighted sources, position → (source, index), no build step.
 //! * [`verify`] — the exact proof that ranks are disjoint and cover the data.
 //! * [`Fingerprint`] — an O(1)-memory summary of a multiset of sample ids.
 
 mod error;
 mod fingerprint;
 mod mix;
+mod mixture;
 mod order;
 mod partition;
 mod permutation;
@@ -21,6 +23,7 @@ mod verify;
 pub use error::Error;
 pub use fingerprint::Fingerprint;
 pub use mix::splitmix64;
+pub use mixture::{Mixture, MIX_ALGORITHM};
 pub use order::{Explicit, Identity, Order, SampleOrder};
 pub use partition::{CoverageShare, Partition};
 pub use permutation::{Permutation, ALGORITHM};

@@ -115,6 +115,17 @@ impl Permutation {
     /// As [`Permutation::new`], with an extra stream id mixed into the key (independent
     /// permutations for the same `(n, seed, epoch)`).
     pub fn with_stream(n: u64, seed: u64, epoch: u64, stream: u64) -> Result<Self, Error> {
+        let mut perm = Self::untabled(n, seed, epoch, stream)?;
+        if n <= TABLE_MAX_N {
+            perm.table = Some(Arc::new(perm.build_table()));
+        }
+        Ok(perm)
+    }
+
+    /// As [`Permutation::with_stream`], without the lookup table of small `n`: O(1) to
+    /// build, for callers that map a few positions of many permutations (a mixture's
+    /// passes). The values are the same.
+    pub(crate) fn untabled(n: u64, seed: u64, epoch: u64, stream: u64) -> Result<Self, Error> {
         if n == 0 {
             return Err(Error::EmptyDomain);
         }
@@ -122,18 +133,14 @@ impl Permutation {
         // 2^k + 1 to 2^k for large k and yields a domain too small to hold n values.
         let bits = (u64::BITS - (n - 1).leading_zeros()).max(MIN_BITS);
         let key = chain(VERSION_TAG, &[seed, epoch, n, stream]);
-        let mut perm = Permutation {
+        Ok(Permutation {
             n,
             seed,
             epoch,
             stream,
             cipher: Feistel::new(bits, key),
             table: None,
-        };
-        if n <= TABLE_MAX_N {
-            perm.table = Some(Arc::new(perm.build_table()));
-        }
-        Ok(perm)
+        })
     }
 
     /// Encrypts the whole 16-bit domain once (batched), then follows each position's walk

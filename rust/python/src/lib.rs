@@ -4,6 +4,7 @@
 use pyo3::prelude::*;
 
 mod errors;
+mod mixture;
 mod partition;
 mod permutation;
 mod verify;
@@ -12,6 +13,8 @@ mod verify;
 mod _core {
     #[pymodule_export]
     use super::errors::ShardingError;
+    #[pymodule_export]
+    use super::mixture::Mixture;
     #[pymodule_export]
     use super::partition::Partition;
     #[pymodule_export]
@@ -25,6 +28,7 @@ mod _core {
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         m.add("ALGORITHM", permshard_core::ALGORITHM)?;
+        m.add("MIX_ALGORITHM", permshard_core::MIX_ALGORITHM)?;
         Ok(())
     }
 }

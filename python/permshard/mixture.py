@@ -1,0 +1,164 @@
+"""``Mixture``: weighted sources as a map from position to ``(source, index)`` (mix-v1)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Optional, SupportsIndex
+
+import numpy as np
+import numpy.typing as npt
+
+from . import _core
+from ._validation import as_int, as_u64
+
+#: The algorithm id of the mixture map, recorded in state dicts and certificates.
+MIX_ALGORITHM: str = _core.MIX_ALGORITHM
+
+
+def _weights(weights: Sequence[Any], k: int) -> list[float]:
+    if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
+        raise TypeError(f"weights must be a sequence of numbers, got {type(weights).__name__}")
+    if len(weights) != k:
+        raise ValueError(f"{k} sizes but {len(weights)} weights: give one weight per source")
+    out = []
+    for s, w in enumerate(weights):
+        if isinstance(w, bool) or not isinstance(w, (int, float, np.integer, np.floating)):
+            raise TypeError(f"weights[{s}] must be a number, got {type(w).__name__} {w!r}")
+        value = float(w)
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"weights must be finite and >= 0, got weights[{s}] = {w!r}")
+        out.append(value)
+    if not any(out):
+        raise ValueError("all weights are 0: give at least one source a positive weight")
+    return out
+
+
+class Mixture:
+    r"""Weighted sources mixed position by position, in O(sources) memory: nothing to
+    build, nothing to cache, every position computed on demand (mix-v1).
+
+    ``m[p]`` is the ``(source, index)`` at global position ``p``. Among the first ``n``
+    positions source ``s`` appears ``counts(n)[s]`` times, within 2 of
+    ``n * weights[s] / sum(weights)`` for every ``n`` (the weights as given, not rounded;
+    at most ``1 + log2(sources)`` in general). Each pass over a source visits all its
+    samples once, in a fresh perm-v1 order keyed by ``(seed, source, pass)``.
+
+    Args:
+        sizes (sequence of int): number of samples of each source, each ``>= 1``.
+        weights (sequence of float): relative weight of each source, ``>= 0`` and not all
+            zero (they need not sum to 1).
+        num_samples (int, optional): positions in the mixture. ``None``: the longest
+            mixture in which no source repeats a sample; larger values oversample (more
+            passes), smaller ones subsample. Default: ``None``.
+        seed (int, optional): key of the per-pass orders, in ``[0, 2**64 - 1]``.
+
+    Example::
+
+        >>> m = Mixture([1000, 500], [0.7, 0.3], num_samples=100)
+        >>> m.counts(100)
+        [70, 30]
+        >>> sources, indices = m.take(0, 8)
+    """
+
+    __slots__ = ("_inner", "_seed", "_sizes", "_weights")
+
+    def __init__(
+        self,
+        sizes: Sequence[int],
+        weights: Sequence[float],
+        num_samples: Optional[int] = None,
+        seed: int = 0,
+    ) -> None:
+        if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence):
+            raise TypeError(f"sizes must be a sequence of ints, got {type(sizes).__name__}")
+        if not sizes:
+            raise ValueError("a mixture needs at least one source: sizes is empty")
+        self._sizes = tuple(as_u64(f"sizes[{s}]", n, minimum=1) for s, n in enumerate(sizes))
+        self._weights = tuple(_weights(weights, len(self._sizes)))
+        if num_samples is not None:
+            num_samples = as_u64("num_samples", num_samples, minimum=1)
+        self._seed = as_u64("seed", seed)
+        self._inner = _core.Mixture(list(self._sizes), list(self._weights), num_samples, self._seed)
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return self._sizes
+
+    @property
+    def weights(self) -> tuple[float, ...]:
+        return self._weights
+
+    @property
+    def seed(self) -> int:
+        return self._seed
+
+    @property
+    def num_samples(self) -> int:
+        return self._inner.num_samples
+
+    @property
+    def algorithm(self) -> str:
+        return MIX_ALGORITHM
+
+    def __len__(self) -> int:
+        return self._inner.num_samples
+
+    def __getitem__(self, position: SupportsIndex) -> tuple[int, int]:
+        p = as_int("position", position)
+        n = self._inner.num_samples
+        if p < 0:
+            p += n
+        if not 0 <= p < n:
+            raise IndexError(f"mixture position {as_int('position', position)} out of range for {n} positions")
+        return self._inner.at(p)
+
+    def take(self, start: int, stop: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """``(sources, indices)`` of positions ``[start, stop)`` as int64 arrays, computed
+        in Rust with the GIL released."""
+        start, stop = as_int("start", start), as_int("stop", stop)
+        if not 0 <= start <= stop <= self._inner.num_samples:
+            raise ValueError(
+                f"invalid range [{start}, {stop}): expected 0 <= start <= stop <= {self._inner.num_samples}"
+            )
+        return self._inner.take(start, stop - start)
+
+    def at_positions(self, positions: Sequence[int]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """``(sources, indices)`` of the given positions (any order), batched."""
+        checked = [as_int("position", p) for p in positions]
+        bad = next((p for p in checked if not 0 <= p < self._inner.num_samples), None)
+        if bad is not None:
+            raise IndexError(f"mixture position {bad} out of range for {self._inner.num_samples} positions")
+        return self._inner.at_positions(checked)
+
+    def counts(self, n: int) -> list[int]:
+        """How many of the positions ``[0, n)`` each source takes; O(sources) for any
+        ``n`` (``n`` may exceed ``num_samples``: the same rule continues)."""
+        return self._inner.counts(as_u64("n", n))
+
+    def locate(self, source: int, index: int) -> list[int]:
+        """Every position at which sample ``index`` of ``source`` appears (one per pass
+        over the source the mixture reaches), in increasing order."""
+        source, index = as_int("source", source), as_int("index", index)
+        if not 0 <= source < len(self._sizes):
+            raise ValueError(f"source {source} does not exist: there are {len(self._sizes)} sources")
+        if not 0 <= index < self._sizes[source]:
+            raise ValueError(f"index {index} is not in range({self._sizes[source]}) of source {source}")
+        return self._inner.locate(source, index)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Mixture):
+            return NotImplemented
+        return self.__reduce__()[1] == other.__reduce__()[1]
+
+    def __hash__(self) -> int:
+        return hash((Mixture, *self.__reduce__()[1]))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Mixture, (self._sizes, self._weights, self.num_samples, self._seed))
+
+    def __repr__(self) -> str:
+        return (
+            f"Mixture(sizes={list(self._sizes)}, weights={list(self._weights)}, "
+            f"num_samples={self.num_samples}, seed={self._seed}) ({MIX_ALGORITHM})"
+        )

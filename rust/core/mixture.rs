@@ -1,0 +1,623 @@
+//! mix-v1: a weighted mixture of sources as a map from position to `(source, index)`.
+//!
+//! Nothing is built or cached: a position descends a binary tree of exact two-way splits.
+//! A node of integer weight `t` whose left subtree weighs `a` sends its local position `q`
+//! left when `floor((q + 1)·a / t) > floor(q·a / t)` (a Beatty sequence), so among its
+//! first `m` positions exactly `floor(m·a / t)` go left: within 1 of the exact share, for
+//! every `m`. The errors of the levels on a source's path add up, each scaled by the
+//! fraction below it, so the count of source `s` among positions `[0, n)` stays within
+//! `depth` of `w_s · n` whatever `n` (within 2 when the tree is weight-balanced).
+//!
+//! A source's `ℓ`-th occurrence is sample `π_{s,j}(ℓ mod size_s)` with pass
+//! `j = ℓ div size_s` and `π_{s,j}` the perm-v1 permutation keyed by `(seed, source, pass)`:
+//! every sample of a source exactly once per pass, a fresh order each pass.
+//!
+//! Weights are `f64` as given: each is an exact dyadic rational, and when they share a
+//! common scale within 63 bits they are used exactly; otherwise they are scaled to integers
+//! summing to about `2^62` (an error below `2^-62` of the total).
+
+use crate::error::Error;
+use crate::mix::chain;
+use crate::permutation::Permutation;
+
+/// The algorithm id of the mixture map, recorded in state dicts and certificates.
+pub const MIX_ALGORITHM: &str = "mix-v1";
+
+/// Domain-separates the passes' keys from every other use of the seed.
+const MIX_TAG: u64 = 0x6d69_782d_7631; // "mix-v1"
+
+/// The weights' total when they must be scaled (they do not share a 63-bit scale).
+const SCALED_TOTAL: f64 = (1u64 << 62) as f64;
+
+/// A subtree: one source, or an internal node (index into `Mixture::nodes`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Child {
+    Source(usize),
+    Node(usize),
+}
+
+/// An exact two-way split of a subtree of weight `total` into `left` and the rest.
+#[derive(Clone, Copy, Debug)]
+struct Split {
+    left_weight: u64,
+    total: u64,
+    left: Child,
+    right: Child,
+}
+
+impl Split {
+    /// Of the node's first `m` positions, how many go left.
+    #[inline]
+    fn lefts_before(&self, m: u64) -> u64 {
+        ((m as u128 * self.left_weight as u128) / self.total as u128) as u64
+    }
+
+    /// Whether the node's position `q` goes left, and its position in that child.
+    #[inline]
+    fn route(&self, q: u64) -> (Child, u64) {
+        let before = self.lefts_before(q);
+        if self.lefts_before(q + 1) > before {
+            (self.left, before)
+        } else {
+            (self.right, q - before)
+        }
+    }
+
+    /// The node position of the child's position `l` (the inverse of `route`).
+    #[inline]
+    fn position_of(&self, from_left: bool, l: u64) -> u64 {
+        let (a, t) = (self.left_weight as u128, self.total as u128);
+        let l = l as u128;
+        let q = if from_left {
+            // Smallest q with floor((q + 1)·a / t) >= l + 1.
+            ((l + 1) * t).div_ceil(a) - 1
+        } else {
+            // Smallest q with (q + 1) - floor((q + 1)·a / t) >= l + 1.
+            (l * t) / (t - a)
+        };
+        q as u64
+    }
+}
+
+/// A weighted mixture of `sizes.len()` sources over positions `[0, num_samples)`.
+#[derive(Clone, Debug)]
+pub struct Mixture {
+    sizes: Vec<u64>,
+    weights: Vec<u64>,
+    nodes: Vec<Split>,
+    root: Child,
+    /// For each source, the path from the root: `(node, went_left)`.
+    paths: Vec<Vec<(usize, bool)>>,
+    num_samples: u64,
+    seed: u64,
+}
+
+/// Exact integer weights proportional to `weights` (see the module docs).
+fn integer_weights(weights: &[f64]) -> Result<Vec<u64>, Error> {
+    if let Some((s, w)) = weights
+        .iter()
+        .enumerate()
+        .find(|(_, w)| !w.is_finite() || **w < 0.0)
+    {
+        return Err(Error::Invalid(format!(
+            "weights must be finite and >= 0, got weights[{s}] = {w}"
+        )));
+    }
+    if weights.iter().all(|&w| w == 0.0) {
+        return Err(Error::Invalid(
+            "all weights are 0: give at least one source a positive weight".into(),
+        ));
+    }
+    // w = mantissa · 2^exponent, exactly.
+    let parts: Vec<(u64, i32)> = weights
+        .iter()
+        .map(|&w| {
+            if w == 0.0 {
+                return (0, 0);
+            }
+            let bits = w.to_bits();
+            let exponent = ((bits >> 52) & 0x7ff) as i32;
+            let fraction = bits & ((1 << 52) - 1);
+            if exponent == 0 {
+                (fraction, -1074) // subnormal
+            } else {
+                (fraction | (1 << 52), exponent - 1075)
+            }
+        })
+        .collect();
+    let low = parts
+        .iter()
+        .filter(|(m, _)| *m > 0)
+        .map(|(m, e)| e + m.trailing_zeros() as i32)
+        .min()
+        .unwrap_or(0);
+    let exact: Option<Vec<u64>> = parts
+        .iter()
+        .map(|&(m, e)| {
+            if m == 0 {
+                return Some(0);
+            }
+            let shift = e - low; // >= -trailing_zeros(m): exact
+            let m = if shift >= 0 {
+                m.checked_shl(shift as u32)
+                    .filter(|v| v >> shift == m && shift < 64)?
+            } else {
+                m >> (-shift)
+            };
+            Some(m)
+        })
+        .collect();
+    if let Some(q) = exact {
+        if q.iter()
+            .try_fold(0u64, |acc, &v| acc.checked_add(v))
+            .is_some_and(|t| t < 1 << 63)
+        {
+            return Ok(q);
+        }
+    }
+    let total: f64 = weights.iter().sum();
+    Ok(weights
+        .iter()
+        .map(|&w| (w / total * SCALED_TOTAL) as u64)
+        .collect())
+}
+
+impl Mixture {
+    /// The mixture of sources of `sizes` drawn in proportion to `weights`.
+    ///
+    /// `num_samples = None` gives the longest mixture in which no source repeats a sample.
+    pub fn new(
+        sizes: &[u64],
+        weights: &[f64],
+        num_samples: Option<u64>,
+        seed: u64,
+    ) -> Result<Self, Error> {
+        if sizes.is_empty() {
+            return Err(Error::Invalid("a mixture needs at least one source".into()));
+        }
+        if sizes.len() != weights.len() {
+            return Err(Error::Invalid(format!(
+                "{} sizes but {} weights: give one weight per source",
+                sizes.len(),
+                weights.len()
+            )));
+        }
+        if let Some(s) = sizes.iter().position(|&n| n == 0) {
+            return Err(Error::Invalid(format!(
+                "source {s} is empty (size 0); every source needs at least one sample"
+            )));
+        }
+        let q = integer_weights(weights)?;
+        let mut order: Vec<usize> = (0..q.len()).filter(|&s| q[s] > 0).collect();
+        if order.is_empty() {
+            return Err(Error::Invalid(
+                "every weight is negligible next to the largest; give them one scale".into(),
+            ));
+        }
+        // Heavy sources near the root: fewer levels of error where it counts most.
+        order.sort_by(|&x, &y| q[y].cmp(&q[x]).then(x.cmp(&y)));
+        let mut nodes = Vec::new();
+        let root = build(&order, &q, &mut nodes);
+        let mut paths = vec![Vec::new(); q.len()];
+        record_paths(root, &nodes, &mut Vec::new(), &mut paths);
+        let mut mixture = Mixture {
+            sizes: sizes.to_vec(),
+            weights: q,
+            nodes,
+            root,
+            paths,
+            num_samples: 1,
+            seed,
+        };
+        mixture.num_samples = match num_samples {
+            Some(0) => {
+                return Err(Error::Invalid(
+                    "num_samples must be at least 1 (or None for one pass)".into(),
+                ))
+            }
+            Some(n) => n,
+            None => mixture.longest_without_repeats(),
+        };
+        Ok(mixture)
+    }
+
+    /// Positions in the mixture.
+    pub fn num_samples(&self) -> u64 {
+        self.num_samples
+    }
+
+    /// Number of sources (zero-weight ones included).
+    pub fn num_sources(&self) -> usize {
+        self.sizes.len()
+    }
+
+    /// The sources' sizes.
+    pub fn sizes(&self) -> &[u64] {
+        &self.sizes
+    }
+
+    /// The integer weights the mixture runs on (proportional to the given ones).
+    pub fn integer_weights(&self) -> &[u64] {
+        &self.weights
+    }
+
+    /// The seed.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The largest `n` with `counts(n)[s] <= size_s` for every source, at least 1.
+    fn longest_without_repeats(&self) -> u64 {
+        let total: u128 = self.weights.iter().map(|&w| w as u128).sum();
+        // Above this every source with weight > 0 is past its size by the tree's error.
+        let upper = (0..self.sizes.len())
+            .filter(|&s| self.weights[s] > 0)
+            .map(|s| (self.sizes[s] as u128 + 64) * total / self.weights[s] as u128 + 1)
+            .min()
+            .unwrap_or(1)
+            .min(u64::MAX as u128) as u64;
+        let fits = |n: u64| {
+            self.counts(n)
+                .iter()
+                .zip(&self.sizes)
+                .all(|(c, size)| c <= size)
+        };
+        let (mut lo, mut hi) = (1u64, upper); // fits(lo) (one position: one sample)
+        if fits(hi) {
+            return hi;
+        }
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if fits(mid) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    /// How many of the positions `[0, n)` each source takes. O(sources), any `n`.
+    pub fn counts(&self, n: u64) -> Vec<u64> {
+        let mut out = vec![0u64; self.sizes.len()];
+        let mut stack = vec![(self.root, n)];
+        while let Some((child, m)) = stack.pop() {
+            match child {
+                Child::Source(s) => out[s] += m,
+                Child::Node(i) => {
+                    let split = &self.nodes[i];
+                    let left = split.lefts_before(m);
+                    stack.push((split.left, left));
+                    stack.push((split.right, m - left));
+                }
+            }
+        }
+        out
+    }
+
+    fn check_position(&self, position: u64) -> Result<(), Error> {
+        if position >= self.num_samples {
+            return Err(Error::OutOfRange {
+                what: "position",
+                value: position,
+                n: self.num_samples,
+            });
+        }
+        Ok(())
+    }
+
+    /// `(source, occurrence)`: the source of `position` and how many positions before it
+    /// that source took.
+    #[inline]
+    fn occurrence(&self, position: u64) -> (usize, u64) {
+        let (mut child, mut q) = (self.root, position);
+        loop {
+            match child {
+                Child::Source(s) => return (s, q),
+                Child::Node(i) => (child, q) = self.nodes[i].route(q),
+            }
+        }
+    }
+
+    /// The permutation of source `s` in pass `pass` (no table: O(1) to build).
+    fn pass_order(&self, s: usize, pass: u64) -> Permutation {
+        Permutation::untabled(self.sizes[s], chain(MIX_TAG, &[self.seed]), pass, s as u64)
+            .expect("sizes are >= 1")
+    }
+
+    /// `(source, index)` at `position`.
+    pub fn at(&self, position: u64) -> Result<(usize, u64), Error> {
+        self.check_position(position)?;
+        let (s, occurrence) = self.occurrence(position);
+        let size = self.sizes[s];
+        let order = self.pass_order(s, occurrence / size);
+        Ok((s, order.forward_unchecked(occurrence % size)))
+    }
+
+    /// `sources[i], indices[i]` = the `(source, index)` at position `start + i`. Batched:
+    /// each source's pass order is built once per call.
+    pub fn fill(&self, start: u64, sources: &mut [u64], indices: &mut [u64]) -> Result<(), Error> {
+        let len = check_lengths(sources, indices)?;
+        if start > self.num_samples || len > self.num_samples - start {
+            return Err(Error::SliceOutOfRange {
+                start,
+                len,
+                n: self.num_samples,
+            });
+        }
+        self.map_positions(start..start + len, sources, indices);
+        Ok(())
+    }
+
+    /// As [`Mixture::fill`], for the positions `positions` (any order).
+    pub fn fill_at(
+        &self,
+        positions: &[u64],
+        sources: &mut [u64],
+        indices: &mut [u64],
+    ) -> Result<(), Error> {
+        if check_lengths(sources, indices)? != positions.len() as u64 {
+            return Err(Error::Invalid(
+                "positions, sources and indices must have the same length".into(),
+            ));
+        }
+        for &p in positions {
+            self.check_position(p)?;
+        }
+        self.map_positions(positions.iter().copied(), sources, indices);
+        Ok(())
+    }
+
+    fn map_positions(
+        &self,
+        positions: impl Iterator<Item = u64>,
+        sources: &mut [u64],
+        indices: &mut [u64],
+    ) {
+        let mut orders: Vec<Option<(u64, Permutation)>> = vec![None; self.sizes.len()];
+        for (p, (source, index)) in positions.zip(sources.iter_mut().zip(indices.iter_mut())) {
+            let (s, occurrence) = self.occurrence(p);
+            let size = self.sizes[s];
+            let pass = occurrence / size;
+            let order = match &orders[s] {
+                Some((built, order)) if *built == pass => order,
+                _ => &orders[s].insert((pass, self.pass_order(s, pass))).1,
+            };
+            *source = s as u64;
+            *index = order.forward_unchecked(occurrence % size);
+        }
+    }
+
+    /// Every position at which `(source, index)` appears, in increasing order: one per pass
+    /// over the source that the mixture reaches.
+    pub fn locate(&self, source: usize, index: u64) -> Result<Vec<u64>, Error> {
+        if source >= self.sizes.len() {
+            return Err(Error::Invalid(format!(
+                "source {source} does not exist: there are {} sources",
+                self.sizes.len()
+            )));
+        }
+        let size = self.sizes[source];
+        if index >= size {
+            return Err(Error::OutOfRange {
+                what: "sample",
+                value: index,
+                n: size,
+            });
+        }
+        let taken = self.counts(self.num_samples)[source];
+        let mut out = Vec::new();
+        let mut pass = 0u64;
+        while pass.saturating_mul(size) < taken {
+            let occurrence = pass * size + self.pass_order(source, pass).inverse(index)?;
+            if occurrence < taken {
+                out.push(self.position_of(source, occurrence));
+            }
+            pass += 1;
+        }
+        Ok(out)
+    }
+
+    /// The position of source `s`'s `occurrence`-th position (it must exist).
+    fn position_of(&self, s: usize, occurrence: u64) -> u64 {
+        let mut l = occurrence;
+        for &(node, went_left) in self.paths[s].iter().rev() {
+            l = self.nodes[node].position_of(went_left, l);
+        }
+        l
+    }
+}
+
+/// The common length of two output slices.
+fn check_lengths(sources: &[u64], indices: &[u64]) -> Result<u64, Error> {
+    if sources.len() != indices.len() {
+        return Err(Error::Invalid(
+            "sources and indices must have the same length".into(),
+        ));
+    }
+    Ok(sources.len() as u64)
+}
+
+/// Builds the subtree over `sources` (heaviest first): split where the two sides' weights
+/// are closest to equal.
+fn build(sources: &[usize], q: &[u64], nodes: &mut Vec<Split>) -> Child {
+    if sources.len() == 1 {
+        return Child::Source(sources[0]);
+    }
+    let total: u64 = sources.iter().map(|&s| q[s]).sum();
+    let (mut best, mut best_gap, mut prefix) = (1, u64::MAX, 0u64);
+    for (i, &s) in sources[..sources.len() - 1].iter().enumerate() {
+        prefix += q[s];
+        let gap = (2 * prefix as u128).abs_diff(total as u128) as u64;
+        if gap < best_gap {
+            (best, best_gap) = (i + 1, gap);
+        }
+    }
+    let left_weight: u64 = sources[..best].iter().map(|&s| q[s]).sum();
+    let left = build(&sources[..best], q, nodes);
+    let right = build(&sources[best..], q, nodes);
+    nodes.push(Split {
+        left_weight,
+        total,
+        left,
+        right,
+    });
+    Child::Node(nodes.len() - 1)
+}
+
+fn record_paths(
+    child: Child,
+    nodes: &[Split],
+    path: &mut Vec<(usize, bool)>,
+    out: &mut [Vec<(usize, bool)>],
+) {
+    match child {
+        Child::Source(s) => out[s] = path.clone(),
+        Child::Node(i) => {
+            path.push((i, true));
+            record_paths(nodes[i].left, nodes, path, out);
+            path.pop();
+            path.push((i, false));
+            record_paths(nodes[i].right, nodes, path, out);
+            path.pop();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn brute_counts(m: &Mixture, n: u64) -> Vec<u64> {
+        let mut counts = vec![0u64; m.num_sources()];
+        for p in 0..n {
+            counts[m.at(p).unwrap().0] += 1;
+        }
+        counts
+    }
+
+    #[test]
+    fn counts_agree_with_positions_and_stay_near_the_weights() {
+        let cases: &[(&[u64], &[f64])] = &[
+            (&[100, 200, 300], &[0.2, 0.3, 0.5]),
+            (
+                &[7; 16],
+                &[
+                    1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 1.5, 2.5, 0.1, 9.0, 0.7, 0.3, 4.4, 1.0,
+                ],
+            ),
+            (&[50, 50], &[1.0, 0.0]),
+            (&[1000, 3], &[0.999, 0.001]),
+        ];
+        for &(sizes, weights) in cases {
+            let m = Mixture::new(sizes, weights, Some(5000), 3).unwrap();
+            let total: f64 = weights.iter().sum();
+            let mut running = vec![0u64; sizes.len()];
+            for p in 0..5000u64 {
+                running[m.at(p).unwrap().0] += 1;
+                for (s, &c) in running.iter().enumerate() {
+                    let want = weights[s] / total * (p + 1) as f64;
+                    assert!(
+                        (c as f64 - want).abs() <= 2.0,
+                        "{weights:?} n={} s={s}",
+                        p + 1
+                    );
+                }
+                if p % 97 == 0 {
+                    assert_eq!(m.counts(p + 1), running);
+                }
+            }
+            assert_eq!(m.counts(5000), brute_counts(&m, 5000));
+        }
+    }
+
+    #[test]
+    fn each_pass_over_a_source_is_a_permutation() {
+        let m = Mixture::new(&[5, 11, 2], &[1.0, 1.0, 1.0], Some(300), 9).unwrap();
+        let mut sources = vec![0u64; 300];
+        let mut indices = vec![0u64; 300];
+        m.fill(0, &mut sources, &mut indices).unwrap();
+        for s in 0..3 {
+            let seen: Vec<u64> = (0..300)
+                .filter(|&i| sources[i] == s as u64)
+                .map(|i| indices[i])
+                .collect();
+            let size = m.sizes()[s] as usize;
+            for pass in seen.chunks(size).filter(|c| c.len() == size) {
+                let mut sorted = pass.to_vec();
+                sorted.sort();
+                assert_eq!(sorted, (0..size as u64).collect::<Vec<_>>());
+            }
+            // Passes are fresh orders, not one order repeated.
+            assert_ne!(seen[..size], seen[size..2 * size]);
+        }
+        for p in 0..300u64 {
+            let (s, i) = m.at(p).unwrap();
+            assert_eq!((s as u64, i), (sources[p as usize], indices[p as usize]));
+            assert!(m.locate(s, i).unwrap().contains(&p));
+        }
+    }
+
+    #[test]
+    fn locate_finds_every_position_of_a_sample() {
+        let m = Mixture::new(&[4, 9, 1], &[0.5, 0.3, 0.2], Some(200), 1).unwrap();
+        for s in 0..3 {
+            for i in 0..m.sizes()[s] {
+                let want: Vec<u64> = (0..200).filter(|&p| m.at(p).unwrap() == (s, i)).collect();
+                assert_eq!(m.locate(s, i).unwrap(), want, "source {s} index {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_default_length_is_the_longest_without_repeats() {
+        for (sizes, weights) in [
+            (vec![100u64, 200, 300], vec![0.2, 0.3, 0.5]),
+            (vec![10, 1000], vec![0.5, 0.5]),
+            (vec![1, 1, 1], vec![1.0, 1.0, 1.0]),
+        ] {
+            let m = Mixture::new(&sizes, &weights, None, 0).unwrap();
+            let n = m.num_samples();
+            let fits = |c: Vec<u64>| c.iter().zip(&sizes).all(|(c, s)| c <= s);
+            assert!(fits(m.counts(n)), "{sizes:?}");
+            assert!(
+                !fits(m.counts(n + 1)),
+                "{sizes:?}: one more position still fits"
+            );
+        }
+    }
+
+    #[test]
+    fn weights_are_exact_when_they_share_a_scale() {
+        assert_eq!(integer_weights(&[0.25, 0.75]).unwrap(), vec![1, 3]);
+        assert_eq!(integer_weights(&[3.0, 1.0, 0.0]).unwrap(), vec![3, 1, 0]);
+        assert_eq!(
+            integer_weights(&[0.1, 0.2]).unwrap()[1],
+            2 * integer_weights(&[0.1, 0.2]).unwrap()[0]
+        );
+        // Scales 2^-1000 apart cannot share 63 bits: scaled instead, the tiny one to 0.
+        let q = integer_weights(&[1.0, 1e-300]).unwrap();
+        assert_eq!(q[1], 0);
+        assert!(q[0] > 1 << 61);
+    }
+
+    #[test]
+    fn bad_arguments_are_refused() {
+        assert!(Mixture::new(&[], &[], None, 0).is_err());
+        assert!(Mixture::new(&[1, 2], &[1.0], None, 0).is_err());
+        assert!(Mixture::new(&[0, 2], &[1.0, 1.0], None, 0).is_err());
+        assert!(Mixture::new(&[1, 2], &[1.0, -1.0], None, 0).is_err());
+        assert!(Mixture::new(&[1, 2], &[f64::NAN, 1.0], None, 0).is_err());
+        assert!(Mixture::new(&[1, 2], &[0.0, 0.0], None, 0).is_err());
+        assert!(Mixture::new(&[1, 2], &[1.0, 1.0], Some(0), 0).is_err());
+        let m = Mixture::new(&[1, 2], &[1.0, 1.0], Some(10), 0).unwrap();
+        assert!(m.at(10).is_err());
+        assert!(m.fill(5, &mut [0; 6], &mut [0; 6]).is_err());
+        assert!(m.locate(2, 0).is_err() && m.locate(1, 2).is_err());
+        assert!(m
+            .locate(0, 0)
+            .unwrap()
+            .iter()
+            .all(|e| !e.to_string().is_empty()));
+    }
+}

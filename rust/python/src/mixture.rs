@@ -1,0 +1,85 @@
+//! `_core.Mixture`: mix-v1, weighted sources as a map from position to `(source, index)`.
+
+use numpy::{IntoPyArray, PyArray1};
+use pyo3::prelude::*;
+
+use crate::errors::to_py;
+use crate::permutation::{alloc, compute};
+
+/// Two int64 arrays: the sources and the indices.
+type Pairs<'py> = (Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>);
+
+#[pyclass(frozen, module = "permshard._core", name = "Mixture")]
+pub struct Mixture {
+    inner: permshard_core::Mixture,
+}
+
+#[pymethods]
+impl Mixture {
+    #[new]
+    #[pyo3(signature = (sizes, weights, num_samples = None, seed = 0))]
+    fn new(
+        sizes: Vec<u64>,
+        weights: Vec<f64>,
+        num_samples: Option<u64>,
+        seed: u64,
+    ) -> PyResult<Self> {
+        let inner =
+            permshard_core::Mixture::new(&sizes, &weights, num_samples, seed).map_err(to_py)?;
+        Ok(Mixture { inner })
+    }
+
+    #[getter]
+    fn num_samples(&self) -> u64 {
+        self.inner.num_samples()
+    }
+
+    #[getter]
+    fn integer_weights(&self) -> Vec<u64> {
+        self.inner.integer_weights().to_vec()
+    }
+
+    /// `(source, index)` at `position`.
+    fn at(&self, position: u64) -> PyResult<(usize, u64)> {
+        self.inner.at(position).map_err(to_py)
+    }
+
+    /// Sources and indices at positions `[start, start + count)`.
+    fn take<'py>(&self, py: Python<'py>, start: u64, count: u64) -> PyResult<Pairs<'py>> {
+        let (mut sources, mut indices) = (alloc(count)?, alloc(count)?);
+        compute(py, count, || {
+            self.inner.fill(start, &mut sources, &mut indices)
+        })
+        .map_err(to_py)?;
+        Ok(as_arrays(py, sources, indices))
+    }
+
+    /// Sources and indices at the given positions (any order).
+    fn at_positions<'py>(&self, py: Python<'py>, positions: Vec<u64>) -> PyResult<Pairs<'py>> {
+        let count = positions.len() as u64;
+        let (mut sources, mut indices) = (alloc(count)?, alloc(count)?);
+        compute(py, count, || {
+            self.inner.fill_at(&positions, &mut sources, &mut indices)
+        })
+        .map_err(to_py)?;
+        Ok(as_arrays(py, sources, indices))
+    }
+
+    /// How many of the positions `[0, n)` each source takes.
+    fn counts(&self, n: u64) -> Vec<u64> {
+        self.inner.counts(n)
+    }
+
+    /// Every position at which `(source, index)` appears.
+    fn locate(&self, py: Python<'_>, source: usize, index: u64) -> PyResult<Vec<u64>> {
+        py.detach(|| self.inner.locate(source, index))
+            .map_err(to_py)
+    }
+}
+
+/// Values below 2^63 (sources and sample indices of int64-sized datasets) as int64 arrays.
+fn as_arrays(py: Python<'_>, sources: Vec<u64>, indices: Vec<u64>) -> Pairs<'_> {
+    let sources: Vec<i64> = sources.into_iter().map(|v| v as i64).collect();
+    let indices: Vec<i64> = indices.into_iter().map(|v| v as i64).collect();
+    (sources.into_pyarray(py), indices.into_pyarray(py))
+}

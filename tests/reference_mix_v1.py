@@ -1,0 +1,135 @@
+"""mix-v1 written again from its specification in plain Python, slow and obvious.
+
+It is the independent reference for the golden vectors (``tests/golden/mix-v1.json``):
+exact rational weights (``float.as_integer_ratio``), the weight-balanced tree of two-way
+splits, Beatty routing with Python's unbounded ints, and the per-pass perm-v1 orders of
+``reference_perm_v1``.
+
+Run ``python tests/reference_mix_v1.py`` to regenerate the golden file.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from fractions import Fraction
+from typing import Union
+
+from reference_perm_v1 import ReferencePermutation, chain
+
+GOLDEN = pathlib.Path(__file__).parent / "golden" / "mix-v1.json"
+MIX_TAG = 0x6D69782D7631  # "mix-v1"
+
+Tree = Union[int, tuple[int, int, "Tree", "Tree"]]  # a source, or (left weight, total, left, right)
+
+
+def integer_weights(weights: list[float]) -> list[int]:
+    """The exact integers ``w / 2^v`` (``v`` the smallest 2-adic valuation) when they fit
+    63 bits in total; else ``w / total * 2^62`` truncated, in IEEE doubles summed in order."""
+    exact = [Fraction(w) for w in weights]
+    positive = [f for f in exact if f > 0]
+
+    def valuation(f: Fraction) -> int:
+        num, den = f.numerator, f.denominator  # den is a power of two
+        return (num & -num).bit_length() - den.bit_length()
+
+    low = min(valuation(f) for f in positive)
+    q = [int(f / Fraction(2) ** low) for f in exact]
+    if all(v < 2**64 for v in q) and sum(q) < 2**63:
+        return q
+    total = 0.0
+    for w in weights:
+        total += w
+    return [int(w / total * float(2**62)) for w in weights]
+
+
+def build(sources: list[int], q: list[int]) -> Tree:
+    if len(sources) == 1:
+        return sources[0]
+    total = sum(q[s] for s in sources)
+    best, gap = 1, None
+    for i in range(1, len(sources)):
+        g = abs(2 * sum(q[s] for s in sources[:i]) - total)
+        if gap is None or g < gap:
+            best, gap = i, g
+    left = sum(q[s] for s in sources[:best])
+    return (left, total, build(sources[:best], q), build(sources[best:], q))
+
+
+class ReferenceMixture:
+    def __init__(self, sizes: list[int], weights: list[float], num_samples: int, seed: int) -> None:
+        self.sizes, self.num_samples, self.seed = sizes, num_samples, seed
+        q = integer_weights(weights)
+        order = sorted((s for s in range(len(q)) if q[s] > 0), key=lambda s: (-q[s], s))
+        self.tree = build(order, q)
+
+    def occurrence(self, p: int) -> tuple[int, int]:
+        node, q = self.tree, p
+        while not isinstance(node, int):
+            a, t, left, right = node
+            before = q * a // t
+            if (q + 1) * a // t > before:
+                node, q = left, before
+            else:
+                node, q = right, q - before
+        return node, q
+
+    def at(self, p: int) -> tuple[int, int]:
+        s, k = self.occurrence(p)
+        size = self.sizes[s]
+        order = ReferencePermutation(size, chain(MIX_TAG, [self.seed]), k // size, s)
+        return s, order.forward(k % size)
+
+    def counts(self, n: int) -> list[int]:
+        out = [0] * len(self.sizes)
+
+        def walk(node: Tree, m: int) -> None:
+            if isinstance(node, int):
+                out[node] += m
+            else:
+                a, t, left, right = node
+                walk(left, m * a // t)
+                walk(right, m - m * a // t)
+
+        walk(self.tree, n)
+        return out
+
+
+CASES = [
+    # sizes, weights, num_samples, seed, positions
+    ([100, 200, 300], [0.2, 0.3, 0.5], 600, 0, list(range(20)) + [299, 599]),
+    ([5, 7], [1.0, 1.0], 50, 3, list(range(50))),
+    ([10**9, 10**6, 10**3], [0.6, 0.3, 0.1], 10**12, 7, [0, 1, 2, 10**6, 10**11 + 3, 10**12 - 1]),
+    ([3] * 10, [float(i + 1) for i in range(10)], 1000, 11, list(range(0, 1000, 37))),
+    ([1000, 2], [1.0, 1e-300], 5000, 1, [0, 4999]),
+    ([2**40, 2**20], [0.1, 0.9], 2**63, 2**64 - 1, [0, 2**62, 2**63 - 1]),
+]
+
+
+def generate() -> dict[str, object]:
+    cases = []
+    for sizes, weights, num_samples, seed, positions in CASES:
+        m = ReferenceMixture(sizes, weights, num_samples, seed)
+        at = [m.at(p) for p in positions]
+        prefixes = [1, 10, 1000, num_samples]
+        cases.append(
+            {
+                "sizes": [str(s) for s in sizes],
+                "weights": [repr(w) for w in weights],  # shortest repr: parses back to the same double
+                "num_samples": str(num_samples),
+                "seed": str(seed),
+                "positions": [str(p) for p in positions],
+                "sources": [str(s) for s, _ in at],
+                "indices": [str(i) for _, i in at],
+                "prefixes": [str(n) for n in prefixes],
+                "counts": [[str(c) for c in m.counts(n)] for n in prefixes],
+            }
+        )
+    return {"algorithm": "mix-v1", "cases": cases}
+
+
+if __name__ == "__main__":
+    golden = generate()
+    lines = ",\n  ".join(json.dumps(case) for case in golden["cases"])  # type: ignore[attr-defined]
+    GOLDEN.write_text(f'{{"algorithm": "mix-v1", "cases": [\n  {lines}\n]}}\n')
+    print(f"wrote {GOLDEN}")

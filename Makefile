@@ -8,7 +8,7 @@ ifneq ($(wildcard $(PY)),)
 export PYO3_PYTHON := $(abspath $(PY))
 endif
 
-.PHONY: help demo test bench build lint lint-rust lint-py rust-test py-test clean
+.PHONY: help demo test bench bench-mixture build lint lint-rust lint-py rust-test py-test clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -55,6 +55,12 @@ bench: build $(VENV)/.dev  ## criterion + pytest-benchmark + side-by-side; write
 	cargo bench -p permshard-core --bench permutation
 	$(PY) -m pytest benches --benchmark-enable --benchmark-only -q
 	$(PY) -m permshard bench --n 1e6,1e7,1e8 --markdown docs/benchmarks.md --plot docs/benchmarks.png
+
+bench-mixture: build $(VENV)/.dev  ## Mixture vs Megatron's blend build (fetches megatron-core's wheel; CPython 3.11)
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 megatron-core==0.16.1 -d target/megatron
+	cd target/megatron && unzip -o -q megatron_core-*.whl 'megatron/core/datasets/helpers_cpp*'
+	$(PY) benches/mixture_vs_megatron.py --markdown docs/mixture.md \
+		--helpers "$$(ls target/megatron/megatron/core/datasets/helpers_cpp*.so)"
 
 clean:  ## Remove build outputs and the virtualenv
 	cargo clean

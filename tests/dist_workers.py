@@ -383,3 +383,44 @@ def model_parallel_loaders(rank: int, world: int, n: int) -> dict:
     )
     dist.barrier()
     return out
+
+
+def _mixed(n: int):
+    from permshard.data import MixedDataset
+
+    sources = [
+        [("web", i) for i in range(300)],
+        [("code", i) for i in range(40)],
+        [("books", i) for i in range(90)],
+    ]
+    return MixedDataset(sources, [0.6, 0.1, 0.3], num_samples=n, seed=2)
+
+
+def _as_list(batch: list) -> list:
+    return batch
+
+
+def mixed_dataset_run(rank: int, world: int, n: int, steps, state) -> dict:
+    """A DataLoader with workers over a MixedDataset: `steps` batches of 4 (all if None)
+    from `state`; returns what this rank read, the state after it and the proof."""
+    ds = _mixed(n)
+    sampler = ShardedSampler(ds, seed=6)
+    if state is not None:
+        sampler.load_state_dict(state)
+    sampler.set_epoch(3)
+    cert = sampler.verify_distributed()
+    loader = DataLoader(ds, batch_size=4, sampler=sampler, num_workers=2, collate_fn=_as_list)
+    read = []
+    consumed = sampler.state_dict()["consumed"]
+    for step, batch in enumerate(loader):
+        if steps is not None and step == steps:
+            break
+        read += [tuple(x) for x in batch]
+        consumed += len(batch) * world
+    padding = len(sampler.plan().padding_positions)
+    return {
+        "read": read,
+        "state": sampler.state_dict(consumed_samples=consumed),
+        "covered": cert.covered,
+        "padding": padding,
+    }

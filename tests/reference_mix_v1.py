@@ -2,7 +2,8 @@
 
 It is the independent reference for the golden vectors (``tests/golden/mix-v1.json``):
 exact rational weights (``float.as_integer_ratio``), the weight-balanced tree of two-way
-splits, Beatty routing with Python's unbounded ints, and the per-pass perm-v1 orders of
+splits, Beatty routing (``f(m) = floor(m·a/t + 1/2)`` lefts among a node's first ``m``
+positions) with Python's unbounded ints, and the per-pass perm-v1 orders of
 ``reference_perm_v1``.
 
 Run ``python tests/reference_mix_v1.py`` to regenerate the golden file.
@@ -56,6 +57,11 @@ def build(sources: list[int], q: list[int]) -> Tree:
     return (left, total, build(sources[:best], q), build(sources[best:], q))
 
 
+def lefts(m: int, a: int, t: int) -> int:
+    """Of a node's first ``m`` positions, how many go left: ``m·a/t`` rounded half up."""
+    return (2 * m * a + t) // (2 * t)
+
+
 class ReferenceMixture:
     def __init__(self, sizes: list[int], weights: list[float], num_samples: int, seed: int) -> None:
         self.sizes, self.num_samples, self.seed = sizes, num_samples, seed
@@ -67,8 +73,8 @@ class ReferenceMixture:
         node, q = self.tree, p
         while not isinstance(node, int):
             a, t, left, right = node
-            before = q * a // t
-            if (q + 1) * a // t > before:
+            before = lefts(q, a, t)
+            if lefts(q + 1, a, t) > before:
                 node, q = left, before
             else:
                 node, q = right, q - before
@@ -88,8 +94,8 @@ class ReferenceMixture:
                 out[node] += m
             else:
                 a, t, left, right = node
-                walk(left, m * a // t)
-                walk(right, m - m * a // t)
+                walk(left, lefts(m, a, t))
+                walk(right, m - lefts(m, a, t))
 
         walk(self.tree, n)
         return out

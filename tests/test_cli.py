@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from permshard import ShardedSampler, ShardingError, cli
+from permshard import Mixture, ShardedSampler, ShardingError, cli
 
 
 def run(*args: str, timeout: int = 120) -> subprocess.CompletedProcess[str]:
@@ -19,7 +19,7 @@ def run(*args: str, timeout: int = 120) -> subprocess.CompletedProcess[str]:
 
 
 def test_help_on_every_command():
-    for command in ([], ["plan"], ["verify"], ["locate"], ["bench"], ["demo"]):
+    for command in ([], ["plan"], ["verify"], ["locate"], ["mix"], ["bench"], ["demo"]):
         done = run(*command, "--help")
         assert done.returncode == 0 and "usage: permshard" in done.stdout
 
@@ -175,3 +175,17 @@ def test_examples_run_under_torchrun(script):
     )
     assert done.returncode == 0, done.stdout + done.stderr
     EXAMPLES[script](done.stdout)
+
+
+def test_mix_prints_realised_proportions(capsys):
+    assert cli.main(["mix", "--sizes", "1e6,1e5", "--weights", "0.7,0.3", "-n", "1e7"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("Mixture(sizes=[1000000, 100000], weights=[0.7, 0.3], num_samples=10000000")
+    rows = {int(line.split()[0].replace(",", "")): line.split()[1:] for line in lines[3:]}
+    m = Mixture([10**6, 10**5], [0.7, 0.3], 10**7)
+    for n, (share0, share1, worst) in rows.items():
+        c = m.counts(n)
+        assert (float(share0), float(share1)) == pytest.approx((c[0] / n, c[1] / n), abs=1e-6)
+        assert float(worst) == pytest.approx(max(abs(c[0] - 0.7 * n), abs(c[1] - 0.3 * n)), abs=1e-3)
+    assert 10**7 in rows and 31 in rows
+    assert run("mix", "--sizes", "10,10", "--weights", "1,-1").returncode == 2

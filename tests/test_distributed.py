@@ -117,3 +117,16 @@ def test_iterables_and_accelerate_split_by_data_parallel_rank_only():
     for r in results:
         assert "not both" in r["iterable_error"]
         assert "data-parallel ranks" in r["accelerate_error"]
+
+
+def test_mixed_dataset_on_real_ranks_with_a_resume_onto_another_world_size():
+    n = 1001
+    first = launch(dist_workers.mixed_dataset_run, 2, n, 20, None)
+    second = launch(dist_workers.mixed_dataset_run, 3, n, None, first[0]["state"])
+    read = Counter(x for r in first + second for x in r["read"])
+    expected = Counter(dist_workers._mixed(n)[p] for p in range(n))
+    # Every position of the mixture exactly once, plus the declared padding of the last run.
+    assert sum(read.values()) == n + second[0]["padding"]
+    assert not expected - read  # nothing missing
+    assert sum((read - expected).values()) == second[0]["padding"] < 3  # repeats: the padding only
+    assert first[0]["covered"] == n and second[0]["covered"] == n - 20 * 4 * 2

@@ -1,4 +1,4 @@
-"""The ``permshard`` command: plan, verify, locate, bench, demo."""
+"""The ``permshard`` command: plan, verify, locate, mix, bench, demo."""
 
 from __future__ import annotations
 
@@ -33,6 +33,15 @@ def counts(text: str) -> list[int]:
     return [count(part) for part in text.split(",") if part]
 
 
+def weights(text: str) -> list[float]:
+    """Comma-separated non-negative numbers: 0.6,0.3,0.1 or 6,3,1."""
+    try:
+        values = [float(part) for part in text.split(",") if part]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of numbers: {text!r}") from None
+    return values
+
+
 def _sharding_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-n", type=count, required=True, help="dataset length N (1e9 works)")
     p.add_argument("-w", "--world", type=count, required=True, help="number of ranks W")
@@ -46,7 +55,9 @@ def _sharding_args(p: argparse.ArgumentParser) -> None:
 
 def parser() -> argparse.ArgumentParser:
     top = _Parser(prog="permshard", description="O(1)-memory shuffled sharding for PyTorch, with proofs.")
-    sub = top.add_subparsers(dest="command", metavar="{plan,verify,locate,bench,demo}", parser_class=_Parser)
+    sub = top.add_subparsers(
+        dest="command", metavar="{plan,verify,locate,mix,bench,demo}", parser_class=_Parser
+    )
     sub.required = True
 
     p = sub.add_parser("plan", help="per-rank table: samples, padding, dropped, steps")
@@ -60,6 +71,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("sample", type=count, help="dataset index")
     _sharding_args(p)
     p.add_argument("--batch-size", type=count, help="also print the step")
+
+    p = sub.add_parser("mix", help="realised proportions of a weighted mixture at a few prefixes")
+    p.add_argument("--sizes", type=counts, required=True, help="samples per source, e.g. 1e9,1e6,5e5")
+    p.add_argument("--weights", type=weights, required=True, help="weight per source, e.g. 0.6,0.3,0.1")
+    p.add_argument("-n", type=count, help="positions in the mixture (default: the longest without repeats)")
+    p.add_argument("--seed", type=count, default=0, help="seed of the per-pass orders (default 0)")
 
     p = sub.add_parser("bench", help="side by side with DistributedSampler, in fresh processes")
     p.add_argument("--n", type=counts, default=[10**6, 10**7, 10**8], help="sizes, e.g. 1e6,1e7,1e8")
@@ -165,6 +182,30 @@ def _locate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mix(args: argparse.Namespace) -> int:
+    from fractions import Fraction
+
+    from .mixture import Mixture
+
+    m = Mixture(args.sizes, args.weights, args.n, args.seed)
+    exact = [Fraction(w) for w in m.weights]
+    total = sum(exact)
+    shown = min(len(exact), 6)
+    print(f"{m!r}".replace(f"weights={list(m.weights)}, ", "") if len(exact) > 6 else repr(m))
+    head = f"{'prefix':>26} " + " ".join(f"{f'source {s}':>12}" for s in range(shown))
+    print(head + f" {'max |count - w·n|':>18}")
+    print(f"{'weight':>26} " + " ".join(f"{float(w / total):>12.6f}" for w in exact[:shown]))
+    # Round prefixes and odd ones in between (3·10^k + 1), then the whole mixture.
+    candidates = {10**k for k in range(1, 20)} | {3 * 10**k + 1 for k in range(1, 19)}
+    prefixes = sorted({n for n in candidates if n < m.num_samples} | {m.num_samples})
+    for n in prefixes:
+        c = m.counts(n)
+        worst = max(abs(x - w / total * n) for x, w in zip(c, exact))
+        shares = " ".join(f"{x / n:>12.6f}" for x in c[:shown])
+        print(f"{n:>26,} {shares} {float(worst):>18.3f}")
+    return 0
+
+
 def _bench(args: argparse.Namespace) -> int:
     from .bench import main as bench_main
 
@@ -179,7 +220,14 @@ def _demo(args: argparse.Namespace) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser().parse_args(argv)
-    commands = {"plan": _plan, "verify": _verify, "locate": _locate, "bench": _bench, "demo": _demo}
+    commands = {
+        "plan": _plan,
+        "verify": _verify,
+        "locate": _locate,
+        "mix": _mix,
+        "bench": _bench,
+        "demo": _demo,
+    }
     try:
         return commands[args.command](args)
     except (ValueError, TypeError) as e:  # the library's argument errors: one line

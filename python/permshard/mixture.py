@@ -21,6 +21,9 @@ def _weights(weights: Sequence[Any], k: int) -> list[float]:
         raise TypeError(f"weights must be a sequence of numbers, got {type(weights).__name__}")
     if len(weights) != k:
         raise ValueError(f"{k} sizes but {len(weights)} weights: give one weight per source")
+    plain = [w for w in weights if type(w) is float]  # the common case, checked in bulk
+    if len(plain) == k and all(math.isfinite(w) and w >= 0 for w in plain) and any(plain):
+        return plain
     out = []
     for s, w in enumerate(weights):
         if isinstance(w, bool) or not isinstance(w, (int, float, np.integer, np.floating)):
@@ -74,7 +77,10 @@ class Mixture:
             raise TypeError(f"sizes must be a sequence of ints, got {type(sizes).__name__}")
         if not sizes:
             raise ValueError("a mixture needs at least one source: sizes is empty")
-        self._sizes = tuple(as_u64(f"sizes[{s}]", n, minimum=1) for s, n in enumerate(sizes))
+        if all(type(n) is int for n in sizes) and 1 <= min(sizes) and max(sizes) < 2**64:
+            self._sizes = tuple(sizes)  # the common case, checked in bulk
+        else:
+            self._sizes = tuple(as_u64(f"sizes[{s}]", n, minimum=1) for s, n in enumerate(sizes))
         self._weights = tuple(_weights(weights, len(self._sizes)))
         if num_samples is not None:
             num_samples = as_u64("num_samples", num_samples, minimum=1)
@@ -110,7 +116,9 @@ class Mixture:
         if p < 0:
             p += n
         if not 0 <= p < n:
-            raise IndexError(f"mixture position {as_int('position', position)} out of range for {n} positions")
+            raise IndexError(
+                f"mixture position {as_int('position', position)} out of range for {n} positions"
+            )
         return self._inner.at(p)
 
     def take(self, start: int, stop: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
@@ -149,7 +157,7 @@ class Mixture:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Mixture):
             return NotImplemented
-        return self.__reduce__()[1] == other.__reduce__()[1]
+        return bool(self.__reduce__()[1] == other.__reduce__()[1])
 
     def __hash__(self) -> int:
         return hash((Mixture, *self.__reduce__()[1]))

@@ -2,11 +2,11 @@
 //!
 //! Nothing is built or cached: a position descends a binary tree of exact two-way splits.
 //! A node of integer weight `t` whose left subtree weighs `a` sends its local position `q`
-//! left when `floor((q + 1)·a / t) > floor(q·a / t)` (a Beatty sequence), so among its
-//! first `m` positions exactly `floor(m·a / t)` go left: within 1 of the exact share, for
-//! every `m`. The errors of the levels on a source's path add up, each scaled by the
-//! fraction below it, so the count of source `s` among positions `[0, n)` stays within
-//! `depth` of `w_s · n` whatever `n` (within 2 when the tree is weight-balanced).
+//! left when `f(q + 1) > f(q)` with `f(m) = floor(m·a / t + 1/2)` (a Beatty sequence), so
+//! among its first `m` positions exactly `f(m)` go left: the exact share rounded, within
+//! 1/2 of it for every `m`. The errors of the levels on a source's path add up, each scaled
+//! by the fraction below it, so the count of source `s` among positions `[0, n)` stays
+//! within `depth / 2` of `w_s · n` whatever `n` (within 1 when the tree is weight-balanced).
 //!
 //! A source's `ℓ`-th occurrence is sample `π_{s,j}(ℓ mod size_s)` with pass
 //! `j = ℓ div size_s` and `π_{s,j}` the perm-v1 permutation keyed by `(seed, source, pass)`:
@@ -37,6 +37,7 @@ enum Child {
 }
 
 /// An exact two-way split of a subtree of weight `total` into `left` and the rest.
+/// Weights are below 2^63, so `2·m·a` and `(2l + 1)·t` fit in 128 bits.
 #[derive(Clone, Copy, Debug)]
 struct Split {
     left_weight: u64,
@@ -46,10 +47,17 @@ struct Split {
 }
 
 impl Split {
-    /// Of the node's first `m` positions, how many go left.
+    /// Of the node's first `m` positions, how many go left: `floor(m·a / t + 1/2)`.
     #[inline]
     fn lefts_before(&self, m: u64) -> u64 {
-        ((m as u128 * self.left_weight as u128) / self.total as u128) as u64
+        let (a, t) = (self.left_weight as u128, self.total as u128);
+        ((2 * m as u128 * a + t) / (2 * t)) as u64
+    }
+
+    /// `(2·m·a + t) mod 2t`: where position `m` sits between two lefts (see [`Cursor`]).
+    fn remainder(&self, m: u64) -> u64 {
+        let (a, t) = (self.left_weight as u128, self.total as u128);
+        ((2 * m as u128 * a + t) % (2 * t)) as u64
     }
 
     /// Whether the node's position `q` goes left, and its position in that child.
@@ -69,11 +77,11 @@ impl Split {
         let (a, t) = (self.left_weight as u128, self.total as u128);
         let l = l as u128;
         let q = if from_left {
-            // Smallest q with floor((q + 1)·a / t) >= l + 1.
-            ((l + 1) * t).div_ceil(a) - 1
+            // Smallest q with f(q + 1) >= l + 1, i.e. 2·(q + 1)·a >= (2l + 1)·t.
+            ((2 * l + 1) * t).div_ceil(2 * a) - 1
         } else {
-            // Smallest q with (q + 1) - floor((q + 1)·a / t) >= l + 1.
-            (l * t) / (t - a)
+            // Smallest q with (q + 1) - f(q + 1) >= l + 1, i.e. 2·(q + 1)·(t - a) > (2l + 1)·t.
+            ((2 * l + 1) * t) / (2 * (t - a))
         };
         q as u64
     }
@@ -345,7 +353,30 @@ impl Mixture {
                 n: self.num_samples,
             });
         }
-        self.map_positions(start..start + len, sources, indices);
+        // Consecutive positions: a cursor walks the tree without a division per level.
+        let mut cursor = Cursor::new(self, start);
+        let mut passes: Vec<Option<(u64, u64, Permutation)>> = vec![None; self.sizes.len()];
+        for (source, index) in sources.iter_mut().zip(indices.iter_mut()) {
+            let (s, occurrence) = cursor.next_position();
+            let size = self.sizes[s];
+            // (pass, offset in the pass, its order): advanced by one, or set up once.
+            let (pass, offset, order) = match &mut passes[s] {
+                Some(state) => {
+                    state.1 += 1;
+                    if state.1 == size {
+                        *state = (state.0 + 1, 0, self.pass_order(s, state.0 + 1));
+                    }
+                    state
+                }
+                empty => {
+                    let pass = occurrence / size;
+                    empty.insert((pass, occurrence % size, self.pass_order(s, pass)))
+                }
+            };
+            debug_assert_eq!(*pass * size + *offset, occurrence);
+            *source = s as u64;
+            *index = order.forward_unchecked(*offset);
+        }
         Ok(())
     }
 
@@ -425,6 +456,63 @@ impl Mixture {
             l = self.nodes[node].position_of(went_left, l);
         }
         l
+    }
+}
+
+/// Walks consecutive positions from `start`: each node keeps where its next local
+/// position sits between two lefts, so a step is an add and a compare per level.
+struct Cursor<'m> {
+    mixture: &'m Mixture,
+    /// Per node: `(2·q·a + t) mod 2t` for its next local position `q`.
+    remainders: Vec<u64>,
+    /// Per source: positions it took before the cursor.
+    occurrences: Vec<u64>,
+}
+
+impl<'m> Cursor<'m> {
+    fn new(mixture: &'m Mixture, start: u64) -> Self {
+        let mut remainders = vec![0u64; mixture.nodes.len()];
+        let mut stack = vec![(mixture.root, start)];
+        while let Some((child, q)) = stack.pop() {
+            if let Child::Node(i) = child {
+                let split = &mixture.nodes[i];
+                remainders[i] = split.remainder(q);
+                let left = split.lefts_before(q);
+                stack.push((split.left, left));
+                stack.push((split.right, q - left));
+            }
+        }
+        Cursor {
+            mixture,
+            remainders,
+            occurrences: mixture.counts(start),
+        }
+    }
+
+    /// The source of the next position and its occurrence (positions it took before).
+    #[inline]
+    fn next_position(&mut self) -> (usize, u64) {
+        let mut child = self.mixture.root;
+        loop {
+            match child {
+                Child::Source(s) => {
+                    let occurrence = self.occurrences[s];
+                    self.occurrences[s] += 1;
+                    return (s, occurrence);
+                }
+                Child::Node(i) => {
+                    let split = &self.mixture.nodes[i];
+                    let (a, t) = (split.left_weight, split.total);
+                    // Left when the remainder wraps past 2t: r + 2a >= 2t, i.e. r >= 2(t - a).
+                    // Branch-free: which way a position goes is as unpredictable as a coin.
+                    let r = &mut self.remainders[i];
+                    let left = *r >= 2 * (t - a);
+                    // r + 2a - [left]·2t is below 2t: exact in wrapping arithmetic.
+                    *r = r.wrapping_add(2 * a).wrapping_sub(left as u64 * 2 * t);
+                    child = [split.right, split.left][left as usize];
+                }
+            }
+        }
     }
 }
 
@@ -555,6 +643,20 @@ mod tests {
             let (s, i) = m.at(p).unwrap();
             assert_eq!((s as u64, i), (sources[p as usize], indices[p as usize]));
             assert!(m.locate(s, i).unwrap().contains(&p));
+        }
+        // A fill from any start (the cursor set up mid-way) and at scattered positions.
+        for start in [1u64, 37, 150, 299] {
+            let len = (300 - start) as usize;
+            let (mut s2, mut i2) = (vec![0u64; len], vec![0u64; len]);
+            m.fill(start, &mut s2, &mut i2).unwrap();
+            assert_eq!(s2, sources[start as usize..]);
+            assert_eq!(i2, indices[start as usize..]);
+        }
+        let scattered = [299u64, 0, 17, 17, 150];
+        let (mut s3, mut i3) = (vec![0u64; 5], vec![0u64; 5]);
+        m.fill_at(&scattered, &mut s3, &mut i3).unwrap();
+        for (k, &p) in scattered.iter().enumerate() {
+            assert_eq!((s3[k], i3[k]), (sources[p as usize], indices[p as usize]));
         }
     }
 

@@ -1,0 +1,201 @@
+"""Mixture (mix-v1) and MixedDataset: prefix proportions, passes, random access both ways,
+golden vectors, the plain-Python reference, bad input, and MixedDataset under ShardedSampler."""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import pickle
+import random
+from collections import Counter
+
+import numpy as np
+import pytest
+from reference_mix_v1 import ReferenceMixture
+
+from permshard import Mixture, ShardedSampler
+from permshard.data import MixedDataset
+
+GOLDEN = pathlib.Path(__file__).parent / "golden" / "mix-v1.json"
+
+
+def deviation(m: Mixture, n: int) -> float:
+    """Largest |counts(n)[s] - w_s·n| over the sources, in exact rationals."""
+    from fractions import Fraction
+
+    weights = [Fraction(w) for w in m.weights]
+    total = sum(weights)
+    return float(max(abs(c - w / total * n) for c, w in zip(m.counts(n), weights)))
+
+
+def test_golden_vectors_from_python():
+    golden = json.loads(GOLDEN.read_text())
+    assert golden["algorithm"] == "mix-v1"
+    for case in golden["cases"]:
+        m = Mixture(
+            [int(s) for s in case["sizes"]],
+            [float(w) for w in case["weights"]],
+            int(case["num_samples"]),
+            int(case["seed"]),
+        )
+        for p, s, i in zip(case["positions"], case["sources"], case["indices"]):
+            assert m[int(p)] == (int(s), int(i))
+        for n, counts in zip(case["prefixes"], case["counts"]):
+            assert m.counts(int(n)) == [int(c) for c in counts]
+
+
+def test_agrees_with_the_plain_python_reference_on_random_mixtures():
+    # Sources of a few thousand samples keep the reference's cycle walks short (its
+    # domain is at least 2^16); num_samples up to 40x a source makes passes wrap.
+    rng = random.Random(5)
+    for _ in range(20):
+        k = rng.randint(1, 9)
+        sizes = [rng.randint(1000, 9000) for _ in range(k)]
+        weights = [rng.choice([0.0, rng.random(), rng.lognormvariate(0, 3)]) for _ in range(k)]
+        if not any(weights):
+            weights[0] = 1.0
+        n, seed = rng.randint(1, 40 * min(sizes)), rng.randrange(2**64)
+        m, ref = Mixture(sizes, weights, n, seed), ReferenceMixture(sizes, weights, n, seed)
+        sources, indices = m.take(0, n)
+        for p in [0, n - 1, *rng.sample(range(n), min(n, 40))]:
+            assert (sources[p], indices[p]) == ref.at(p) == m[p], (sizes, weights, n, p)
+        for prefix in [1, n // 3, n]:
+            assert m.counts(prefix) == ref.counts(prefix)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5, 16])
+def test_every_prefix_keeps_the_proportions_within_2(k):
+    """Brute force: running counts over the first 20,000 positions, lognormal weights."""
+    rng = random.Random(k)
+    for trial in range(4):
+        weights = [rng.lognormvariate(0, 2) for _ in range(k)]
+        m = Mixture([10**6] * k, weights, 20_000, seed=trial)
+        sources, _ = m.take(0, 20_000)
+        total = sum(weights)
+        running = np.zeros(k)
+        worst = 0.0
+        for p, s in enumerate(sources.tolist(), 1):
+            running[s] += 1
+            if p % 7 == 0 or p < 100:
+                worst = max(worst, float(np.max(np.abs(running - np.array(weights) / total * p))))
+        assert worst <= 2, (weights, worst)
+        assert running.tolist() == m.counts(20_000)
+
+
+@pytest.mark.parametrize("k", [16, 100, 1000])
+def test_prefix_bound_holds_at_any_n_up_to_1e12(k):
+    rng = random.Random(k)
+    weights = [rng.lognormvariate(0, 2) for _ in range(k)]
+    m = Mixture([10**12] * k, weights, 10**12, seed=1)
+    bound = 2 if k <= 16 else 1 + math.log2(k)
+    ns = [rng.randrange(1, 10**12) for _ in range(300)] + [10**12, 10**12 - 1, 2**39 + 1]
+    assert max(deviation(m, n) for n in ns) <= bound
+    assert sum(m.counts(10**12)) == 10**12
+
+
+def test_each_pass_over_a_source_is_a_fresh_permutation():
+    m = Mixture([7, 13, 3], [0.5, 0.3, 0.2], num_samples=1000, seed=4)
+    sources, indices = m.take(0, 1000)
+    for s, size in enumerate(m.sizes):
+        stream = indices[sources == s].tolist()
+        passes = [stream[i : i + size] for i in range(0, len(stream) - size + 1, size)]
+        assert len(passes) >= 5
+        assert all(sorted(p) == list(range(size)) for p in passes)
+        assert len({tuple(p) for p in passes}) > 1  # not the same order every pass
+
+
+def test_random_access_both_ways():
+    m = Mixture([5, 9, 2], [1.0, 2.0, 0.5], num_samples=300, seed=2)
+    sources, indices = m.take(0, 300)
+    pairs = list(zip(sources.tolist(), indices.tolist()))
+    assert [m[p] for p in range(300)] == pairs
+    assert m[-1] == pairs[-1]
+    picked = [299, 3, 3, 150, 0]
+    s2, i2 = m.at_positions(picked)
+    assert list(zip(s2.tolist(), i2.tolist())) == [pairs[p] for p in picked]
+    for s, size in enumerate(m.sizes):
+        for i in range(size):
+            assert m.locate(s, i) == [p for p, pair in enumerate(pairs) if pair == (s, i)]
+    with pytest.raises(IndexError):
+        m[300]
+
+
+def test_default_length_is_the_longest_without_repeats():
+    sizes = [1000, 300, 50]
+    m = Mixture(sizes, [0.5, 0.3, 0.2])
+    n = len(m)
+    assert all(c <= size for c, size in zip(m.counts(n), sizes))
+    assert any(c > size for c, size in zip(m.counts(n + 1), sizes))
+    sources, indices = m.take(0, n)
+    assert len(set(zip(sources.tolist(), indices.tolist()))) == n  # no sample twice
+
+
+@pytest.mark.parametrize(
+    "args, exc, text",
+    [
+        (([10, 10], [1.0, -1.0]), ValueError, "finite and >= 0"),
+        (([10, 10], [float("nan"), 1.0]), ValueError, "finite and >= 0"),
+        (([10, 10], [0.0, 0.0]), ValueError, "all weights are 0"),
+        (([10, 0], [1.0, 1.0]), ValueError, "sizes\\[1\\] must be in \\[1"),
+        (([10, 10], [1.0]), ValueError, "one weight per source"),
+        (([], []), ValueError, "at least one source"),
+        (([10], [1.0], 0), ValueError, "num_samples must be in \\[1"),
+        (([10], ["1"]), TypeError, "weights\\[0\\] must be a number"),
+        (([10.5], [1.0]), TypeError, "sizes\\[0\\] must be an integer"),
+        ((10, [1.0]), TypeError, "sizes must be a sequence"),
+    ],
+)
+def test_bad_input_names_the_fix(args, exc, text):
+    with pytest.raises(exc, match=text):
+        Mixture(*args)
+
+
+def test_pickle_repr_and_equality():
+    m = Mixture([10, 20], [0.25, 0.75], num_samples=50, seed=3)
+    clone = pickle.loads(pickle.dumps(m))
+    assert clone == m and hash(clone) == hash(m)
+    assert clone.take(0, 50)[1].tolist() == m.take(0, 50)[1].tolist()
+    assert repr(m) == "Mixture(sizes=[10, 20], weights=[0.25, 0.75], num_samples=50, seed=3) (mix-v1)"
+
+
+def _sources() -> list[list[str]]:
+    return [[f"a{i}" for i in range(30)], [f"b{i}" for i in range(7)], [f"c{i}" for i in range(11)]]
+
+
+def test_mixed_dataset_reads_the_mixture():
+    ds = MixedDataset(_sources(), [0.5, 0.2, 0.3], num_samples=200, seed=1)
+    assert len(ds) == 200
+    for p in (0, 17, 199):
+        s, i = ds.mixture[p]
+        assert ds[p] == _sources()[s][i]
+    positions = [5, 199, 0, 5]
+    assert ds.__getitems__(positions) == [ds[p] for p in positions]
+    with pytest.raises(TypeError, match="map-style"):
+        MixedDataset([iter([])], [1.0])
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_mixed_dataset_under_sharded_samplers_with_a_resume_onto_another_world(shuffle):
+    """4 ranks read part of epoch 1, 3 ranks finish it: every position of the mixture
+    exactly once, so every (source, index) as often as the mixture has it."""
+    ds = MixedDataset(_sources(), [0.5, 0.2, 0.3], num_samples=401, seed=1)
+    read: Counter = Counter()
+    state = None
+    for world, steps in [(4, 30), (3, None)]:
+        for rank in range(world):
+            s = ShardedSampler(ds, num_replicas=world, rank=rank, shuffle=shuffle, seed=8)
+            if state is not None:
+                s.load_state_dict(state)
+            s.set_epoch(1)
+            items = list(s.iter_with_padding())[:steps]
+            read.update(ds[p] for p, pad in items if not pad)
+            if rank == 0 and steps is not None:
+                saved = s.state_dict(consumed_samples=steps * world)
+        state = saved
+    every = Counter(ds[p] for p in range(len(ds)))
+    assert read == every
+    if not shuffle:  # in order, each rank's steps keep the proportions
+        s = ShardedSampler(ds, num_replicas=4, rank=0, shuffle=False)
+        first = [ds.mixture[p][0] for p in list(s)[:40]]
+        assert Counter(first) == Counter(ds.mixture[p][0] for p in range(0, 160, 4))

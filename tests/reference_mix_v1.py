@@ -62,15 +62,48 @@ def lefts(m: int, a: int, t: int) -> int:
     return (2 * m * a + t) // (2 * t)
 
 
+def tree_of(weights: list[float]) -> Tree:
+    q = integer_weights(weights)
+    return build(sorted((s for s in range(len(q)) if q[s] > 0), key=lambda s: (-q[s], s)), q)
+
+
+def tree_counts(node: Tree, m: int, out: list[int]) -> None:
+    if isinstance(node, int):
+        out[node] += m
+    else:
+        a, t, left, right = node
+        tree_counts(left, lefts(m, a, t), out)
+        tree_counts(right, m - lefts(m, a, t), out)
+
+
 class ReferenceMixture:
-    def __init__(self, sizes: list[int], weights: list[float], num_samples: int, seed: int) -> None:
+    """``stages``: ``(start, weights)`` after the first stage (which starts at 0)."""
+
+    def __init__(
+        self, sizes: list[int], weights: list[float], num_samples: int, seed: int, stages: tuple = ()
+    ) -> None:
         self.sizes, self.num_samples, self.seed = sizes, num_samples, seed
-        q = integer_weights(weights)
-        order = sorted((s for s in range(len(q)) if q[s] > 0), key=lambda s: (-q[s], s))
-        self.tree = build(order, q)
+        self.starts = [0] + [start for start, _ in stages]
+        self.trees = [tree_of(weights)] + [tree_of(w) for _, w in stages]
+
+    def stage(self, p: int) -> int:
+        return max(j for j, start in enumerate(self.starts) if start <= p)
+
+    def before(self, j: int) -> list[int]:
+        """Per source: positions taken in the stages before stage ``j``."""
+        out = [0] * len(self.sizes)
+        for i in range(j):
+            tree_counts(self.trees[i], self.starts[i + 1] - self.starts[i], out)
+        return out
 
     def occurrence(self, p: int) -> tuple[int, int]:
-        node, q = self.tree, p
+        j = self.stage(p)
+        s, local = self.tree_occurrence(self.trees[j], p - self.starts[j])
+        return s, self.before(j)[s] + local
+
+    @staticmethod
+    def tree_occurrence(tree: Tree, p: int) -> tuple[int, int]:
+        node, q = tree, p
         while not isinstance(node, int):
             a, t, left, right = node
             before = lefts(q, a, t)
@@ -87,17 +120,9 @@ class ReferenceMixture:
         return s, order.forward(k % size)
 
     def counts(self, n: int) -> list[int]:
-        out = [0] * len(self.sizes)
-
-        def walk(node: Tree, m: int) -> None:
-            if isinstance(node, int):
-                out[node] += m
-            else:
-                a, t, left, right = node
-                walk(left, lefts(m, a, t))
-                walk(right, m - lefts(m, a, t))
-
-        walk(self.tree, n)
+        j = self.stage(n)
+        out = self.before(j)
+        tree_counts(self.trees[j], n - self.starts[j], out)
         return out
 
 
@@ -110,18 +135,32 @@ CASES = [
     ([1000, 2], [1.0, 1e-300], 5000, 1, [0, 4999]),
     ([2**40, 2**20], [0.1, 0.9], 2**63, 2**64 - 1, [0, 2**62, 2**63 - 1]),
 ]
+#: Schedules: the same, with stages (start, weights) after the first.
+SCHEDULED = [
+    (
+        [9, 13, 5],
+        [0.7, 0.2, 0.1],
+        700,
+        4,
+        list(range(0, 700, 9)) + [249, 250, 399, 400],
+        [(250, [0.0, 0.5, 0.5]), (400, [0.1, 0.1, 0.8])],
+    ),
+    ([10**6, 10**3], [0.5, 0.5], 10**9, 2, [0, 10**8 - 1, 10**8, 10**9 - 1], [(10**8, [0.99, 0.01])]),
+]
 
 
 def generate() -> dict[str, object]:
     cases = []
-    for sizes, weights, num_samples, seed, positions in CASES:
-        m = ReferenceMixture(sizes, weights, num_samples, seed)
+    for sizes, weights, num_samples, seed, positions, *rest in CASES + SCHEDULED:
+        stages = rest[0] if rest else []
+        m = ReferenceMixture(sizes, weights, num_samples, seed, tuple(stages))
         at = [m.at(p) for p in positions]
         prefixes = [1, 10, 1000, num_samples]
         cases.append(
             {
                 "sizes": [str(s) for s in sizes],
                 "weights": [repr(w) for w in weights],  # shortest repr: parses back to the same double
+                "stages": [[str(start), [repr(w) for w in ws]] for start, ws in stages],
                 "num_samples": str(num_samples),
                 "seed": str(seed),
                 "positions": [str(p) for p in positions],

@@ -32,12 +32,14 @@ def deviation(m: Mixture, n: int) -> float:
 def test_golden_vectors_from_python():
     golden = json.loads(GOLDEN.read_text())
     assert golden["algorithm"] == "mix-v1"
+    assert any(case["stages"] for case in golden["cases"])
     for case in golden["cases"]:
         m = Mixture(
             [int(s) for s in case["sizes"]],
             [float(w) for w in case["weights"]],
             int(case["num_samples"]),
             int(case["seed"]),
+            stages=[(int(start), [float(w) for w in ws]) for start, ws in case["stages"]],
         )
         for p, s, i in zip(case["positions"], case["sources"], case["indices"]):
             assert m[int(p)] == (int(s), int(i))
@@ -199,3 +201,41 @@ def test_mixed_dataset_under_sharded_samplers_with_a_resume_onto_another_world(s
         s = ShardedSampler(ds, num_replicas=4, rank=0, shuffle=False)
         first = [ds.mixture[p][0] for p in list(s)[:40]]
         assert Counter(first) == Counter(ds.mixture[p][0] for p in range(0, 160, 4))
+
+
+def test_a_schedule_changes_the_weights_at_given_positions():
+    stages = [(3000, [0.0, 0.2, 0.8]), (5000, [0.5, 0.25, 0.25])]
+    m = Mixture([400, 900, 60], [0.6, 0.3, 0.1], num_samples=8000, seed=2, stages=stages)
+    ref = ReferenceMixture([400, 900, 60], [0.6, 0.3, 0.1], 8000, 2, tuple(stages))
+    sources, indices = m.take(0, 8000)
+    for p in [0, 2999, 3000, 4999, 5000, 7999, *random.Random(0).sample(range(8000), 40)]:
+        assert (sources[p], indices[p]) == ref.at(p) == m[p]
+    bounds = [(0, 3000, [0.6, 0.3, 0.1]), (3000, 5000, [0.0, 0.2, 0.8]), (5000, 8000, [0.5, 0.25, 0.25])]
+    for start, end, weights in bounds:  # the prefix bound, counted from each stage's start
+        before = np.array(m.counts(start))
+        for n in range(start + 1, end + 1, 13):
+            assert np.max(np.abs(np.array(m.counts(n)) - before - np.array(weights) * (n - start))) <= 2
+    # Passes continue across stages: the stream of a source is whole passes, each a permutation.
+    for s, size in enumerate(m.sizes):
+        stream = indices[sources == s].tolist()
+        for k in range(0, len(stream) - size + 1, size):
+            assert sorted(stream[k : k + size]) == list(range(size))
+    assert m.stages == ((3000, (0.0, 0.2, 0.8)), (5000, (0.5, 0.25, 0.25)))
+    clone = pickle.loads(pickle.dumps(m))
+    assert clone == m and clone.take(0, 8000)[1].tolist() == indices.tolist()
+    assert "stages=[(3000, [0.0, 0.2, 0.8]), (5000, [0.5, 0.25, 0.25])]" in repr(m)
+
+
+@pytest.mark.parametrize(
+    "stages, exc, text",
+    [
+        ([(0, [1.0, 1.0])], ValueError, "must increase after 0"),
+        ([(10, [1.0, 1.0]), (10, [1.0, 0.0])], ValueError, "must increase"),
+        ([(10, [1.0])], ValueError, "one weight per source"),
+        ([(10, [0.0, 0.0])], ValueError, "all stages\\[0\\] weights are 0"),
+        ([10], TypeError, "must be a \\(start, weights\\) pair"),
+    ],
+)
+def test_bad_schedules_name_the_fix(stages, exc, text):
+    with pytest.raises(exc, match=text):
+        Mixture([5, 5], [1.0, 1.0], stages=stages)

@@ -96,7 +96,11 @@ MIX_ALGORITHM: str
 @final
 class Mixture:
     def __new__(
-        cls, sizes: list[int], weights: list[float], num_samples: int | None = None, seed: int = 0
+        cls,
+        sizes: list[int],
+        stages: list[tuple[int, list[float]]],
+        num_samples: int | None = None,
+        seed: int = 0,
     ) -> Mixture: ...
     @property
     def num_samples(self) -> int: ...

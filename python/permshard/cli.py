@@ -42,6 +42,14 @@ def weights(text: str) -> list[float]:
     return values
 
 
+def stage(text: str) -> tuple[int, list[float]]:
+    """START:WEIGHTS, e.g. 1e9:0.2,0.8."""
+    start, sep, rest = text.partition(":")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"a stage is START:WEIGHTS (e.g. 1e9:0.2,0.8), got {text!r}")
+    return count(start), weights(rest)
+
+
 def _sharding_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-n", type=count, required=True, help="dataset length N (1e9 works)")
     p.add_argument("-w", "--world", type=count, required=True, help="number of ranks W")
@@ -77,6 +85,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--weights", type=weights, required=True, help="weight per source, e.g. 0.6,0.3,0.1")
     p.add_argument("-n", type=count, help="positions in the mixture (default: the longest without repeats)")
     p.add_argument("--seed", type=count, default=0, help="seed of the per-pass orders (default 0)")
+    p.add_argument(
+        "--stage",
+        type=stage,
+        action="append",
+        default=[],
+        metavar="START:WEIGHTS",
+        help="from position START on mix with these weights (repeatable), e.g. 1e9:0.2,0.8",
+    )
 
     p = sub.add_parser("bench", help="side by side with DistributedSampler, in fresh processes")
     p.add_argument("--n", type=counts, default=[10**6, 10**7, 10**8], help="sizes, e.g. 1e6,1e7,1e8")
@@ -187,22 +203,37 @@ def _mix(args: argparse.Namespace) -> int:
 
     from .mixture import Mixture
 
-    m = Mixture(args.sizes, args.weights, args.n, args.seed)
-    exact = [Fraction(w) for w in m.weights]
-    total = sum(exact)
+    m = Mixture(args.sizes, args.weights, args.n, args.seed, stages=args.stage)
+    schedule = [(0, m.weights), *m.stages]
+    bounds = [start for start, _ in schedule[1:]] + [None]
+    shares = [
+        (start, end, [Fraction(w) / sum(map(Fraction, ws)) for w in ws])
+        for (start, ws), end in zip(schedule, bounds)
+    ]
+
+    def expected(n: int) -> list[Fraction]:
+        """Per source: the weights' share of the positions [0, n), stage by stage."""
+        out = [Fraction(0)] * len(m.sizes)
+        for start, end, share in shares:
+            length = max(0, min(n, end if end is not None else n) - start)
+            out = [e + w * length for e, w in zip(out, share)]
+        return out
+
+    exact = shares[0][2]
     shown = min(len(exact), 6)
     print(f"{m!r}".replace(f"weights={list(m.weights)}, ", "") if len(exact) > 6 else repr(m))
     head = f"{'prefix':>26} " + " ".join(f"{f'source {s}':>12}" for s in range(shown))
     print(head + f" {'max |count - w·n|':>18}")
-    print(f"{'weight':>26} " + " ".join(f"{float(w / total):>12.6f}" for w in exact[:shown]))
-    # Round prefixes and odd ones in between (3·10^k + 1), then the whole mixture.
+    print(f"{'weight':>26} " + " ".join(f"{float(w):>12.6f}" for w in exact[:shown]))
+    # Round prefixes and odd ones in between (3·10^k + 1), the stages' starts, the end.
     candidates = {10**k for k in range(1, 20)} | {3 * 10**k + 1 for k in range(1, 19)}
+    candidates |= {start for start, _ in m.stages}
     prefixes = sorted({n for n in candidates if n < m.num_samples} | {m.num_samples})
     for n in prefixes:
         c = m.counts(n)
-        worst = max(abs(x - w / total * n) for x, w in zip(c, exact))
-        shares = " ".join(f"{x / n:>12.6f}" for x in c[:shown])
-        print(f"{n:>26,} {shares} {float(worst):>18.3f}")
+        worst = max(abs(x - e) for x, e in zip(c, expected(n)))
+        realised = " ".join(f"{x / n:>12.6f}" for x in c[:shown])
+        print(f"{n:>26,} {realised} {float(worst):>18.3f}")
     return 0
 
 

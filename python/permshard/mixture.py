@@ -16,24 +16,44 @@ from ._validation import as_int, as_u64
 MIX_ALGORITHM: str = _core.MIX_ALGORITHM
 
 
-def _weights(weights: Sequence[Any], k: int) -> list[float]:
+def _weights(weights: Sequence[Any], k: int, name: str = "weights") -> list[float]:
     if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
-        raise TypeError(f"weights must be a sequence of numbers, got {type(weights).__name__}")
+        raise TypeError(f"{name} must be a sequence of numbers, got {type(weights).__name__}")
     if len(weights) != k:
-        raise ValueError(f"{k} sizes but {len(weights)} weights: give one weight per source")
+        raise ValueError(f"{k} sizes but {len(weights)} {name}: give one weight per source")
     plain = [w for w in weights if type(w) is float]  # the common case, checked in bulk
     if len(plain) == k and all(math.isfinite(w) and w >= 0 for w in plain) and any(plain):
         return plain
     out = []
     for s, w in enumerate(weights):
         if isinstance(w, bool) or not isinstance(w, (int, float, np.integer, np.floating)):
-            raise TypeError(f"weights[{s}] must be a number, got {type(w).__name__} {w!r}")
+            raise TypeError(f"{name}[{s}] must be a number, got {type(w).__name__} {w!r}")
         value = float(w)
         if not math.isfinite(value) or value < 0:
-            raise ValueError(f"weights must be finite and >= 0, got weights[{s}] = {w!r}")
+            raise ValueError(f"weights must be finite and >= 0, got {name}[{s}] = {w!r}")
         out.append(value)
     if not any(out):
-        raise ValueError("all weights are 0: give at least one source a positive weight")
+        raise ValueError(f"all {name} are 0: give at least one source a positive weight")
+    return out
+
+
+def _stages(stages: Sequence[Any], k: int) -> list[tuple[int, list[float]]]:
+    """``[(start, weights), ...]`` checked: starts strictly increasing, after 0."""
+    if isinstance(stages, (str, bytes)) or not isinstance(stages, Sequence):
+        raise TypeError(f"stages must be a sequence of (start, weights) pairs, got {type(stages).__name__}")
+    out: list[tuple[int, list[float]]] = []
+    previous = 0
+    for j, stage in enumerate(stages):
+        if not isinstance(stage, Sequence) or len(stage) != 2:
+            raise TypeError(f"stages[{j}] must be a (start, weights) pair, got {stage!r}")
+        start = as_u64(f"stages[{j}] start", stage[0])
+        if start <= previous:
+            raise ValueError(
+                f"stage starts must increase after 0 (the weights= stage): stages[{j}] starts "
+                f"at {start}, not after {previous}"
+            )
+        out.append((start, _weights(stage[1], k, f"stages[{j}] weights")))
+        previous = start
     return out
 
 
@@ -47,6 +67,10 @@ class Mixture:
     at most ``1 + log2(sources)`` in general). Each pass over a source visits all its
     samples once, in a fresh perm-v1 order keyed by ``(seed, source, pass)``.
 
+    With ``stages``, the weights change at given positions (a curriculum, an annealing
+    phase): the bound holds within each stage, counted from its first position, and the
+    passes over a source continue across stages.
+
     Args:
         sizes (sequence of int): number of samples of each source, each ``>= 1``.
         weights (sequence of float): relative weight of each source, ``>= 0`` and not all
@@ -55,6 +79,9 @@ class Mixture:
             mixture in which no source repeats a sample; larger values oversample (more
             passes), smaller ones subsample. Default: ``None``.
         seed (int, optional): key of the per-pass orders, in ``[0, 2**64 - 1]``.
+        stages (sequence of (int, sequence of float), optional): ``(start, weights)``:
+            from global position ``start`` on, mix with these weights (``weights`` above
+            holds from 0). Starts strictly increase. Default: none.
 
     Example::
 
@@ -62,9 +89,10 @@ class Mixture:
         >>> m.counts(100)
         [70, 30]
         >>> sources, indices = m.take(0, 8)
+        >>> annealed = Mixture([1000, 500], [0.7, 0.3], stages=[(900, [0.2, 0.8])])
     """
 
-    __slots__ = ("_inner", "_seed", "_sizes", "_weights")
+    __slots__ = ("_inner", "_seed", "_sizes", "_stages", "_weights")
 
     def __init__(
         self,
@@ -72,6 +100,8 @@ class Mixture:
         weights: Sequence[float],
         num_samples: Optional[int] = None,
         seed: int = 0,
+        *,
+        stages: Sequence[tuple[int, Sequence[float]]] = (),
     ) -> None:
         if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence):
             raise TypeError(f"sizes must be a sequence of ints, got {type(sizes).__name__}")
@@ -82,10 +112,12 @@ class Mixture:
         else:
             self._sizes = tuple(as_u64(f"sizes[{s}]", n, minimum=1) for s, n in enumerate(sizes))
         self._weights = tuple(_weights(weights, len(self._sizes)))
+        self._stages = tuple((start, tuple(w)) for start, w in _stages(stages, len(self._sizes)))
         if num_samples is not None:
             num_samples = as_u64("num_samples", num_samples, minimum=1)
         self._seed = as_u64("seed", seed)
-        self._inner = _core.Mixture(list(self._sizes), list(self._weights), num_samples, self._seed)
+        schedule = [(0, list(self._weights))] + [(start, list(w)) for start, w in self._stages]
+        self._inner = _core.Mixture(list(self._sizes), schedule, num_samples, self._seed)
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -94,6 +126,11 @@ class Mixture:
     @property
     def weights(self) -> tuple[float, ...]:
         return self._weights
+
+    @property
+    def stages(self) -> tuple[tuple[int, tuple[float, ...]], ...]:
+        """The ``(start, weights)`` stages after the first (empty without a schedule)."""
+        return self._stages
 
     @property
     def seed(self) -> int:
@@ -160,13 +197,26 @@ class Mixture:
         return bool(self.__reduce__()[1] == other.__reduce__()[1])
 
     def __hash__(self) -> int:
-        return hash((Mixture, *self.__reduce__()[1]))
+        return hash((Mixture, self._sizes, self._weights, self._stages, self.num_samples, self._seed))
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Mixture, (self._sizes, self._weights, self.num_samples, self._seed))
+        arguments = (self._sizes, self._weights, self.num_samples, self._seed)
+        return (_rebuild, (*arguments, self._stages))
 
     def __repr__(self) -> str:
+        stages = f", stages={[(start, list(w)) for start, w in self._stages]}" if self._stages else ""
         return (
             f"Mixture(sizes={list(self._sizes)}, weights={list(self._weights)}, "
-            f"num_samples={self.num_samples}, seed={self._seed}) ({MIX_ALGORITHM})"
+            f"num_samples={self.num_samples}, seed={self._seed}{stages}) ({MIX_ALGORITHM})"
         )
+
+
+def _rebuild(
+    sizes: Sequence[int],
+    weights: Sequence[float],
+    num_samples: int,
+    seed: int,
+    stages: Sequence[tuple[int, Sequence[float]]],
+) -> Mixture:
+    """Unpickles a Mixture (``stages`` is keyword-only in the constructor)."""
+    return Mixture(sizes, weights, num_samples, seed, stages=stages)

@@ -15,6 +15,10 @@
 //! Weights are `f64` as given: each is an exact dyadic rational, and when they share a
 //! common scale within 63 bits they are used exactly; otherwise they are scaled to integers
 //! summing to about `2^62` (an error below `2^-62` of the total).
+//!
+//! A schedule changes the weights at given positions: each stage has its own tree, started
+//! afresh at the stage's first position (the prefix bound holds within every stage), and a
+//! source's occurrences, hence its passes, continue across stages.
 
 use crate::error::Error;
 use crate::mix::chain;
@@ -87,15 +91,88 @@ impl Split {
     }
 }
 
-/// A weighted mixture of `sizes.len()` sources over positions `[0, num_samples)`.
+/// The tree of exact two-way splits of one stage.
+#[derive(Clone, Debug)]
+struct Tree {
+    nodes: Vec<Split>,
+    root: Child,
+    /// For each source with a weight, the path from the root: `(node, went_left)`.
+    paths: Vec<Vec<(usize, bool)>>,
+}
+
+impl Tree {
+    /// The tree over the sources with a positive integer weight in `q`.
+    fn new(q: &[u64]) -> Result<Self, Error> {
+        let mut order: Vec<usize> = (0..q.len()).filter(|&s| q[s] > 0).collect();
+        if order.is_empty() {
+            return Err(Error::Invalid(
+                "every weight is negligible next to the largest; give them one scale".into(),
+            ));
+        }
+        // Heavy sources near the root: fewer levels of error where it counts most.
+        order.sort_by(|&x, &y| q[y].cmp(&q[x]).then(x.cmp(&y)));
+        let mut nodes = Vec::new();
+        let root = build(&order, q, &mut nodes);
+        let mut paths = vec![Vec::new(); q.len()];
+        record_paths(root, &nodes, &mut Vec::new(), &mut paths);
+        Ok(Tree { nodes, root, paths })
+    }
+
+    /// Adds to `out[s]` how many of the tree's positions `[0, n)` source `s` takes.
+    fn add_counts(&self, n: u64, out: &mut [u64]) {
+        let mut stack = vec![(self.root, n)];
+        while let Some((child, m)) = stack.pop() {
+            match child {
+                Child::Source(s) => out[s] += m,
+                Child::Node(i) => {
+                    let split = &self.nodes[i];
+                    let left = split.lefts_before(m);
+                    stack.push((split.left, left));
+                    stack.push((split.right, m - left));
+                }
+            }
+        }
+    }
+
+    /// The source of the tree's position `q` and how many positions before it that
+    /// source took.
+    #[inline]
+    fn occurrence(&self, q: u64) -> (usize, u64) {
+        let (mut child, mut q) = (self.root, q);
+        loop {
+            match child {
+                Child::Source(s) => return (s, q),
+                Child::Node(i) => (child, q) = self.nodes[i].route(q),
+            }
+        }
+    }
+
+    /// The tree position of source `s`'s `occurrence`-th position (`s` has a weight).
+    fn position_of(&self, s: usize, occurrence: u64) -> u64 {
+        let mut l = occurrence;
+        for &(node, went_left) in self.paths[s].iter().rev() {
+            l = self.nodes[node].position_of(went_left, l);
+        }
+        l
+    }
+}
+
+/// Positions `[start, next stage's start)` of a schedule, mixed with one set of weights.
+#[derive(Clone, Debug)]
+struct Stage {
+    start: u64,
+    weights: Vec<u64>,
+    tree: Tree,
+    /// Per source: positions it took in the stages before this one.
+    before: Vec<u64>,
+}
+
+/// A weighted mixture of `sizes.len()` sources over positions `[0, num_samples)`, with
+/// weights that may change at given positions (a schedule of stages).
 #[derive(Clone, Debug)]
 pub struct Mixture {
     sizes: Vec<u64>,
-    weights: Vec<u64>,
-    nodes: Vec<Split>,
-    root: Child,
-    /// For each source, the path from the root: `(node, went_left)`.
-    paths: Vec<Vec<(usize, bool)>>,
+    stages: Vec<Stage>,
     num_samples: u64,
     seed: u64,
 }
@@ -180,40 +257,68 @@ impl Mixture {
         num_samples: Option<u64>,
         seed: u64,
     ) -> Result<Self, Error> {
+        Self::scheduled(sizes, &[(0, weights.to_vec())], num_samples, seed)
+    }
+
+    /// A mixture whose weights change: `stages[j] = (start, weights)` mixes positions from
+    /// `start` (the first stage starts at 0, starts strictly increase) until the next stage.
+    pub fn scheduled(
+        sizes: &[u64],
+        stages: &[(u64, Vec<f64>)],
+        num_samples: Option<u64>,
+        seed: u64,
+    ) -> Result<Self, Error> {
         if sizes.is_empty() {
             return Err(Error::Invalid("a mixture needs at least one source".into()));
-        }
-        if sizes.len() != weights.len() {
-            return Err(Error::Invalid(format!(
-                "{} sizes but {} weights: give one weight per source",
-                sizes.len(),
-                weights.len()
-            )));
         }
         if let Some(s) = sizes.iter().position(|&n| n == 0) {
             return Err(Error::Invalid(format!(
                 "source {s} is empty (size 0); every source needs at least one sample"
             )));
         }
-        let q = integer_weights(weights)?;
-        let mut order: Vec<usize> = (0..q.len()).filter(|&s| q[s] > 0).collect();
-        if order.is_empty() {
-            return Err(Error::Invalid(
-                "every weight is negligible next to the largest; give them one scale".into(),
-            ));
+        match stages.first() {
+            None => return Err(Error::Invalid("a schedule needs at least one stage".into())),
+            Some((start, _)) if *start != 0 => {
+                return Err(Error::Invalid(format!(
+                    "the first stage must start at position 0, not {start}"
+                )))
+            }
+            _ => {}
         }
-        // Heavy sources near the root: fewer levels of error where it counts most.
-        order.sort_by(|&x, &y| q[y].cmp(&q[x]).then(x.cmp(&y)));
-        let mut nodes = Vec::new();
-        let root = build(&order, &q, &mut nodes);
-        let mut paths = vec![Vec::new(); q.len()];
-        record_paths(root, &nodes, &mut Vec::new(), &mut paths);
+        if let Some(w) = stages.windows(2).find(|w| w[1].0 <= w[0].0) {
+            return Err(Error::Invalid(format!(
+                "stage starts must increase: {} is not after {}",
+                w[1].0, w[0].0
+            )));
+        }
+        let mut built: Vec<Stage> = Vec::with_capacity(stages.len());
+        for (start, weights) in stages {
+            if weights.len() != sizes.len() {
+                return Err(Error::Invalid(format!(
+                    "{} sizes but {} weights: give one weight per source",
+                    sizes.len(),
+                    weights.len()
+                )));
+            }
+            let q = integer_weights(weights)?;
+            let before = match built.last() {
+                None => vec![0; sizes.len()],
+                Some(last) => {
+                    let mut b = last.before.clone();
+                    last.tree.add_counts(start - last.start, &mut b);
+                    b
+                }
+            };
+            built.push(Stage {
+                start: *start,
+                tree: Tree::new(&q)?,
+                weights: q,
+                before,
+            });
+        }
         let mut mixture = Mixture {
             sizes: sizes.to_vec(),
-            weights: q,
-            nodes,
-            root,
-            paths,
+            stages: built,
             num_samples: 1,
             seed,
         };
@@ -244,9 +349,9 @@ impl Mixture {
         &self.sizes
     }
 
-    /// The integer weights the mixture runs on (proportional to the given ones).
+    /// The integer weights of the first stage (proportional to the given ones).
     pub fn integer_weights(&self) -> &[u64] {
-        &self.weights
+        &self.stages[0].weights
     }
 
     /// The seed.
@@ -254,23 +359,33 @@ impl Mixture {
         self.seed
     }
 
+    /// The stage that holds `position`.
+    fn stage_of(&self, position: u64) -> &Stage {
+        let j = self.stages.partition_point(|st| st.start <= position) - 1;
+        &self.stages[j]
+    }
+
     /// The largest `n` with `counts(n)[s] <= size_s` for every source, at least 1.
     fn longest_without_repeats(&self) -> u64 {
-        let total: u128 = self.weights.iter().map(|&w| w as u128).sum();
-        // Above this every source with weight > 0 is past its size by the tree's error.
-        let upper = (0..self.sizes.len())
-            .filter(|&s| self.weights[s] > 0)
-            .map(|s| (self.sizes[s] as u128 + 64) * total / self.weights[s] as u128 + 1)
-            .min()
-            .unwrap_or(1)
-            .min(u64::MAX as u128) as u64;
         let fits = |n: u64| {
             self.counts(n)
                 .iter()
                 .zip(&self.sizes)
                 .all(|(c, size)| c <= size)
         };
-        let (mut lo, mut hi) = (1u64, upper); // fits(lo) (one position: one sample)
+        // Past the last stage's start, a source of weight w takes about w·m of m positions.
+        let last = self.stages.last().expect("at least one stage");
+        let total: u128 = last.weights.iter().map(|&w| w as u128).sum();
+        let upper = (0..self.sizes.len())
+            .filter(|&s| last.weights[s] > 0)
+            .map(|s| {
+                let room = (self.sizes[s] as u128 + 64).saturating_sub(last.before[s] as u128);
+                last.start as u128 + room * total / last.weights[s] as u128 + 1
+            })
+            .min()
+            .unwrap_or(1)
+            .min(u64::MAX as u128) as u64;
+        let (mut lo, mut hi) = (1u64, upper.max(1)); // fits(lo): one position, one sample
         if fits(hi) {
             return hi;
         }
@@ -287,19 +402,9 @@ impl Mixture {
 
     /// How many of the positions `[0, n)` each source takes. O(sources), any `n`.
     pub fn counts(&self, n: u64) -> Vec<u64> {
-        let mut out = vec![0u64; self.sizes.len()];
-        let mut stack = vec![(self.root, n)];
-        while let Some((child, m)) = stack.pop() {
-            match child {
-                Child::Source(s) => out[s] += m,
-                Child::Node(i) => {
-                    let split = &self.nodes[i];
-                    let left = split.lefts_before(m);
-                    stack.push((split.left, left));
-                    stack.push((split.right, m - left));
-                }
-            }
-        }
+        let stage = self.stage_of(n);
+        let mut out = stage.before.clone();
+        stage.tree.add_counts(n - stage.start, &mut out);
         out
     }
 
@@ -318,13 +423,9 @@ impl Mixture {
     /// that source took.
     #[inline]
     fn occurrence(&self, position: u64) -> (usize, u64) {
-        let (mut child, mut q) = (self.root, position);
-        loop {
-            match child {
-                Child::Source(s) => return (s, q),
-                Child::Node(i) => (child, q) = self.nodes[i].route(q),
-            }
-        }
+        let stage = self.stage_of(position);
+        let (s, local) = stage.tree.occurrence(position - stage.start);
+        (s, stage.before[s] + local)
     }
 
     /// The permutation of source `s` in pass `pass` (no table: O(1) to build).
@@ -395,18 +496,11 @@ impl Mixture {
         for &p in positions {
             self.check_position(p)?;
         }
-        self.map_positions(positions.iter().copied(), sources, indices);
-        Ok(())
-    }
-
-    fn map_positions(
-        &self,
-        positions: impl Iterator<Item = u64>,
-        sources: &mut [u64],
-        indices: &mut [u64],
-    ) {
         let mut orders: Vec<Option<(u64, Permutation)>> = vec![None; self.sizes.len()];
-        for (p, (source, index)) in positions.zip(sources.iter_mut().zip(indices.iter_mut())) {
+        for (&p, (source, index)) in positions
+            .iter()
+            .zip(sources.iter_mut().zip(indices.iter_mut()))
+        {
             let (s, occurrence) = self.occurrence(p);
             let size = self.sizes[s];
             let pass = occurrence / size;
@@ -417,6 +511,7 @@ impl Mixture {
             *source = s as u64;
             *index = order.forward_unchecked(occurrence % size);
         }
+        Ok(())
     }
 
     /// Every position at which `(source, index)` appears, in increasing order: one per pass
@@ -451,19 +546,22 @@ impl Mixture {
 
     /// The position of source `s`'s `occurrence`-th position (it must exist).
     fn position_of(&self, s: usize, occurrence: u64) -> u64 {
-        let mut l = occurrence;
-        for &(node, went_left) in self.paths[s].iter().rev() {
-            l = self.nodes[node].position_of(went_left, l);
-        }
-        l
+        // The stage in which the source took its occurrence-th position.
+        let j = self.stages.partition_point(|st| st.before[s] <= occurrence) - 1;
+        let stage = &self.stages[j];
+        stage.start + stage.tree.position_of(s, occurrence - stage.before[s])
     }
 }
 
 /// Walks consecutive positions from `start`: each node keeps where its next local
-/// position sits between two lefts, so a step is an add and a compare per level.
+/// position sits between two lefts, so a step is an add and a compare per level. Moves to
+/// the next stage's tree at its first position.
 struct Cursor<'m> {
     mixture: &'m Mixture,
-    /// Per node: `(2·q·a + t) mod 2t` for its next local position `q`.
+    stage: usize,
+    /// Positions left in this stage before the next one starts (`u64::MAX` in the last).
+    left_in_stage: u64,
+    /// Per node of the stage's tree: `(2·q·a + t) mod 2t` for its next local position `q`.
     remainders: Vec<u64>,
     /// Per source: positions it took before the cursor.
     occurrences: Vec<u64>,
@@ -471,28 +569,49 @@ struct Cursor<'m> {
 
 impl<'m> Cursor<'m> {
     fn new(mixture: &'m Mixture, start: u64) -> Self {
-        let mut remainders = vec![0u64; mixture.nodes.len()];
-        let mut stack = vec![(mixture.root, start)];
+        let stage = mixture.stages.partition_point(|st| st.start <= start) - 1;
+        let mut cursor = Cursor {
+            mixture,
+            stage,
+            left_in_stage: 0,
+            remainders: Vec::new(),
+            occurrences: mixture.counts(start),
+        };
+        cursor.enter(stage, start);
+        cursor
+    }
+
+    /// Sets the cursor at `position` of stage `j`.
+    fn enter(&mut self, j: usize, position: u64) {
+        let stages = &self.mixture.stages;
+        let (tree, local) = (&stages[j].tree, position - stages[j].start);
+        self.stage = j;
+        self.left_in_stage = stages
+            .get(j + 1)
+            .map_or(u64::MAX, |next| next.start - position);
+        self.remainders = vec![0u64; tree.nodes.len()];
+        let mut stack = vec![(tree.root, local)];
         while let Some((child, q)) = stack.pop() {
             if let Child::Node(i) = child {
-                let split = &mixture.nodes[i];
-                remainders[i] = split.remainder(q);
+                let split = &tree.nodes[i];
+                self.remainders[i] = split.remainder(q);
                 let left = split.lefts_before(q);
                 stack.push((split.left, left));
                 stack.push((split.right, q - left));
             }
-        }
-        Cursor {
-            mixture,
-            remainders,
-            occurrences: mixture.counts(start),
         }
     }
 
     /// The source of the next position and its occurrence (positions it took before).
     #[inline]
     fn next_position(&mut self) -> (usize, u64) {
-        let mut child = self.mixture.root;
+        if self.left_in_stage == 0 {
+            let j = self.stage + 1;
+            self.enter(j, self.mixture.stages[j].start);
+        }
+        self.left_in_stage = self.left_in_stage.saturating_sub(1);
+        let tree = &self.mixture.stages[self.stage].tree;
+        let mut child = tree.root;
         loop {
             match child {
                 Child::Source(s) => {
@@ -501,7 +620,7 @@ impl<'m> Cursor<'m> {
                     return (s, occurrence);
                 }
                 Child::Node(i) => {
-                    let split = &self.mixture.nodes[i];
+                    let split = &tree.nodes[i];
                     let (a, t) = (split.left_weight, split.total);
                     // Left when the remainder wraps past 2t: r + 2a >= 2t, i.e. r >= 2(t - a).
                     // Branch-free: which way a position goes is as unpredictable as a coin.
@@ -721,5 +840,95 @@ mod tests {
             .unwrap()
             .iter()
             .all(|e| !e.to_string().is_empty()));
+    }
+
+    fn schedule() -> Mixture {
+        let stages = vec![
+            (0u64, vec![0.7, 0.2, 0.1]),
+            (250, vec![0.0, 0.5, 0.5]),
+            (400, vec![0.1, 0.1, 0.8]),
+        ];
+        Mixture::scheduled(&[9, 13, 5], &stages, Some(700), 4).unwrap()
+    }
+
+    #[test]
+    fn a_schedule_keeps_the_proportions_within_each_stage_and_continues_passes() {
+        let m = schedule();
+        let (mut sources, mut indices) = (vec![0u64; 700], vec![0u64; 700]);
+        m.fill(0, &mut sources, &mut indices).unwrap();
+        let stages = [
+            (0usize, 250usize, [0.7, 0.2, 0.1]),
+            (250, 400, [0.0, 0.5, 0.5]),
+            (400, 700, [0.1, 0.1, 0.8]),
+        ];
+        for (start, end, weights) in stages {
+            let mut running = [0f64; 3];
+            for p in start..end {
+                running[sources[p] as usize] += 1.0;
+                for s in 0..3 {
+                    let want = weights[s] * (p + 1 - start) as f64;
+                    assert!(
+                        (running[s] - want).abs() <= 2.0,
+                        "stage at {start}, p={p}, s={s}"
+                    );
+                }
+            }
+        }
+        for p in 0..700u64 {
+            assert_eq!(
+                m.at(p).unwrap(),
+                (sources[p as usize] as usize, indices[p as usize])
+            );
+            if p % 50 == 0 {
+                let mut want = vec![0u64; 3];
+                sources[..p as usize]
+                    .iter()
+                    .for_each(|&s| want[s as usize] += 1);
+                assert_eq!(m.counts(p), want, "counts({p})");
+            }
+        }
+        // Passes continue across stages: every full pass over a source is a permutation.
+        for s in 0..3u64 {
+            let size = m.sizes()[s as usize] as usize;
+            let stream: Vec<u64> = (0..700)
+                .filter(|&p| sources[p] == s)
+                .map(|p| indices[p])
+                .collect();
+            for pass in stream.chunks(size).filter(|c| c.len() == size) {
+                let mut sorted = pass.to_vec();
+                sorted.sort();
+                assert_eq!(sorted, (0..size as u64).collect::<Vec<_>>(), "source {s}");
+            }
+        }
+        // A fill across stage boundaries from anywhere, and locate.
+        for start in [1u64, 249, 250, 399, 401] {
+            let len = (700 - start) as usize;
+            let (mut s2, mut i2) = (vec![0u64; len], vec![0u64; len]);
+            m.fill(start, &mut s2, &mut i2).unwrap();
+            assert_eq!(
+                (s2.as_slice(), i2.as_slice()),
+                (&sources[start as usize..], &indices[start as usize..])
+            );
+        }
+        for s in 0..3usize {
+            for i in 0..m.sizes()[s] {
+                let want: Vec<u64> = (0..700).filter(|&p| m.at(p).unwrap() == (s, i)).collect();
+                assert_eq!(m.locate(s, i).unwrap(), want, "source {s} index {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn bad_schedules_are_refused() {
+        let w = vec![1.0, 1.0];
+        assert!(Mixture::scheduled(&[5, 5], &[], None, 0).is_err());
+        assert!(Mixture::scheduled(&[5, 5], &[(1, w.clone())], None, 0).is_err());
+        assert!(Mixture::scheduled(&[5, 5], &[(0, w.clone()), (0, w.clone())], None, 0).is_err());
+        assert!(Mixture::scheduled(&[5, 5], &[(0, w.clone()), (3, vec![1.0])], None, 0).is_err());
+        let m =
+            Mixture::scheduled(&[5, 5], &[(0, w.clone()), (4, vec![0.0, 1.0])], None, 0).unwrap();
+        // The longest schedule without repeats: source 1 runs out first.
+        assert!(m.counts(m.num_samples()).iter().all(|&c| c <= 5));
+        assert!(m.counts(m.num_samples() + 1).iter().any(|&c| c > 5));
     }
 }

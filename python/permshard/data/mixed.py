@@ -27,6 +27,8 @@ class MixedDataset(Dataset[Any]):
         num_samples (int, optional): length of the mixture; ``None``: the longest in
             which no source repeats a sample. Default: ``None``.
         seed (int, optional): key of the per-pass orders within each source.
+        stages (sequence of (int, weights), optional): weights from given positions on
+            (see :class:`permshard.Mixture`).
 
     Example::
 
@@ -40,6 +42,8 @@ class MixedDataset(Dataset[Any]):
         weights: Sequence[float],
         num_samples: Optional[int] = None,
         seed: int = 0,
+        *,
+        stages: Sequence[tuple[int, Sequence[float]]] = (),
     ) -> None:
         if isinstance(datasets, (str, bytes)) or not isinstance(datasets, Sequence):
             raise TypeError(f"datasets must be a sequence of datasets, got {type(datasets).__name__}")
@@ -52,7 +56,7 @@ class MixedDataset(Dataset[Any]):
                 )
             sizes.append(len(dataset))
         self.datasets = list(datasets)
-        self.mixture = Mixture(sizes, weights, num_samples, seed)
+        self.mixture = Mixture(sizes, weights, num_samples, seed, stages=stages)
 
     def __len__(self) -> int:
         return len(self.mixture)

@@ -51,9 +51,17 @@ fn mixture_golden_vectors_match() {
             .iter()
             .map(|w| w.as_str().unwrap().parse().unwrap())
             .collect();
-        let m = Mixture::new(
+        let mut stages = vec![(0u64, weights)];
+        for stage in case["stages"].as_array().unwrap() {
+            let weights = stage[1].as_array().unwrap().iter();
+            let weights = weights
+                .map(|w| w.as_str().unwrap().parse().unwrap())
+                .collect();
+            stages.push((u64_field(&stage[0]), weights));
+        }
+        let m = Mixture::scheduled(
             &sizes,
-            &weights,
+            &stages,
             Some(u64_field(&case["num_samples"])),
             u64_field(&case["seed"]),
         )

@@ -16,16 +16,18 @@ pub struct Mixture {
 
 #[pymethods]
 impl Mixture {
+    /// `stages[j] = (start, weights)`: the weights from position `start` on (the first
+    /// stage starts at 0).
     #[new]
-    #[pyo3(signature = (sizes, weights, num_samples = None, seed = 0))]
+    #[pyo3(signature = (sizes, stages, num_samples = None, seed = 0))]
     fn new(
         sizes: Vec<u64>,
-        weights: Vec<f64>,
+        stages: Vec<(u64, Vec<f64>)>,
         num_samples: Option<u64>,
         seed: u64,
     ) -> PyResult<Self> {
-        let inner =
-            permshard_core::Mixture::new(&sizes, &weights, num_samples, seed).map_err(to_py)?;
+        let inner = permshard_core::Mixture::scheduled(&sizes, &stages, num_samples, seed)
+            .map_err(to_py)?;
         Ok(Mixture { inner })
     }
 

@@ -21,6 +21,7 @@ from ._core import ALGORITHM, ShardingError, __version__
 
 if TYPE_CHECKING:
     from . import data
+    from .block import BlockPermutation
     from .config import ShardConfig
     from .mixture import Mixture
     from .permutation import Permutation
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
 #: Public name -> the module that defines it.
 _LAZY = {
+    "BlockPermutation": ".block",
     "Certificate": ".proofs",
     "Mixture": ".mixture",
     "Permutation": ".permutation",
@@ -44,6 +46,7 @@ _LAZY = {
 
 __all__ = [
     "ALGORITHM",
+    "BlockPermutation",
     "Certificate",
     "Mixture",
     "Permutation",

@@ -1,4 +1,5 @@
-"""``Permutation``: perm-v1 as a read-only Python sequence."""
+"""``Permutation``: perm-v1 as a read-only Python sequence (and the sequence behaviour
+every keyed order shares)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,91 @@ from ._validation import as_int, as_u64
 _CHUNK = 1 << 14
 
 
-class Permutation:
+class KeyedOrder:
+    """A bijection of ``range(n)`` computed in Rust, as a read-only sequence: ``p[i]`` is
+    the sample at position ``i``, ``p.index_of(x)`` the position of sample ``x``, both O(1).
+    Subclasses set ``_inner`` (a native order) and name their constructor arguments."""
+
+    __slots__ = ("_inner",)
+    _inner: Any
+
+    def _arguments(self) -> tuple[Any, ...]:
+        """The constructor arguments, for pickling, equality and repr."""
+        raise NotImplementedError
+
+    @property
+    def n(self) -> int:
+        return int(self._inner.n)
+
+    @property
+    def seed(self) -> int:
+        return int(self._inner.seed)
+
+    @property
+    def epoch(self) -> int:
+        return int(self._inner.epoch)
+
+    def __len__(self) -> int:
+        # len() is limited to sys.maxsize; `n` is not.
+        return self.n
+
+    def __getitem__(self, index: SupportsIndex) -> int:
+        i = as_int("index", index)
+        n = self.n
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"{type(self).__name__} index {as_int('index', index)} out of range for n={n}")
+        return int(self._inner.forward(i))
+
+    def index_of(self, sample: int) -> int:
+        """Position of ``sample``: the inverse permutation, O(1).
+
+        Raises:
+            ValueError: if ``sample`` is not in ``range(n)``.
+        """
+        x = as_int("sample", sample)
+        if not 0 <= x < self.n:
+            raise ValueError(f"sample {x} is not in range({self.n})")
+        return int(self._inner.inverse(x))
+
+    def take(self, start: int, stop: int) -> npt.NDArray[np.int64]:
+        """``p[start:stop]`` as a new int64 array, computed in Rust with the GIL released.
+
+        Args:
+            start (int): first position, ``0 <= start <= stop``.
+            stop (int): one past the last position, ``stop <= n``.
+        """
+        start, stop = as_int("start", start), as_int("stop", stop)
+        if not 0 <= start <= stop <= self.n:
+            raise ValueError(f"invalid range [{start}, {stop}): expected 0 <= start <= stop <= {self.n}")
+        result: npt.NDArray[np.int64] = self._inner.take(start, stop)
+        return result
+
+    def __iter__(self) -> Iterator[int]:
+        n = self.n
+        for start in range(0, n, _CHUNK):
+            yield from self._inner.take_list(start, min(start + _CHUNK, n))
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        assert isinstance(other, KeyedOrder)
+        return self._arguments() == other._arguments()
+
+    def __hash__(self) -> int:
+        return hash((type(self), self._arguments()))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), self._arguments())
+
+    def _head(self) -> str:
+        n = self.n
+        head = ", ".join(str(x) for x in self._inner.take_list(0, min(n, 5)))
+        return f"[{head}{', ...' if n > 5 else ''}]"
+
+
+class Permutation(KeyedOrder):
     r"""A keyed pseudo-random permutation of ``range(n)`` in O(1) memory (perm-v1).
 
     ``p[i]`` is the sample at position ``i`` and ``p.index_of(x)`` the position of sample
@@ -39,80 +124,14 @@ class Permutation:
         dtype('int64')
     """
 
-    __slots__ = ("_inner",)
+    __slots__ = ()
 
     def __init__(self, n: int, seed: int = 0, epoch: int = 0) -> None:
         n = as_u64("n", n, minimum=1)
         self._inner = _core.Permutation(n, as_u64("seed", seed), as_u64("epoch", epoch))
 
-    @property
-    def n(self) -> int:
-        return self._inner.n
-
-    @property
-    def seed(self) -> int:
-        return self._inner.seed
-
-    @property
-    def epoch(self) -> int:
-        return self._inner.epoch
-
-    def __len__(self) -> int:
-        # len() is limited to sys.maxsize; `n` is not.
-        return self._inner.n
-
-    def __getitem__(self, index: SupportsIndex) -> int:
-        i = as_int("index", index)
-        n = self._inner.n
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(f"permutation index {as_int('index', index)} out of range for n={n}")
-        return self._inner.forward(i)
-
-    def index_of(self, sample: int) -> int:
-        """Position of ``sample``: the inverse permutation, O(1).
-
-        Raises:
-            ValueError: if ``sample`` is not in ``range(n)``.
-        """
-        x = as_int("sample", sample)
-        if not 0 <= x < self._inner.n:
-            raise ValueError(f"sample {x} is not in range({self._inner.n})")
-        return self._inner.inverse(x)
-
-    def take(self, start: int, stop: int) -> npt.NDArray[np.int64]:
-        """``p[start:stop]`` as a new int64 array, computed in Rust with the GIL released.
-
-        Args:
-            start (int): first position, ``0 <= start <= stop``.
-            stop (int): one past the last position, ``stop <= n``.
-        """
-        start, stop = as_int("start", start), as_int("stop", stop)
-        if not 0 <= start <= stop <= self._inner.n:
-            raise ValueError(
-                f"invalid range [{start}, {stop}): expected 0 <= start <= stop <= {self._inner.n}"
-            )
-        return self._inner.take(start, stop)
-
-    def __iter__(self) -> Iterator[int]:
-        n = self._inner.n
-        for start in range(0, n, _CHUNK):
-            yield from self._inner.take_list(start, min(start + _CHUNK, n))
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Permutation):
-            return NotImplemented
-        return (self.n, self.seed, self.epoch) == (other.n, other.seed, other.epoch)
-
-    def __hash__(self) -> int:
-        return hash((Permutation, self.n, self.seed, self.epoch))
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (Permutation, (self.n, self.seed, self.epoch))
+    def _arguments(self) -> tuple[Any, ...]:
+        return (self.n, self.seed, self.epoch)
 
     def __repr__(self) -> str:
-        n = self._inner.n
-        head = ", ".join(str(x) for x in self._inner.take_list(0, min(n, 5)))
-        more = ", ..." if n > 5 else ""
-        return f"Permutation(n={n}, seed={self.seed}, epoch={self.epoch}) [{head}{more}] ({_core.ALGORITHM})"
+        return f"Permutation(n={self.n}, seed={self.seed}, epoch={self.epoch}) {self._head()} ({_core.ALGORITHM})"

@@ -5,12 +5,15 @@
 //!
 //! * [`Permutation`] — perm-v1: `forward`, `inverse`, batched `fill`.
 //! * [`SampleOrder`] — the order of an epoch (perm-v1, identity, explicit): position ↔ sample.
+//! * [`BlockPermutation`] — block-v1: blocks permuted, samples shuffled within windows of
+//!   blocks (locality for datasets bigger than RAM).
 //! * [`Partition`] — which global positions (and samples) each rank takes, with padding,
 //!   `drop_last` and resume from a consumed prefix.
 //! * [`Mixture`] — mix-v1: weighted sources, position → (source, index), no build step.
 //! * [`verify`] — the exact proof that ranks are disjoint and cover the data.
 //! * [`Fingerprint`] — an O(1)-memory summary of a multiset of sample ids.
 
+mod block;
 mod error;
 mod fingerprint;
 mod mix;
@@ -20,6 +23,7 @@ mod partition;
 mod permutation;
 mod verify;
 
+pub use block::{BlockPermutation, BLOCK_ALGORITHM};
 pub use error::Error;
 pub use fingerprint::Fingerprint;
 pub use mix::splitmix64;

@@ -3,6 +3,7 @@
 
 use pyo3::prelude::*;
 
+mod block;
 mod errors;
 mod mixture;
 mod partition;
@@ -11,6 +12,8 @@ mod verify;
 
 #[pymodule(gil_used = false)]
 mod _core {
+    #[pymodule_export]
+    use super::block::BlockPermutation;
     #[pymodule_export]
     use super::errors::ShardingError;
     #[pymodule_export]
@@ -29,6 +32,7 @@ mod _core {
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         m.add("ALGORITHM", permshard_core::ALGORITHM)?;
         m.add("MIX_ALGORITHM", permshard_core::MIX_ALGORITHM)?;
+        m.add("BLOCK_ALGORITHM", permshard_core::BLOCK_ALGORITHM)?;
         Ok(())
     }
 }

@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 
 use std::sync::Arc;
 
-use permshard_core::{Fingerprint, Identity, Order, Permutation};
+use permshard_core::{BlockPermutation, Fingerprint, Identity, Order, Permutation};
 
 use crate::errors::to_py;
 use crate::permutation::{alloc, compute};
@@ -34,8 +34,11 @@ pub struct Partition {
 
 #[pymethods]
 impl Partition {
+    /// `block_size > 0` (with `shuffle`) deals a block-v1 order of windows of
+    /// `window_blocks` blocks; else perm-v1 (or the identity without `shuffle`).
     #[new]
-    #[pyo3(signature = (n, num_replicas, *, start = 0, drop_last = false, shuffle = true, seed = 0, epoch = 0))]
+    #[pyo3(signature = (n, num_replicas, *, start = 0, drop_last = false, shuffle = true, seed = 0, epoch = 0, block_size = 0, window_blocks = 0))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         n: u64,
         num_replicas: u64,
@@ -44,11 +47,15 @@ impl Partition {
         shuffle: bool,
         seed: u64,
         epoch: u64,
+        block_size: u64,
+        window_blocks: u64,
     ) -> PyResult<Self> {
-        let order: Order = if shuffle {
-            Arc::new(Permutation::new(n, seed, epoch).map_err(to_py)?)
-        } else {
-            Arc::new(Identity::new(n).map_err(to_py)?)
+        let order: Order = match (shuffle, block_size) {
+            (false, _) => Arc::new(Identity::new(n).map_err(to_py)?),
+            (true, 0) => Arc::new(Permutation::new(n, seed, epoch).map_err(to_py)?),
+            (true, _) => Arc::new(
+                BlockPermutation::new(n, block_size, window_blocks, seed, epoch).map_err(to_py)?,
+            ),
         };
         let inner = permshard_core::Partition::new(n, num_replicas, start, drop_last, order)
             .map_err(to_py)?;

@@ -1,0 +1,107 @@
+//! `_core.BlockPermutation`: block-v1 over `[0, n)`.
+
+use numpy::{IntoPyArray, PyArray1};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use permshard_core::SampleOrder;
+
+use crate::errors::to_py;
+use crate::permutation::{alloc, compute};
+
+#[pyclass(frozen, module = "permshard._core", name = "BlockPermutation")]
+pub struct BlockPermutation {
+    inner: permshard_core::BlockPermutation,
+}
+
+#[pymethods]
+impl BlockPermutation {
+    #[new]
+    #[pyo3(signature = (n, block_size, window_blocks, seed = 0, epoch = 0))]
+    fn new(n: u64, block_size: u64, window_blocks: u64, seed: u64, epoch: u64) -> PyResult<Self> {
+        let inner =
+            permshard_core::BlockPermutation::new(n, block_size, window_blocks, seed, epoch)
+                .map_err(to_py)?;
+        Ok(BlockPermutation { inner })
+    }
+
+    #[getter]
+    fn n(&self) -> u64 {
+        self.inner.len()
+    }
+
+    #[getter]
+    fn block_size(&self) -> u64 {
+        self.inner.block_size()
+    }
+
+    #[getter]
+    fn window_blocks(&self) -> u64 {
+        self.inner.window_blocks()
+    }
+
+    #[getter]
+    fn seed(&self) -> u64 {
+        self.inner.seed()
+    }
+
+    #[getter]
+    fn epoch(&self) -> u64 {
+        self.inner.epoch()
+    }
+
+    fn forward(&self, position: u64) -> PyResult<u64> {
+        self.inner.forward(position).map_err(to_py)
+    }
+
+    fn inverse(&self, sample: u64) -> PyResult<u64> {
+        self.inner.position_of(sample).map_err(to_py)
+    }
+
+    /// Positions `[start, end)` of window `w`.
+    fn window_range(&self, w: u64) -> (u64, u64) {
+        self.inner.window_range(w)
+    }
+
+    /// The samples at positions `[start, stop)` as a new int64 array (n <= 2**63).
+    fn take<'py>(
+        &self,
+        py: Python<'py>,
+        start: u64,
+        stop: u64,
+    ) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        if self.inner.len() > 1 << 63 {
+            return Err(PyValueError::new_err(format!(
+                "take() returns int64, which cannot hold samples of n={} > 2**63; \
+                 index the permutation or iterate it instead",
+                self.inner.len()
+            )));
+        }
+        let values: Vec<i64> = self
+            .fill(py, start, stop)?
+            .into_iter()
+            .map(|v| v as i64)
+            .collect();
+        Ok(values.into_pyarray(py))
+    }
+
+    /// The samples at positions `[start, stop)` as a list of Python ints (any n).
+    fn take_list(&self, py: Python<'_>, start: u64, stop: u64) -> PyResult<Vec<u64>> {
+        self.fill(py, start, stop)
+    }
+}
+
+impl BlockPermutation {
+    fn fill(&self, py: Python<'_>, start: u64, stop: u64) -> PyResult<Vec<u64>> {
+        if stop < start {
+            return Err(PyValueError::new_err(format!(
+                "invalid range [{start}, {stop}): expected start <= stop"
+            )));
+        }
+        let mut out = alloc(stop - start)?;
+        compute(py, stop - start, || {
+            self.inner.fill(start, &mut out).map(|_| out)
+        })
+        .map_err(to_py)
+    }
+}

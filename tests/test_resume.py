@@ -105,6 +105,8 @@ def test_state_dict_contents_and_o1():
         "drop_last": False,
         "consumed": 8000,
         "num_replicas": 8,
+        "block_size": 0,
+        "window_blocks": 0,
     }
     t = ShardedSampler(10**12, num_replicas=8, rank=3, seed=7)
     t.load_state_dict(state)

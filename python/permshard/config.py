@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import _core
 from ._validation import as_int, as_positive, as_u64
 
 #: Fields a resume must share with the run that saved it (epoch and num_replicas may change).
-RESUME_KEYS = ("algorithm", "n", "seed", "shuffle", "drop_last")
+RESUME_KEYS = ("algorithm", "n", "seed", "shuffle", "drop_last", "block_size", "window_blocks")
+
+#: Fields added after the first release: a state dict without them has their default.
+_OPTIONAL_KEYS = {"block_size": 0, "window_blocks": 0}
 
 
 @dataclass(frozen=True)
@@ -30,8 +33,12 @@ class ShardConfig:
         shuffle (bool): perm-v1 order (``True``) or the identity.
         drop_last (bool): drop the tail that does not fill a round of ranks, instead of
             padding it.
-        algorithm (str): the order's algorithm id; a state dict of another one cannot be
-            resumed.
+        block_size (int): ``0`` for perm-v1; else the block-v1 order (see
+            :class:`permshard.BlockPermutation`) with blocks of this many samples.
+        window_blocks (int): blocks shuffled together in block-v1 (``0`` without blocks).
+
+    The order's algorithm id, ``algorithm``, follows from them (``perm-v1`` or
+    ``block-v1``); a state dict of another one cannot be resumed.
 
     Example::
 
@@ -46,17 +53,31 @@ class ShardConfig:
     epoch: int = 0
     shuffle: bool = True
     drop_last: bool = False
-    algorithm: str = _core.ALGORITHM
+    block_size: int = 0
+    window_blocks: int = 0
+    algorithm: str = field(init=False)
 
     def __post_init__(self) -> None:
-        checked = {
+        checked: dict[str, Any] = {
             "n": as_u64("n", self.n, minimum=1),
             "num_replicas": as_positive("num_replicas", self.num_replicas),
             "seed": as_u64("seed", self.seed),
             "epoch": as_u64("epoch", self.epoch),
             "shuffle": bool(self.shuffle),
             "drop_last": bool(self.drop_last),
+            "block_size": as_u64("block_size", self.block_size),
+            "window_blocks": as_u64("window_blocks", self.window_blocks),
         }
+        if checked["block_size"]:
+            if not checked["shuffle"]:
+                raise ValueError("block_size=... orders blocks for a shuffle: it needs shuffle=True")
+            if not checked["window_blocks"]:
+                raise ValueError(
+                    "block_size=... needs window_blocks=... (the blocks shuffled together), >= 1"
+                )
+        elif checked["window_blocks"]:
+            raise ValueError("window_blocks=... needs block_size=...")
+        checked["algorithm"] = _core.BLOCK_ALGORITHM if checked["block_size"] else _core.ALGORITHM
         for name, value in checked.items():
             object.__setattr__(self, name, value)  # frozen: normalise once, here
 
@@ -70,6 +91,8 @@ class ShardConfig:
             shuffle=self.shuffle,
             seed=self.seed,
             epoch=self.epoch,
+            block_size=self.block_size,
+            window_blocks=self.window_blocks,
         )
 
     def replace(self, **changes: Any) -> ShardConfig:
@@ -95,12 +118,25 @@ class ShardConfig:
         if not isinstance(state, Mapping):
             raise TypeError(f"state_dict must be a mapping, got {type(state).__name__}")
         keys = [f.name for f in dataclasses.fields(cls)] + ["consumed"]
-        missing = [k for k in keys if k not in state]
+        missing = [k for k in keys if k not in state and k not in _OPTIONAL_KEYS]
         if missing:
             raise ValueError(
                 f"state_dict is missing {missing}; pass a dict saved by ShardedSampler.state_dict()"
             )
-        config = cls(**{k: state[k] for k in keys if k != "consumed"})
+        arguments = {
+            f.name: state.get(f.name, _OPTIONAL_KEYS.get(f.name)) for f in dataclasses.fields(cls) if f.init
+        }
+        if state["algorithm"] not in (_core.ALGORITHM, _core.BLOCK_ALGORITHM):
+            raise ValueError(
+                f"state_dict is for algorithm {state['algorithm']!r}, this permshard runs "
+                f"{_core.ALGORITHM!r} and {_core.BLOCK_ALGORITHM!r}; the saved order cannot be reproduced"
+            )
+        config = cls(**arguments)
+        if config.algorithm != state["algorithm"]:
+            raise ValueError(
+                f"state_dict says algorithm {state['algorithm']!r} but its block_size="
+                f"{config.block_size} means {config.algorithm!r}: the state was edited or is corrupt"
+            )
         consumed = as_int("state_dict['consumed']", state["consumed"])
         # The furthest a pass can end: past n only by padding, less than one round of ranks.
         limit = config.n if config.drop_last else config.n + config.num_replicas - 1

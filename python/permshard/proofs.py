@@ -305,6 +305,8 @@ _FIXES = {
     "num_replicas": "every rank must use the same num_replicas (the world size)",
     "shuffle": "pass the same shuffle=... on every rank",
     "drop_last": "pass the same drop_last=... on every rank",
+    "block_size": "pass the same block_size=... on every rank",
+    "window_blocks": "pass the same window_blocks=... on every rank",
     "start": "load the same state dict on every rank (saved by any one rank) before iterating",
     "algorithm": "install the same permshard version on every rank",
     "dataset": f"the ranks hold different datasets of the same length; if each rank's "

@@ -84,6 +84,31 @@ class _Pass:
         return self.chunk_base + self.chunk_len - operator.length_hint(self.chunk)
 
 
+class _WindowPrefetch:
+    """Tells a dataset with ``prefetch(indices)`` the samples this rank reads in each window
+    of a block order, as the iteration enters the window (see ``ShardedSampler``)."""
+
+    def __init__(self, dataset: Any, part: _core.Partition, rank: int, window_len: int) -> None:
+        self.dataset, self.part, self.rank, self.window_len = dataset, part, rank, window_len
+        self.announced = 0  # local items announced so far
+
+    def window_end(self, local: int) -> int:
+        """One past the last local item in the window of local item ``local``."""
+        part, w = self.part, self.part.num_replicas
+        position = part.start + self.rank + local * w
+        if position >= part.n:  # padding wraps around: announce what is left at once
+            return part.num_samples
+        end = min((position // self.window_len + 1) * self.window_len, part.n)
+        return min(part.num_samples, -(-(end - part.start - self.rank) // w))
+
+    def upto(self, local_end: int) -> None:
+        """Announces every window holding a local item below ``local_end``."""
+        while self.announced < min(local_end, self.part.num_samples):
+            end = self.window_end(self.announced)
+            self.dataset.prefetch(self.part.take(self.rank, self.announced, end - self.announced))
+            self.announced = end
+
+
 class ShardedSampler(DistributedSampler[int]):
     r"""Sampler that restricts data loading to a subset of the dataset, in O(1) memory.
 
@@ -121,6 +146,13 @@ class ShardedSampler(DistributedSampler[int]):
             ``mesh_dim`` gives ``num_replicas`` and ``rank`` (instead of passing them).
         mesh_dim (str or tuple of str, optional): the data-parallel dimension name(s) of
             ``device_mesh``; several are flattened (e.g. ``("dp_replicate", "dp_shard")``).
+        block_size (int, optional): for datasets bigger than RAM, a locality-aware order
+            (block-v1, :class:`~permshard.BlockPermutation`): blocks of this many
+            consecutive samples are permuted, and the samples of ``window_blocks`` blocks
+            at a time shuffled together. A dataset with a ``prefetch(indices)`` method is
+            told each window's samples of this rank as the iteration enters it.
+            Default: ``None`` (perm-v1).
+        window_blocks (int, optional): blocks shuffled together, with ``block_size``.
 
     Model parallelism: processes that share a data-parallel rank (tensor, pipeline or
     context parallel peers) pass the same ``rank`` (or the same mesh coordinate) and read
@@ -154,6 +186,8 @@ class ShardedSampler(DistributedSampler[int]):
         check_consensus: bool = True,
         device_mesh: Any = None,
         mesh_dim: Optional[MeshDim] = None,
+        block_size: Optional[int] = None,
+        window_blocks: Optional[int] = None,
     ) -> None:
         # DistributedSampler.__init__ is not called: it would compute nothing we use.
         self.dataset = dataset  # type: ignore[assignment]
@@ -173,7 +207,10 @@ class ShardedSampler(DistributedSampler[int]):
         self.drop_last = bool(drop_last)
         self.auto_epoch = bool(auto_epoch)
         self.check_consensus = bool(check_consensus)
+        self.block_size = 0 if block_size is None else as_positive("block_size", block_size)
+        self.window_blocks = 0 if window_blocks is None else as_positive("window_blocks", window_blocks)
         self.epoch = 0
+        _ = self.config  # refuses block_size without shuffle=True or window_blocks
         self._partitions: dict[tuple[ShardConfig, int], _core.Partition] = {}
         self._start = 0  # global positions consumed before the next pass (a resume)
         self._pass: Optional[_Pass] = None
@@ -200,6 +237,8 @@ class ShardedSampler(DistributedSampler[int]):
             epoch=self.epoch,
             shuffle=self.shuffle,
             drop_last=self.drop_last,
+            block_size=self.block_size,
+            window_blocks=self.window_blocks,
         )
 
     @property
@@ -295,11 +334,22 @@ class ShardedSampler(DistributedSampler[int]):
         if self._start == current.start:
             self._start = 0
 
+    def _prefetcher(self, current: _Pass) -> Optional[_WindowPrefetch]:
+        """For a block order over a dataset with ``prefetch``: what announces its windows."""
+        if not self.block_size or not callable(getattr(self.dataset, "prefetch", None)):
+            return None
+        window_len = self.block_size * self.window_blocks
+        return _WindowPrefetch(self.dataset, current.partition, self.rank, window_len)
+
     def _chunks(self, current: _Pass) -> Iterator[Iterator[int]]:
         total = current.partition.num_samples
+        prefetch = self._prefetcher(current)
         base, size = 0, _FIRST_CHUNK
         while base < total:
             count = min(size, total - base)
+            if prefetch is not None:  # chunks stop at window ends; each window announced first
+                count = min(count, prefetch.window_end(base) - base)
+                prefetch.upto(base + count)
             chunk = iter(self._for_dataset(current.partition.take(self.rank, base, count), current))
             current.chunk_base, current.chunk_len, current.chunk = base, count, chunk
             if base == 0:
@@ -514,10 +564,13 @@ class ShardedBatchSampler(BatchSampler):
             total -= total % self.batch_size
         # Whole batches per call into Rust, about _CHUNK items at a time.
         step = max(1, _CHUNK // self.batch_size) * self.batch_size
+        prefetch = self._sharded._prefetcher(current)
         for base in range(0, total, step):
             count = min(step, total - base)
             batches = part.take_batches(rank, base, count, self.batch_size)
             for i, batch in enumerate(batches):
+                if prefetch is not None:  # the windows this batch enters, before it is read
+                    prefetch.upto(base + i * self.batch_size + len(batch))
                 batch = self._sharded._for_dataset(batch, current)
                 current.chunk_base = min(base + (i + 1) * self.batch_size, base + count)
                 if base == 0 and i == 0:

@@ -3,7 +3,6 @@ protocol of ShardedSampler(block_size=...)."""
 
 from __future__ import annotations
 
-import itertools
 import os
 import pickle
 from collections import Counter

@@ -8,7 +8,7 @@ ifneq ($(wildcard $(PY)),)
 export PYO3_PYTHON := $(abspath $(PY))
 endif
 
-.PHONY: help demo test bench bench-mixture build lint lint-rust lint-py rust-test py-test clean
+.PHONY: help demo test bench bench-mixture bench-blocks build lint lint-rust lint-py rust-test py-test clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -61,6 +61,10 @@ bench-mixture: build $(VENV)/.dev  ## Mixture vs Megatron's blend build (fetches
 	cd target/megatron && unzip -o -q megatron_core-*.whl 'megatron/core/datasets/helpers_cpp*'
 	$(PY) benches/mixture_vs_megatron.py --markdown docs/mixture.md \
 		--helpers "$$(ls target/megatron/megatron/core/datasets/helpers_cpp*.so)"
+
+bench-blocks: build  ## block-v1 vs perm-v1 on a cold page cache (writes a 4 GiB file in /tmp) and its quality table
+	$(PY) benches/block_order_cold_cache.py --gib 4 --markdown docs/block_order.md
+	$(PY) benches/block_order_quality.py --markdown docs/block_order.md
 
 clean:  ## Remove build outputs and the virtualenv
 	cargo clean

@@ -149,8 +149,11 @@ class ShardedSampler(DistributedSampler[int]):
         block_size (int, optional): for datasets bigger than RAM, a locality-aware order
             (block-v1, :class:`~permshard.BlockPermutation`): blocks of this many
             consecutive samples are permuted, and the samples of ``window_blocks`` blocks
-            at a time shuffled together. A dataset with a ``prefetch(indices)`` method is
-            told each window's samples of this rank as the iteration enters it.
+            at a time shuffled together. The locality protocol: a dataset with a
+            ``prefetch(indices)`` method is told each window's samples of this rank, from
+            the main process, as the iteration enters the window; one with a
+            ``block_order`` attribute gets ``True`` (``TokenWindows`` then keeps the
+            kernel's read-ahead).
             Default: ``None`` (perm-v1).
         window_blocks (int, optional): blocks shuffled together, with ``block_size``.
 
@@ -211,6 +214,8 @@ class ShardedSampler(DistributedSampler[int]):
         self.window_blocks = 0 if window_blocks is None else as_positive("window_blocks", window_blocks)
         self.epoch = 0
         _ = self.config  # refuses block_size without shuffle=True or window_blocks
+        if self.block_size and hasattr(dataset, "block_order"):
+            dataset.block_order = True  # the locality protocol: reads come in blocks
         self._partitions: dict[tuple[ShardConfig, int], _core.Partition] = {}
         self._start = 0  # global positions consumed before the next pass (a resume)
         self._pass: Optional[_Pass] = None

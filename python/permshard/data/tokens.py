@@ -100,6 +100,9 @@ class TokenWindows(Dataset[torch.Tensor]):
                     "file out"
                 )
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        #: Set by a ShardedSampler with ``block_size``: reads come in blocks, so the
+        #: memmaps keep the kernel's read-ahead instead of asking for random access.
+        self.block_order = False
         self._maps: Optional[list[np.memmap]] = None
         self._views: Optional[list[npt.NDArray[Any]]] = None
 
@@ -124,10 +127,10 @@ class TokenWindows(Dataset[torch.Tensor]):
                 if now != m:
                     raise ValueError(f"{path} changed size since the dataset was built ({m} -> {now} tokens)")
                 mm = np.memmap(path, dtype=self.dtype, mode="r")
-                # Shuffled windows are random reads: kernel read-ahead would only waste I/O
-                # and page cache.
+                # Globally shuffled windows are random reads: kernel read-ahead would only
+                # waste I/O and page cache. A block order reads whole blocks: keep it.
                 raw = getattr(mm, "_mmap", None)
-                if raw is not None and hasattr(mmap, "MADV_RANDOM"):
+                if raw is not None and hasattr(mmap, "MADV_RANDOM") and not self.block_order:
                     raw.madvise(mmap.MADV_RANDOM)
                 maps.append(mm)
             self._maps = maps
@@ -173,6 +176,44 @@ class TokenWindows(Dataset[torch.Tensor]):
 
     def __len__(self) -> int:
         return int(self.starts[-1])
+
+    def byte_ranges(self, indices: Sequence[int]) -> dict[str, list[tuple[int, int]]]:
+        """Per file, the merged byte ranges ``(offset, length)`` that windows ``indices``
+        cover (windows of a block are contiguous: a block becomes one range)."""
+        idx = np.asarray(indices, dtype=np.int64)
+        files = np.searchsorted(self.starts, idx, side="right") - 1
+        offsets = self._shift_of(indices) + (idx - self.starts[files]) * self.seq_len
+        width, size = (self.seq_len + 1) * self.dtype.itemsize, self.dtype.itemsize
+        out: dict[str, list[tuple[int, int]]] = {}
+        for f in np.unique(files):
+            starts = np.sort(offsets[files == f]) * size
+            ranges: list[list[int]] = []
+            for start in starts.tolist():
+                if ranges and start <= ranges[-1][1]:  # touching or overlapping: one range
+                    ranges[-1][1] = max(ranges[-1][1], start + width)
+                else:
+                    ranges.append([start, start + width])
+            out[self.paths[int(f)]] = [(a, b - a) for a, b in ranges]
+        return out
+
+    def prefetch(self, indices: Sequence[int]) -> None:
+        """Asks the kernel to start reading windows ``indices`` into the page cache
+        (``posix_fadvise(WILLNEED)`` on their merged byte ranges), without waiting.
+
+        ``ShardedSampler(..., block_size=...)`` calls it from the main process with each
+        window of the block order as it enters it; the page cache is shared, so the
+        DataLoader workers then find the data in memory. A no-op where the platform has
+        no ``posix_fadvise``."""
+        advise = getattr(os, "posix_fadvise", None)
+        if advise is None or len(indices) == 0:
+            return
+        for path, ranges in self.byte_ranges(indices).items():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                for offset, length in ranges:
+                    advise(fd, offset, length, os.POSIX_FADV_WILLNEED)
+            finally:
+                os.close(fd)
 
     def locate(self, index: int, epoch: Optional[int] = None) -> tuple[str, int]:
         """``(path, token offset)`` of window ``index`` in ``epoch`` (default: the epoch

@@ -424,3 +424,45 @@ def mixed_dataset_run(rank: int, world: int, n: int, steps, state) -> dict:
         "covered": cert.covered,
         "padding": padding,
     }
+
+
+def token_budget(rank: int, world: int, n: int) -> dict:
+    """TokenBudgetBatchSampler under a DataLoader with workers on real ranks, and a rank
+    with another budget caught by the consensus."""
+    import numpy as np
+
+    from permshard.token_budget import TokenBudgetBatchSampler
+
+    lengths = np.clip(np.random.default_rng(0).lognormal(5.5, 0.8, size=n), 1, 4096).astype(np.int64)
+    sampler = TokenBudgetBatchSampler(lengths, 16384, seed=2, window=4096)
+    loader = DataLoader(list(range(n)), batch_sampler=sampler, num_workers=2)
+    batches = [batch.tolist() for batch in loader]
+    bad = TokenBudgetBatchSampler(lengths, 8192 if rank == world - 1 else 16384, seed=2)
+    disagree = expect_error(lambda: next(iter(bad)), ShardingError)
+    dist.barrier()
+    return {"batches": batches, "disagree": disagree}
+
+
+def accelerate_token_budget(rank: int, world: int, n: int, folder: str, steps) -> list:
+    """The accelerate helper around a TokenBudgetBatchSampler: `steps` batches then
+    save_state (steps=None: load_state and finish the epoch)."""
+    import numpy as np
+    from accelerate import Accelerator
+
+    import permshard.accelerate
+    from permshard.token_budget import TokenBudgetBatchSampler
+
+    accelerator = Accelerator(cpu=True)
+    lengths = np.clip(np.random.default_rng(1).lognormal(5.5, 0.8, size=n), 1, 4096).astype(np.int64)
+    sampler = TokenBudgetBatchSampler(lengths, 16384, seed=4, window=2048)
+    loader = permshard.accelerate.prepare_data_loader(accelerator, DataLoader(list(range(n)), batch_sampler=sampler))
+    if steps is None:
+        accelerator.load_state(folder)
+        return [x for batch in loader for x in batch.tolist()]
+    read = []
+    for step, batch in enumerate(loader):
+        read += batch.tolist()
+        if step + 1 == steps:
+            break
+    accelerator.save_state(folder)
+    return read

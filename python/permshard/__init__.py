@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .plan import ShardPlan
     from .proofs import Certificate, check_loader, verify
     from .sampler import ShardedBatchSampler, ShardedSampler
+    from .token_budget import TokenBudgetBatchSampler
 
 #: Public name -> the module that defines it.
 _LAZY = {
@@ -39,6 +40,7 @@ _LAZY = {
     "ShardPlan": ".plan",
     "ShardedBatchSampler": ".sampler",
     "ShardedSampler": ".sampler",
+    "TokenBudgetBatchSampler": ".token_budget",
     "check_loader": ".proofs",
     "data": ".data",
     "verify": ".proofs",
@@ -55,6 +57,7 @@ __all__ = [
     "ShardedBatchSampler",
     "ShardedSampler",
     "ShardingError",
+    "TokenBudgetBatchSampler",
     "__version__",
     "check_loader",
     "data",

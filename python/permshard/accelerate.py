@@ -24,6 +24,7 @@ from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Rando
 from ._core import ShardingError
 from .mesh import mesh_world
 from .sampler import ShardedBatchSampler, ShardedSampler, StepBatchSampler
+from .token_budget import TokenBudgetBatchSampler
 
 __all__ = ["StepBatchSampler", "data_parallel_world", "prepare_data_loader"]
 
@@ -123,7 +124,9 @@ def prepare_data_loader(accelerator: Any, dataloader: DataLoader[Any]) -> Any:
     Use it instead of ``accelerator.prepare(dataloader)`` (prepare models and optimizers
     as usual). The loader's sampler may be a :class:`ShardedSampler`, a
     ``DistributedSampler`` (replaced by the equivalent ShardedSampler) or the plain
-    sampler of ``shuffle=True/False``. With accelerate's ``ParallelismConfig``, the data
+    sampler of ``shuffle=True/False``; a loader whose ``batch_sampler`` is a
+    :class:`~permshard.TokenBudgetBatchSampler` keeps it as is. With accelerate's
+    ``ParallelismConfig``, the data
     is split across its data-parallel dims only (see :func:`data_parallel_world`).
 
     Args:
@@ -141,8 +144,21 @@ def prepare_data_loader(accelerator: Any, dataloader: DataLoader[Any]) -> Any:
         >>> loader = permshard.accelerate.prepare_data_loader(accelerator, loader)
         >>> model, optimizer = accelerator.prepare(model, optimizer)
     """
-    sampler, batch_size, drop_last = _sharded_sampler(dataloader, *data_parallel_world(accelerator))
-    batches = StepBatchSampler(sampler, batch_size, drop_last)
+    world = data_parallel_world(accelerator)
+    checkpoint: Any
+    if isinstance(dataloader.batch_sampler, TokenBudgetBatchSampler):
+        # Already one rank's batches: wrapped as is, its position saved with the state.
+        batches: Any = dataloader.batch_sampler
+        if (batches.num_replicas, batches.rank) != world:
+            raise ShardingError(
+                f"the TokenBudgetBatchSampler plans for num_replicas={batches.num_replicas} as rank "
+                f"{batches.rank}, but accelerate has {world[0]} data-parallel ranks and this process "
+                f"is rank {world[1]}; leave num_replicas and rank unset"
+            )
+        drop_last = False
+    else:
+        sampler, batch_size, drop_last = _sharded_sampler(dataloader, *world)
+        batches = StepBatchSampler(sampler, batch_size, drop_last)
     kwargs = {
         name: getattr(dataloader, name)
         for name in (
@@ -170,8 +186,30 @@ def prepare_data_loader(accelerator: Any, dataloader: DataLoader[Any]) -> Any:
         _non_blocking=getattr(accelerator, "non_blocking", False),
         **kwargs,
     )
-    accelerator.register_for_checkpointing(_Checkpoint(loader, sampler, batch_size))
+    if isinstance(batches, TokenBudgetBatchSampler):
+        checkpoint = _BudgetCheckpoint(loader, batches)
+    else:
+        checkpoint = _Checkpoint(loader, sampler, batch_size)
+    accelerator.register_for_checkpointing(checkpoint)
     return loader
+
+
+class _BudgetCheckpoint:
+    """What ``accelerator.save_state`` stores for a TokenBudgetBatchSampler loader: its
+    position at the batches the training loop really received."""
+
+    def __init__(self, loader: Any, sampler: TokenBudgetBatchSampler) -> None:
+        self.loader, self.sampler = loader, sampler
+
+    def state_dict(self) -> dict[str, Any]:
+        epoch, delivered = getattr(self.loader, "_permshard_delivered", (None, 0))
+        if epoch != self.sampler.epoch:
+            return self.sampler.state_dict(consumed_steps=0)
+        return self.sampler.state_dict(consumed_steps=delivered)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.sampler.load_state_dict(state)
+        self.loader.iteration = int(state["epoch"])
 
 
 @functools.cache
@@ -186,7 +224,8 @@ def _loader_class() -> Any:
             self._permshard_delivered = (None, 0)
             for batch in super().__iter__():
                 epoch, delivered = self._permshard_delivered
-                self._permshard_delivered = (self.batch_sampler.sampler.epoch, delivered + 1)
+                sampler: Any = getattr(self.batch_sampler, "sampler", self.batch_sampler)
+                self._permshard_delivered = (sampler.epoch, delivered + 1)
                 yield batch
 
     return PermshardDataLoaderShard

@@ -381,10 +381,10 @@ def check_consensus(
                     f"rank {other['rank']} (process {proc}) has {key}={theirs}. "
                     f"Fix: {_FIXES[key]}"
                 )
-    _check_layout([c["rank"] for c in everyone], reference["num_replicas"])
+    check_layout([c["rank"] for c in everyone], reference["num_replicas"])
 
 
-def _check_layout(ranks: list[int], num_replicas: int) -> None:
+def check_layout(ranks: list[int], num_replicas: int) -> None:
     """Each sampler rank ``0..num_replicas-1`` must appear equally often among the
     processes: once each in pure data parallelism, ``world / num_replicas`` times when
     model-parallel peers (tensor, pipeline, context) share a data-parallel rank."""

@@ -1,13 +1,13 @@
 //! `_core.BlockPermutation`: block-v1 over `[0, n)`.
 
-use numpy::{IntoPyArray, PyArray1};
+use numpy::PyArray1;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use permshard_core::SampleOrder;
 
 use crate::errors::to_py;
-use crate::permutation::{alloc, compute};
+use crate::permutation::{alloc, check_int64, compute, int64_array};
 
 #[pyclass(frozen, module = "permshard._core", name = "BlockPermutation")]
 pub struct BlockPermutation {
@@ -70,19 +70,8 @@ impl BlockPermutation {
         start: u64,
         stop: u64,
     ) -> PyResult<Bound<'py, PyArray1<i64>>> {
-        if self.inner.len() > 1 << 63 {
-            return Err(PyValueError::new_err(format!(
-                "take() returns int64, which cannot hold samples of n={} > 2**63; \
-                 index the permutation or iterate it instead",
-                self.inner.len()
-            )));
-        }
-        let values: Vec<i64> = self
-            .fill(py, start, stop)?
-            .into_iter()
-            .map(|v| v as i64)
-            .collect();
-        Ok(values.into_pyarray(py))
+        check_int64(self.inner.len())?;
+        Ok(int64_array(py, self.fill(py, start, stop)?))
     }
 
     /// The samples at positions `[start, stop)` as a list of Python ints (any n).

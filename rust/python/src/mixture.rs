@@ -1,10 +1,10 @@
 //! `_core.Mixture`: mix-v1, weighted sources as a map from position to `(source, index)`.
 
-use numpy::{IntoPyArray, PyArray1};
+use numpy::PyArray1;
 use pyo3::prelude::*;
 
 use crate::errors::to_py;
-use crate::permutation::{alloc, compute};
+use crate::permutation::{alloc, compute, int64_array};
 
 /// Two int64 arrays: the sources and the indices.
 type Pairs<'py> = (Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>);
@@ -79,9 +79,7 @@ impl Mixture {
     }
 }
 
-/// Values below 2^63 (sources and sample indices of int64-sized datasets) as int64 arrays.
+/// Sources and sample indices (below 2^63 for int64-sized datasets) as int64 arrays.
 fn as_arrays(py: Python<'_>, sources: Vec<u64>, indices: Vec<u64>) -> Pairs<'_> {
-    let sources: Vec<i64> = sources.into_iter().map(|v| v as i64).collect();
-    let indices: Vec<i64> = indices.into_iter().map(|v| v as i64).collect();
-    (sources.into_pyarray(py), indices.into_pyarray(py))
+    (int64_array(py, sources), int64_array(py, indices))
 }

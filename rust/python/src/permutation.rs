@@ -62,17 +62,8 @@ impl Permutation {
         start: u64,
         stop: u64,
     ) -> PyResult<Bound<'py, PyArray1<i64>>> {
-        if self.inner.len() > 1 << 63 {
-            return Err(PyValueError::new_err(format!(
-                "take() returns int64, which cannot hold samples of n={} > 2**63; \
-                 index the permutation or iterate it instead",
-                self.inner.len()
-            )));
-        }
-        let values = self.fill(py, start, stop)?;
-        // Every value is < n <= 2**63, so the cast is exact.
-        let values: Vec<i64> = values.into_iter().map(|v| v as i64).collect();
-        Ok(values.into_pyarray(py))
+        check_int64(self.inner.len())?;
+        Ok(int64_array(py, self.fill(py, start, stop)?))
     }
 
     /// π(start), ..., π(stop - 1) as a list of Python ints (any n).
@@ -95,6 +86,23 @@ impl Permutation {
         })
         .map_err(to_py)
     }
+}
+
+/// `take()` returns int64: refuses orders whose samples may not fit.
+pub fn check_int64(n: u64) -> PyResult<()> {
+    if n > 1 << 63 {
+        return Err(PyValueError::new_err(format!(
+            "take() returns int64, which cannot hold samples of n={n} > 2**63; \
+             index the permutation or iterate it instead"
+        )));
+    }
+    Ok(())
+}
+
+/// Samples of an order of at most 2**63 items as a new int64 array (the cast is exact).
+pub fn int64_array(py: Python<'_>, values: Vec<u64>) -> Bound<'_, PyArray1<i64>> {
+    let values: Vec<i64> = values.into_iter().map(|v| v as i64).collect();
+    values.into_pyarray(py)
 }
 
 /// A zeroed buffer of `len` items, or `MemoryError` (never an abort) when it cannot be had.

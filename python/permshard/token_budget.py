@@ -1,0 +1,400 @@
+"""``TokenBudgetBatchSampler``: batches under a padded token budget, balanced across ranks,
+planned a window of the perm-v1 order at a time (budget-v1)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections import deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+import numpy.typing as npt
+import torch.distributed as dist
+from torch.utils.data import Sampler
+
+from . import _core
+from ._validation import as_int, as_positive, as_u64
+from .collectives import all_gather_u64
+from .mesh import MeshDim, mesh_world
+from .sampler import _world
+
+#: The algorithm id of the token-budget plan, recorded in state dicts.
+BUDGET_ALGORITHM = "budget-v1"
+
+_MASK64 = 2**64 - 1
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One window's steps: ``steps[s][r]`` is rank ``r``'s batch at step ``s``; ``padding``
+    counts repeated samples, ``dropped`` samples left out (``drop_last``)."""
+
+    steps: list[list[list[int]]]
+    padding: int
+    dropped: int
+
+
+def _window_seed(seed: int, epoch: int, window: int) -> int:
+    """A key per (seed, epoch, window) for the order of a window's steps."""
+    return (seed * 0x9E3779B97F4A7C15 + epoch * 0xBF58476D1CE4E5B9 + window + 1) & _MASK64
+
+
+class TokenBudgetBatchSampler(Sampler[list[int]]):
+    r"""Batches of variable-length samples under a padded token budget, the same number
+    on every rank, every sample once per epoch across ranks.
+
+    The epoch's perm-v1 order is read a ``window`` of positions at a time (memory never
+    depends on the dataset's size). A window's samples are sorted by length and cut into
+    batches with ``len(batch) * max(lengths[batch]) <= max_tokens`` (so little padding);
+    the batches are grouped into steps of ``num_replicas`` batches of similar load (so no
+    rank waits on another), and the steps are shuffled (so consecutive batches are not
+    ordered by length). A window whose batch count is not a multiple of ``num_replicas``
+    splits its largest batches. Every rank computes the same plan: no communication.
+
+    Args:
+        lengths (1-D integer array): one length per sample, e.g. an ``np.memmap``.
+        max_tokens (int): the padded token budget of a batch.
+        num_replicas (int, optional): data-parallel ranks (default: the process group).
+        rank (int, optional): this rank (default: the process group's).
+        seed (int, optional): key of the order. Default: ``0``.
+        shuffle (bool, optional): perm-v1 order (``False``: samples in index order,
+            still batched by length within each window). Default: ``True``.
+        drop_last (bool, optional): drop the few samples that cannot fill a step of the
+            last window instead of repeating samples. Default: ``False``.
+        window (int, optional): positions planned together; larger windows pad less and
+            balance better, and cost more memory and time per window. Default: ``65536``.
+        check_consensus (bool, optional): check across the group at each epoch's first
+            batch that every rank has the same configuration (a small all-gather).
+        device_mesh, mesh_dim: data-parallel ranks from a DeviceMesh (model parallelism).
+
+    Example::
+
+        >>> lengths = np.load("lengths.npy", mmap_mode="r")
+        >>> sampler = TokenBudgetBatchSampler(lengths, max_tokens=16384, seed=0)
+        >>> loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=pad_collate)
+        >>> for epoch in range(epochs):
+        ...     sampler.set_epoch(epoch)
+        ...     for batch in loader: ...
+    """
+
+    def __init__(
+        self,
+        lengths: npt.ArrayLike,
+        max_tokens: int,
+        num_replicas: Optional[int] = None,
+        rank: Optional[int] = None,
+        *,
+        seed: int = 0,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        window: int = 1 << 16,
+        check_consensus: bool = True,
+        device_mesh: Any = None,
+        mesh_dim: Optional[MeshDim] = None,
+    ) -> None:
+        array = lengths if isinstance(lengths, np.ndarray) else np.asarray(lengths)
+        if array.ndim != 1 or array.dtype.kind not in "ui":
+            raise TypeError(
+                f"lengths must be a 1-D integer array (one length per sample), got {array.ndim}-D {array.dtype}"
+            )
+        if array.size == 0:
+            raise ValueError("lengths is empty: a sampler needs at least one sample")
+        self.lengths = array
+        self.max_tokens = as_positive("max_tokens", max_tokens)
+        if device_mesh is not None:
+            if num_replicas is not None or rank is not None:
+                raise ValueError("pass either device_mesh=... or num_replicas=... and rank=..., not both")
+            num_replicas, rank = mesh_world(device_mesh, mesh_dim)
+        elif mesh_dim is not None:
+            raise ValueError("mesh_dim=... needs device_mesh=...")
+        self.num_replicas, self.rank = _world(num_replicas, rank)
+        self.seed = as_u64("seed", seed)
+        self.shuffle = bool(shuffle)
+        self.drop_last = bool(drop_last)
+        self.window = as_positive("window", window)
+        if self.window < self.num_replicas:
+            raise ValueError(f"window ({self.window}) must be at least num_replicas ({self.num_replicas})")
+        self.check_consensus = bool(check_consensus)
+        self.epoch = 0
+        # The resume point: window index, samples of that window already consumed, steps of
+        # its plan done (under `_resume_replicas` ranks).
+        self._resume: tuple[int, Optional[npt.NDArray[np.bool_]], int, int] = (0, None, 0, self.num_replicas)
+        # The last steps handed out in this pass: (steps handed so far, window, taken, step).
+        self._progress: deque[tuple[int, int, Optional[npt.NDArray[np.bool_]], int]] = deque(maxlen=4096)
+        self._handed = 0
+        self._lengths_cache: dict[int, int] = {}
+
+    # -- the plan -----------------------------------------------------------------------------
+
+    @property
+    def n(self) -> int:
+        return int(self.lengths.shape[0])
+
+    def _num_windows(self) -> int:
+        return -(-self.n // self.window)
+
+    def _samples(self, k: int) -> npt.NDArray[np.int64]:
+        """The samples at positions ``[k·window, (k+1)·window)`` of the epoch's order."""
+        start, stop = k * self.window, min(self.n, (k + 1) * self.window)
+        if not self.shuffle:
+            return np.arange(start, stop, dtype=np.int64)
+        order = _core.Permutation(self.n, self.seed, self.epoch)
+        result: npt.NDArray[np.int64] = order.take(start, stop)
+        return result
+
+    def _plan(self, k: int, taken: Optional[npt.NDArray[np.bool_]], world: int) -> _Plan:
+        """The steps of window ``k`` without its ``taken`` samples, for ``world`` ranks."""
+        samples = self._samples(k)
+        if taken is not None:
+            samples = samples[~taken]
+        # Gather in index order (a memmap reads forward), then back to the samples' order.
+        rank_of = np.argsort(np.argsort(samples))
+        lengths = np.asarray(self.lengths[np.sort(samples)], dtype=np.int64)[rank_of]
+        too_long = np.nonzero(lengths > self.max_tokens)[0]
+        if too_long.size:
+            i = int(too_long[0])
+            raise ValueError(
+                f"sample {int(samples[i])} has length {int(lengths[i])} > max_tokens={self.max_tokens}: "
+                "no batch can hold it. Raise max_tokens, or truncate or filter long samples"
+            )
+        by_length = np.argsort(lengths, kind="stable")
+        samples, lengths = samples[by_length], lengths[by_length]
+        # Batches are ranges [i, j) of the sorted samples: the last one is the longest.
+        batches: list[tuple[int, int]] = []
+        i, count, budget = 0, len(samples), self.max_tokens
+        while i < count:
+            j = i + 1
+            while j < count and (j - i + 1) * lengths[j] <= budget:
+                j += 1
+            batches.append((i, j))
+            i = j
+        padding = dropped = 0
+        while len(batches) % world:
+            largest = max(range(len(batches)), key=lambda b: batches[b][1] - batches[b][0])
+            i, j = batches[largest]
+            if j - i > 1:  # split it: two batches under the same budget
+                batches[largest] = (i, (i + j) // 2)
+                batches.append(((i + j) // 2, j))
+            elif self.drop_last or not batches:
+                i, j = batches.pop()
+                dropped += j - i
+            else:  # too few samples for a step: repeat some, declared as padding
+                batches.append(batches[padding % len(batches)])
+                padding += 1
+        # Steps of similar load: heaviest batches together; ranks rotate within a step.
+        batches.sort(key=lambda b: -(b[1] - b[0]) * int(lengths[b[1] - 1]))
+        ids = samples.tolist()
+        steps = [
+            [ids[slice(*batches[s * world + (r + s) % world])] for r in range(world)]
+            for s in range(len(batches) // world)
+        ]
+        if steps and self.shuffle:
+            order = _core.Permutation(len(steps), _window_seed(self.seed, self.epoch, k), 0)
+            steps = [steps[i] for i in order.take_list(0, len(steps))]
+        return _Plan(steps, padding, dropped)
+
+    # -- iteration -----------------------------------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        """A new plan for ``epoch`` (keeps a loaded resume point of that epoch)."""
+        epoch = as_u64("epoch", epoch)
+        if epoch != self.epoch:
+            self._resume = (0, None, 0, self.num_replicas)
+        self.epoch = epoch
+
+    def _start(self) -> tuple[int, Optional[npt.NDArray[np.bool_]], int]:
+        """The resume point as (window, taken, steps) under this sampler's world size."""
+        k, taken, steps, world = self._resume
+        if world == self.num_replicas or k >= self._num_windows():
+            return k, taken, steps
+        # Another world size: what the saved plan consumed is taken; the rest is re-planned.
+        plan = self._plan(k, taken, world)
+        consumed = np.zeros(min(self.n, (k + 1) * self.window) - k * self.window, dtype=bool)
+        if taken is not None:
+            consumed |= taken
+        positions = {int(x): i for i, x in enumerate(self._samples(k).tolist())}
+        for step in plan.steps[:steps]:
+            for batch in step:
+                consumed[[positions[x] for x in batch]] = True
+        return k, consumed, 0
+
+    def __iter__(self) -> Iterator[list[int]]:
+        if self.check_consensus and dist.is_available() and dist.is_initialized():
+            self._agree()
+        k, taken, first_step = self._start()
+        self._progress.clear()
+        self._handed = 0
+        while k < self._num_windows():
+            plan = self._plan(k, taken, self.num_replicas)
+            for s in range(first_step, len(plan.steps)):
+                self._handed += 1
+                self._progress.append((self._handed, k, taken, s + 1))
+                yield plan.steps[s][self.rank]
+            k, taken, first_step = k + 1, None, 0
+
+    def __len__(self) -> int:
+        """Batches per rank in this epoch (from the resume point): plans every window,
+        O(n) time once per epoch, O(window) memory."""
+        key = hash((self.epoch, self._resume[0], self._resume[2], self.num_replicas))
+        if key not in self._lengths_cache:
+            k, taken, first = self._start()
+            total = 0
+            while k < self._num_windows():
+                total += len(self._plan(k, taken, self.num_replicas).steps) - first
+                k, taken, first = k + 1, None, 0
+            self._lengths_cache = {key: total}
+        return self._lengths_cache[key]
+
+    def _agree(self) -> None:
+        """Every process of the group must plan the same epoch (model-parallel peers share a
+        rank); raises ShardingError naming the first difference."""
+        from .proofs import check_layout
+
+        digest = hashlib.blake2b(digest_size=8)
+        for part in (self.lengths[: min(self.n, 1024)], self.lengths[max(0, self.n - 1024) :]):
+            digest.update(np.asarray(part, dtype=np.int64).tobytes())
+        k, _, steps, world = self._resume
+        keys = (
+            "n",
+            "max_tokens",
+            "num_replicas",
+            "seed",
+            "epoch",
+            "shuffle",
+            "drop_last",
+            "window",
+            "resume window",
+            "resume steps",
+            "resume num_replicas",
+            "lengths",
+        )
+        mine = [
+            self.n,
+            self.max_tokens,
+            self.num_replicas,
+            self.seed,
+            self.epoch,
+            int(self.shuffle),
+            int(self.drop_last),
+            self.window,
+            k,
+            steps,
+            world,
+            int.from_bytes(digest.digest(), "little"),
+        ]
+        rows = all_gather_u64([*mine, self.rank], None)
+        for key, values in zip(keys, zip(*rows)):
+            if len(set(values)) > 1:
+                raise _core.ShardingError(
+                    f"ranks disagree on {key} of TokenBudgetBatchSampler ({list(values)} across the "
+                    "processes): build it with the same lengths, max_tokens, seed and window on every "
+                    "rank and call set_epoch(epoch) everywhere"
+                )
+        check_layout([row[-1] for row in rows], self.num_replicas)
+
+    # -- state and proofs -------------------------------------------------------------------------
+
+    def state_dict(self, consumed_steps: Optional[int] = None) -> dict[str, Any]:
+        """The resume point, O(window): after ``consumed_steps`` steps of the pass being
+        run (default: the batches this rank handed out; pass the training loop's count when
+        a DataLoader prefetches)."""
+        done = self._handed if consumed_steps is None else as_int("consumed_steps", consumed_steps)
+        oldest = self._handed - len(self._progress)
+        if done == 0:
+            k, taken, steps = self._start()
+        elif oldest < done <= self._handed:
+            _, k, taken, steps = self._progress[done - oldest - 1]
+        else:
+            raise ValueError(
+                f"consumed_steps must be in [{max(oldest + 1, 0) if oldest else 0}, {self._handed}] (batches "
+                f"this rank handed out in this pass, the last {len(self._progress)} remembered), got {done}"
+            )
+        return {
+            "algorithm": BUDGET_ALGORITHM,
+            "n": self.n,
+            "max_tokens": self.max_tokens,
+            "window": self.window,
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "shuffle": self.shuffle,
+            "drop_last": self.drop_last,
+            "num_replicas": self.num_replicas,
+            "window_index": k,
+            "steps": steps,
+            "taken": "" if taken is None else base64.b64encode(np.packbits(taken).tobytes()).decode(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores a resume point, possibly saved with another number of ranks: the rest
+        of that window is re-planned, every sample still exactly once."""
+        if not isinstance(state, Mapping) or state.get("algorithm") != BUDGET_ALGORITHM:
+            raise ValueError("state_dict was not saved by TokenBudgetBatchSampler.state_dict()")
+        for key, mine in (
+            ("n", self.n),
+            ("max_tokens", self.max_tokens),
+            ("window", self.window),
+            ("seed", self.seed),
+            ("shuffle", self.shuffle),
+            ("drop_last", self.drop_last),
+        ):
+            if state[key] != mine:
+                raise ValueError(f"state_dict has {key}={state[key]!r} but this sampler has {key}={mine!r}")
+        k = as_int("window_index", state["window_index"])
+        if not 0 <= k <= self._num_windows():
+            raise ValueError(f"state_dict['window_index'] must be in [0, {self._num_windows()}], got {k}")
+        taken = None
+        if state["taken"]:
+            size = min(self.n, (k + 1) * self.window) - k * self.window
+            bits = np.frombuffer(base64.b64decode(state["taken"]), dtype=np.uint8)
+            taken = np.unpackbits(bits)[:size].astype(bool)
+        self.epoch = as_u64("epoch", state["epoch"])
+        self._resume = (
+            k,
+            taken,
+            as_int("steps", state["steps"]),
+            as_positive("num_replicas", state["num_replicas"]),
+        )
+        self._progress.clear()
+        self._handed = 0
+
+    def verify(self) -> dict[str, int]:
+        """Plans the pass for every rank and checks it: each sample of the epoch (after a
+        resume: of its rest) exactly once, plus declared padding, minus declared drops;
+        every batch under the budget; every rank the same number of batches. O(n) time,
+        O(n / 8) memory. Returns counts; raises ShardingError otherwise."""
+        seen = np.zeros(self.n, dtype=np.uint8)
+        k, taken, first = self._start()
+        start_k = k
+        padding = dropped = steps = 0
+        while k < self._num_windows():
+            if k == start_k and taken is not None:  # taken before the resume: not this pass
+                seen[self._samples(k)[taken]] = 1
+            plan = self._plan(k, taken, self.num_replicas)
+            if k == start_k:
+                for step in plan.steps[:first]:
+                    for batch in step:
+                        seen[batch] = 1
+            padding, dropped = padding + plan.padding, dropped + plan.dropped
+            for step in plan.steps[first:]:
+                steps += 1
+                for batch in step:
+                    if len(batch) * int(np.max(self.lengths[batch])) > self.max_tokens:
+                        raise _core.ShardingError(
+                            f"a batch of window {k} exceeds max_tokens={self.max_tokens}"
+                        )
+                    np.add.at(seen, batch, 1)
+            k, taken, first = k + 1, None, 0
+        before = np.zeros(self.n, dtype=bool)  # consumed in windows before the pass
+        for j in range(min(start_k, self._num_windows())):
+            before[self._samples(j)] = True
+        missing = int(np.sum((seen == 0) & ~before))
+        repeated = int(np.sum(np.maximum(seen.astype(np.int64) - 1, 0)))
+        if missing != dropped or repeated != padding:
+            raise _core.ShardingError(
+                f"the plan misses {missing} samples (declared dropped: {dropped}) and repeats {repeated} "
+                f"(declared padding: {padding})"
+            )
+        return {"steps": steps, "covered": int(np.sum(seen > 0)), "padding": padding, "dropped": dropped}

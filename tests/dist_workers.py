@@ -455,7 +455,9 @@ def accelerate_token_budget(rank: int, world: int, n: int, folder: str, steps) -
     accelerator = Accelerator(cpu=True)
     lengths = np.clip(np.random.default_rng(1).lognormal(5.5, 0.8, size=n), 1, 4096).astype(np.int64)
     sampler = TokenBudgetBatchSampler(lengths, 16384, seed=4, window=2048)
-    loader = permshard.accelerate.prepare_data_loader(accelerator, DataLoader(list(range(n)), batch_sampler=sampler))
+    loader = permshard.accelerate.prepare_data_loader(
+        accelerator, DataLoader(list(range(n)), batch_sampler=sampler)
+    )
     if steps is None:
         accelerator.load_state(folder)
         return [x for batch in loader for x in batch.tolist()]

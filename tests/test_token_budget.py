@@ -153,8 +153,33 @@ def test_real_ranks_with_a_dataloader(world):
     assert len({len(r["batches"]) for r in results}) == 1
     seen = Counter(x for r in results for b in r["batches"] for x in b)
     assert seen == Counter(range(20_000))
+    # The properties, on what the real ranks' DataLoaders delivered.
+    lengths = np.clip(np.random.default_rng(0).lognormal(5.5, 0.8, size=20_000), 1, 4096).astype(np.int64)
+    batches = [b for r in results for b in r["batches"]]
+    assert all(len(b) * lengths[b].max() <= BUDGET for b in batches)
+    real = sum(int(lengths[b].sum()) for b in batches)
+    assert sum(len(b) * int(lengths[b].max()) for b in batches) <= 1.03 * real
+    loads = np.array(
+        [[lengths[r["batches"][s]].sum() for r in results] for s in range(len(results[0]["batches"]))]
+    )
+    assert np.median(loads.max(1) / loads.min(1)) <= 1.05
     for r in results:
         assert "ranks disagree on max_tokens" in r["disagree"]
+
+
+def test_device_mesh_gives_the_data_parallel_rank():
+    class Mesh:
+        mesh_dim_names = ("dp", "tp")
+
+        def size(self, dim: int) -> int:
+            return 2
+
+        def get_local_rank(self, name: str) -> int:
+            return {"dp": 1, "tp": 0}[name]
+
+    s = TokenBudgetBatchSampler(lognormal(1000), BUDGET, device_mesh=Mesh(), mesh_dim="dp")
+    assert (s.num_replicas, s.rank) == (2, 1)
+    assert list(s) == list(TokenBudgetBatchSampler(lognormal(1000), BUDGET, 2, 1))
 
 
 @pytest.mark.multiprocess

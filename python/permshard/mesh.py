@@ -1,4 +1,4 @@
-"""Data-parallel size and rank from a torch ``DeviceMesh``.
+"""Data-parallel size and rank: given, from a torch ``DeviceMesh``, or from the group.
 
 Under model parallelism (tensor, pipeline, context) the data-parallel rank is not the
 process rank: the processes that share a data-parallel coordinate must read identical
@@ -9,6 +9,10 @@ as ``("dp_replicate", "dp_shard")`` in HSDP) give ``num_replicas`` and ``rank``.
 from __future__ import annotations
 
 from typing import Any, Optional, Union
+
+import torch.distributed as dist
+
+from ._validation import as_int
 
 MeshDim = Union[str, tuple[str, ...], list[str]]
 
@@ -48,3 +52,54 @@ def mesh_world(device_mesh: Any, mesh_dim: Optional[MeshDim]) -> tuple[int, int]
         rank = rank * width + device_mesh.get_local_rank(d)
         size *= width
     return size, rank
+
+
+def from_mesh(
+    size: Optional[int],
+    rank: Optional[int],
+    device_mesh: Any,
+    mesh_dim: Optional[MeshDim],
+    names: tuple[str, str] = ("num_replicas", "rank"),
+) -> tuple[Optional[int], Optional[int]]:
+    """``(size, rank)`` from ``device_mesh`` when one is given, else as passed; refuses
+    both at once, and ``mesh_dim`` without a mesh. ``names`` are the caller's argument
+    names, for the messages."""
+    if device_mesh is None:
+        if mesh_dim is not None:
+            raise ValueError("mesh_dim=... needs device_mesh=...")
+        return size, rank
+    if size is not None or rank is not None:
+        raise ValueError(
+            f"pass either device_mesh=... ({names[0]} and {names[1]} come from its mesh_dim) "
+            f"or {names[0]}=... and {names[1]}=..., not both"
+        )
+    return mesh_world(device_mesh, mesh_dim)
+
+
+def resolve_world(
+    num_replicas: Optional[int],
+    rank: Optional[int],
+    device_mesh: Any = None,
+    mesh_dim: Optional[MeshDim] = None,
+) -> tuple[int, int]:
+    """``(num_replicas, rank)`` of a sampler: as passed, else from ``device_mesh``, else
+    torch.distributed's world size and rank, like DistributedSampler."""
+    num_replicas, rank = from_mesh(num_replicas, rank, device_mesh, mesh_dim)
+    if num_replicas is None or rank is None:
+        if not (dist.is_available() and dist.is_initialized()):
+            raise ValueError(
+                "num_replicas and rank default to torch.distributed's world size and rank, but "
+                "torch.distributed is not initialized: call torch.distributed.init_process_group "
+                "first, or pass num_replicas=... and rank=..."
+            )
+        if num_replicas is None:
+            num_replicas = dist.get_world_size()
+        if rank is None:
+            rank = dist.get_rank()
+    num_replicas = as_int("num_replicas", num_replicas)
+    rank = as_int("rank", rank)
+    if num_replicas < 1:
+        raise ValueError(f"Invalid num_replicas {num_replicas}, num_replicas should be at least 1")
+    if not 0 <= rank < num_replicas:
+        raise ValueError(f"Invalid rank {rank}, rank should be in the interval [0, {num_replicas - 1}]")
+    return num_replicas, rank

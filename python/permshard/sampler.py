@@ -16,7 +16,7 @@ from . import _core, proofs
 from ._validation import as_int, as_positive, as_u64
 from .config import ShardConfig
 from .epoch_index import tag, wants_epoch
-from .mesh import MeshDim, mesh_world
+from .mesh import MeshDim, resolve_world
 from .plan import ShardPlan, build_plan
 
 #: Items computed per call into Rust while iterating (GIL released for each chunk).
@@ -42,28 +42,6 @@ def dataset_length(dataset: Any) -> int:
     if n > 2**63:
         raise ValueError(f"dataset length {n} exceeds 2**63, the largest index torch can hold")
     return n
-
-
-def _world(num_replicas: Optional[int], rank: Optional[int]) -> tuple[int, int]:
-    """Fills in ``num_replicas`` / ``rank`` from torch.distributed, like DistributedSampler."""
-    if num_replicas is None or rank is None:
-        if not (dist.is_available() and dist.is_initialized()):
-            raise ValueError(
-                "num_replicas and rank default to torch.distributed's world size and rank, but "
-                "torch.distributed is not initialized: call torch.distributed.init_process_group "
-                "first, or pass num_replicas=... and rank=..."
-            )
-        if num_replicas is None:
-            num_replicas = dist.get_world_size()
-        if rank is None:
-            rank = dist.get_rank()
-    num_replicas = as_int("num_replicas", num_replicas)
-    rank = as_int("rank", rank)
-    if num_replicas < 1:
-        raise ValueError(f"Invalid num_replicas {num_replicas}, num_replicas should be at least 1")
-    if not 0 <= rank < num_replicas:
-        raise ValueError(f"Invalid rank {rank}, rank should be in the interval [0, {num_replicas - 1}]")
-    return num_replicas, rank
 
 
 @dataclass
@@ -195,16 +173,7 @@ class ShardedSampler(DistributedSampler[int]):
         # DistributedSampler.__init__ is not called: it would compute nothing we use.
         self.dataset = dataset  # type: ignore[assignment]
         self._n = dataset_length(dataset)
-        if device_mesh is not None:
-            if num_replicas is not None or rank is not None:
-                raise ValueError(
-                    "pass either device_mesh=... (num_replicas and rank come from its "
-                    "mesh_dim) or num_replicas=... and rank=..., not both"
-                )
-            num_replicas, rank = mesh_world(device_mesh, mesh_dim)
-        elif mesh_dim is not None:
-            raise ValueError("mesh_dim=... needs device_mesh=...")
-        self.num_replicas, self.rank = _world(num_replicas, rank)
+        self.num_replicas, self.rank = resolve_world(num_replicas, rank, device_mesh, mesh_dim)
         self.shuffle = bool(shuffle)
         self.seed = as_u64("seed", seed)
         self.drop_last = bool(drop_last)

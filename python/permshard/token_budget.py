@@ -18,8 +18,7 @@ from torch.utils.data import Sampler
 from . import _core
 from ._validation import as_int, as_positive, as_u64
 from .collectives import all_gather_u64
-from .mesh import MeshDim, mesh_world
-from .sampler import _world
+from .mesh import MeshDim, resolve_world
 
 #: The algorithm id of the token-budget plan, recorded in state dicts.
 BUDGET_ALGORITHM = "budget-v1"
@@ -104,13 +103,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             raise ValueError("lengths is empty: a sampler needs at least one sample")
         self.lengths = array
         self.max_tokens = as_positive("max_tokens", max_tokens)
-        if device_mesh is not None:
-            if num_replicas is not None or rank is not None:
-                raise ValueError("pass either device_mesh=... or num_replicas=... and rank=..., not both")
-            num_replicas, rank = mesh_world(device_mesh, mesh_dim)
-        elif mesh_dim is not None:
-            raise ValueError("mesh_dim=... needs device_mesh=...")
-        self.num_replicas, self.rank = _world(num_replicas, rank)
+        self.num_replicas, self.rank = resolve_world(num_replicas, rank, device_mesh, mesh_dim)
         self.seed = as_u64("seed", seed)
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)

@@ -12,7 +12,7 @@ import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .._validation import as_int
-from ..mesh import MeshDim, mesh_world
+from ..mesh import MeshDim, from_mesh
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -79,23 +79,6 @@ def rank_and_world(rank: Optional[int] = None, world_size: Optional[int] = None)
         raise ValueError(f"world_size should be at least 1, got {world_size}")
     if not 0 <= rank < world_size:
         raise ValueError(f"Invalid rank {rank}, rank should be in the interval [0, {world_size - 1}]")
-    return rank, world_size
-
-
-def _data_parallel(
-    rank: Optional[int], world_size: Optional[int], device_mesh: Any, mesh_dim: Optional[MeshDim]
-) -> tuple[Optional[int], Optional[int]]:
-    """``rank`` / ``world_size`` from ``device_mesh`` when one is given (model parallel)."""
-    if device_mesh is None:
-        if mesh_dim is not None:
-            raise ValueError("mesh_dim=... needs device_mesh=...")
-        return rank, world_size
-    if rank is not None or world_size is not None:
-        raise ValueError(
-            "pass either device_mesh=... (rank and world_size come from its mesh_dim) or "
-            "rank=... and world_size=..., not both"
-        )
-    world_size, rank = mesh_world(device_mesh, mesh_dim)
     return rank, world_size
 
 
@@ -179,7 +162,8 @@ def shard_iterable(
         ...     def __iter__(self):
         ...         return shard_iterable(files, open_shard=read_jsonl)
     """
-    me, count = consumer(*_data_parallel(rank, world_size, device_mesh, mesh_dim))
+    world_size, rank = from_mesh(world_size, rank, device_mesh, mesh_dim, ("world_size", "rank"))
+    me, count = consumer(rank, world_size)
     if open_shard is None:
         yield from _stride(source, me, count, even)
         return
@@ -221,7 +205,8 @@ class ShardedIterable(IterableDataset[T], Generic[T]):
         self.source = source
         self.open_shard = open_shard
         # Only (rank, world_size) is kept: a DeviceMesh need not pickle into workers.
-        self.rank, self.world_size = rank_and_world(*_data_parallel(rank, world_size, device_mesh, mesh_dim))
+        world_size, rank = from_mesh(world_size, rank, device_mesh, mesh_dim, ("world_size", "rank"))
+        self.rank, self.world_size = rank_and_world(rank, world_size)
         self.even = even
 
     def __iter__(self) -> Iterator[T]:

@@ -16,7 +16,7 @@ training on 1/W²; see ``permshard.proofs.check_not_wrapped_by_accelerate``.)
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Optional
 
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, RandomSampler, SequentialSampler
@@ -98,19 +98,19 @@ def data_parallel_world(accelerator: Any) -> tuple[int, int]:
 class _Checkpoint:
     """What ``accelerator.save_state`` stores for a permshard loader: the sampler's
     state at the batches the training loop really received (accelerate's loader runs one
-    batch ahead; workers prefetch more)."""
+    batch ahead; workers prefetch more). ``state_after(batches)`` is that state after
+    ``batches`` delivered in the sampler's epoch, ``None`` when none were."""
 
-    def __init__(self, loader: Any, sampler: ShardedSampler, batch_size: int) -> None:
+    def __init__(
+        self, loader: Any, sampler: Any, state_after: Callable[[Optional[int]], dict[str, Any]]
+    ) -> None:
         self.loader = loader
         self.sampler = sampler
-        self.batch_size = batch_size
+        self.state_after = state_after
 
     def state_dict(self) -> dict[str, Any]:
         epoch, delivered = getattr(self.loader, "_permshard_delivered", (None, 0))
-        if epoch != self.sampler.epoch:  # nothing delivered in this epoch yet
-            return self.sampler.state_dict()
-        items = min(delivered * self.batch_size, len(self.sampler))
-        return self.sampler.state_dict(self.sampler.consumed_after(items))
+        return self.state_after(delivered if epoch == self.sampler.epoch else None)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.sampler.load_state_dict(state)
@@ -145,7 +145,6 @@ def prepare_data_loader(accelerator: Any, dataloader: DataLoader[Any]) -> Any:
         >>> model, optimizer = accelerator.prepare(model, optimizer)
     """
     world = data_parallel_world(accelerator)
-    checkpoint: Any
     if isinstance(dataloader.batch_sampler, TokenBudgetBatchSampler):
         # Already one rank's batches: wrapped as is, its position saved with the state.
         batches: Any = dataloader.batch_sampler
@@ -187,29 +186,18 @@ def prepare_data_loader(accelerator: Any, dataloader: DataLoader[Any]) -> Any:
         **kwargs,
     )
     if isinstance(batches, TokenBudgetBatchSampler):
-        checkpoint = _BudgetCheckpoint(loader, batches)
+        budget = batches
+        checkpoint = _Checkpoint(loader, budget, lambda steps: budget.state_dict(consumed_steps=steps or 0))
     else:
-        checkpoint = _Checkpoint(loader, sampler, batch_size)
+
+        def state_after(steps: Optional[int]) -> dict[str, Any]:
+            if steps is None:
+                return sampler.state_dict()
+            return sampler.state_dict(sampler.consumed_after(min(steps * batch_size, len(sampler))))
+
+        checkpoint = _Checkpoint(loader, sampler, state_after)
     accelerator.register_for_checkpointing(checkpoint)
     return loader
-
-
-class _BudgetCheckpoint:
-    """What ``accelerator.save_state`` stores for a TokenBudgetBatchSampler loader: its
-    position at the batches the training loop really received."""
-
-    def __init__(self, loader: Any, sampler: TokenBudgetBatchSampler) -> None:
-        self.loader, self.sampler = loader, sampler
-
-    def state_dict(self) -> dict[str, Any]:
-        epoch, delivered = getattr(self.loader, "_permshard_delivered", (None, 0))
-        if epoch != self.sampler.epoch:
-            return self.sampler.state_dict(consumed_steps=0)
-        return self.sampler.state_dict(consumed_steps=delivered)
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.sampler.load_state_dict(state)
-        self.loader.iteration = int(state["epoch"])
 
 
 @functools.cache

@@ -119,6 +119,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self._progress: deque[tuple[int, int, Optional[npt.NDArray[np.bool_]], int]] = deque(maxlen=4096)
         self._handed = 0
         self._lengths_cache: dict[int, int] = {}
+        self._order: Optional[tuple[int, _core.Permutation]] = None  # (epoch, its order)
 
     # -- the plan -----------------------------------------------------------------------------
 
@@ -134,8 +135,9 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         start, stop = k * self.window, min(self.n, (k + 1) * self.window)
         if not self.shuffle:
             return np.arange(start, stop, dtype=np.int64)
-        order = _core.Permutation(self.n, self.seed, self.epoch)
-        result: npt.NDArray[np.int64] = order.take(start, stop)
+        if self._order is None or self._order[0] != self.epoch:  # built once per epoch
+            self._order = (self.epoch, _core.Permutation(self.n, self.seed, self.epoch))
+        result: npt.NDArray[np.int64] = self._order[1].take(start, stop)
         return result
 
     def _plan(self, k: int, taken: Optional[npt.NDArray[np.bool_]], world: int) -> _Plan:
@@ -188,6 +190,11 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             order = _core.Permutation(len(steps), _window_seed(self.seed, self.epoch, k), 0)
             steps = [steps[i] for i in order.take_list(0, len(steps))]
         return _Plan(steps, padding, dropped)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_order"] = None  # native, rebuilt on demand
+        return state
 
     # -- iteration -----------------------------------------------------------------------------
 

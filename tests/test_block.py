@@ -76,6 +76,7 @@ def test_block_sampler_shards_exactly(n, world, drop_last):
     assert sorted(real) == sorted(set(real)) and len(real) == (n - n % world if drop_last else n)
     cert = samplers[0].verify()
     assert cert.algorithm == "block-v1" and cert.covered == len(real)
+    assert samplers[0].config.partition().algorithm == "block-v1"  # the core's order says so too
     # The sampler deals the BlockPermutation: position p of the epoch is order[p].
     order = BlockPermutation(n, 16, 4, seed=1, epoch=3).take(0, n).tolist()
     assert items[0][: len(order[::world])] == order[::world][: len(items[0])]

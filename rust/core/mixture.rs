@@ -349,11 +349,6 @@ impl Mixture {
         &self.sizes
     }
 
-    /// The integer weights of the first stage (proportional to the given ones).
-    pub fn integer_weights(&self) -> &[u64] {
-        &self.stages[0].weights
-    }
-
     /// The seed.
     pub fn seed(&self) -> u64 {
         self.seed

@@ -36,11 +36,6 @@ impl Mixture {
         self.inner.num_samples()
     }
 
-    #[getter]
-    fn integer_weights(&self) -> Vec<u64> {
-        self.inner.integer_weights().to_vec()
-    }
-
     /// `(source, index)` at `position`.
     fn at(&self, position: u64) -> PyResult<(usize, u64)> {
         self.inner.at(position).map_err(to_py)

@@ -10,7 +10,7 @@ from distributed import expect_error
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, Subset
 
 import permshard
-from permshard import ShardedSampler, ShardingError, _core
+from permshard import ShardedSampler, ShardingError
 
 
 class _Lying(ShardedSampler):
@@ -19,15 +19,7 @@ class _Lying(ShardedSampler):
 
     def _partition(self, epoch, start):  # type: ignore[override]
         seed = self.seed + (1 if self.rank == self.num_replicas - 1 else 0)
-        return _core.Partition(
-            self.n,
-            self.num_replicas,
-            start=start,
-            drop_last=self.drop_last,
-            shuffle=self.shuffle,
-            seed=seed,
-            epoch=epoch,
-        )
+        return self.config.replace(epoch=epoch, seed=seed).partition(start)
 
 
 def proofs(rank: int, world: int, n: int) -> dict:

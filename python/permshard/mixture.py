@@ -181,6 +181,12 @@ class Mixture:
         ``n`` (``n`` may exceed ``num_samples``: the same rule continues)."""
         return self._inner.counts(as_u64("n", n))
 
+    def covering_length(self) -> int:
+        """The shortest mixture that reads every source weighted in the last stage in
+        full at least once (sources with smaller shares of their size repeat): one epoch
+        of the blend, the length :class:`~permshard.data.MixedDataset` defaults to."""
+        return self._inner.covering_length()
+
     def locate(self, source: int, index: int) -> list[int]:
         """Every position at which sample ``index`` of ``source`` appears (one per pass
         over the source the mixture reaches), in increasing order."""

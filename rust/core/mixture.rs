@@ -395,6 +395,44 @@ impl Mixture {
         lo
     }
 
+    /// The smallest `n` at which every source weighted in the last stage has been read in
+    /// full at least once (`counts(n)[s] >= size_s`): one epoch of the blend, the sources
+    /// with smaller shares of their size repeating. `u64::MAX` if no `n` that large fits.
+    pub fn covering_length(&self) -> u64 {
+        let last = self.stages.last().expect("at least one stage");
+        let weighted: Vec<usize> = (0..self.sizes.len())
+            .filter(|&s| last.weights[s] > 0)
+            .collect();
+        let covers = |n: u64| {
+            let c = self.counts(n);
+            weighted.iter().all(|&s| c[s] >= self.sizes[s])
+        };
+        // Past the last stage's start, a source of weight w takes about w·m of m positions.
+        let total: u128 = last.weights.iter().map(|&w| w as u128).sum();
+        let upper = weighted
+            .iter()
+            .map(|&s| {
+                let need = (self.sizes[s] as u128 + 64).saturating_sub(last.before[s] as u128);
+                last.start as u128 + need * total / last.weights[s] as u128 + 1
+            })
+            .max()
+            .unwrap_or(1)
+            .min(u64::MAX as u128) as u64;
+        if !covers(upper) {
+            return u64::MAX;
+        }
+        let (mut lo, mut hi) = (0u64, upper); // covers(hi), !covers(0)
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if covers(mid) {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        hi
+    }
+
     /// How many of the positions `[0, n)` each source takes. O(sources), any `n`.
     pub fn counts(&self, n: u64) -> Vec<u64> {
         let stage = self.stage_of(n);
@@ -800,6 +838,27 @@ mod tests {
                 !fits(m.counts(n + 1)),
                 "{sizes:?}: one more position still fits"
             );
+        }
+    }
+
+    #[test]
+    fn the_covering_length_is_the_first_that_reads_every_source() {
+        for (sizes, weights) in [
+            // Sources above perm-v1's table size: the brute count walks every position.
+            (vec![40_000u64, 33_000, 70_000], vec![0.5, 0.25, 0.25]),
+            (vec![33_001, 90_000], vec![0.9, 0.1]),
+            (vec![40_000, 40_000, 40_000], vec![1.0, 0.0, 2.0]),
+        ] {
+            let n = Mixture::new(&sizes, &weights, Some(1), 3)
+                .unwrap()
+                .covering_length();
+            let m = Mixture::new(&sizes, &weights, Some(n), 3).unwrap();
+            let full = |n: u64| {
+                let c = brute_counts(&m, n);
+                (0..sizes.len()).all(|s| weights[s] == 0.0 || c[s] >= sizes[s])
+            };
+            assert!(full(n), "{sizes:?} {weights:?}: not covered at {n}");
+            assert!(!full(n - 1), "{sizes:?} {weights:?}: covered before {n}");
         }
     }
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
+import numpy as np
 from torch.utils.data import Dataset
 
 from ..mixture import Mixture
+
+_WEIGHTS_IN = ("samples", "tokens")
 
 
 class MixedDataset(Dataset[Any]):
@@ -20,15 +23,25 @@ class MixedDataset(Dataset[Any]):
     the proportions), ``shuffle=True`` permutes positions per epoch; resume, elastic
     world sizes, ``verify`` and ``locate`` work as for any dataset.
 
+    A batch (``__getitems__``) is fetched source by source through each source's own
+    batched path; when the sources return batches that merge (``TokenWindows``' windows
+    or document batches) the result is one batch of the same kind, in position order, so
+    ``TokenWindows.collate`` takes it as is.
+
     Args:
         datasets (sequence of datasets): the sources, each with ``__len__`` and
             ``__getitem__``.
         weights (sequence of float): relative weight of each source.
-        num_samples (int, optional): length of the mixture; ``None``: the longest in
-            which no source repeats a sample. Default: ``None``.
+        num_samples (int, optional): length of the mixture (Megatron's train samples).
+            ``None``: the shortest mixture that reads every weighted source in full at
+            least once (:meth:`Mixture.covering_length`); sources whose share is larger
+            than their size then repeat. Default: ``None``.
         seed (int, optional): key of the per-pass orders within each source.
         stages (sequence of (int, weights), optional): weights from given positions on
             (see :class:`permshard.Mixture`).
+        weights_in (str, optional): ``"samples"`` (Megatron's rule: the share of
+            samples) or ``"tokens"`` (the share of tokens: each weight is divided by its
+            source's ``tokens_per_sample``). Default: ``"samples"``.
 
     Example::
 
@@ -44,6 +57,7 @@ class MixedDataset(Dataset[Any]):
         seed: int = 0,
         *,
         stages: Sequence[tuple[int, Sequence[float]]] = (),
+        weights_in: str = "samples",
     ) -> None:
         if isinstance(datasets, (str, bytes)) or not isinstance(datasets, Sequence):
             raise TypeError(f"datasets must be a sequence of datasets, got {type(datasets).__name__}")
@@ -56,7 +70,87 @@ class MixedDataset(Dataset[Any]):
                 )
             sizes.append(len(dataset))
         self.datasets = list(datasets)
-        self.mixture = Mixture(sizes, weights, num_samples, seed, stages=stages)
+        if weights_in not in _WEIGHTS_IN:
+            raise ValueError(f"weights_in must be one of {_WEIGHTS_IN}, got {weights_in!r}")
+        self.weights_in = weights_in
+        if weights_in == "tokens":
+            weights = self._per_sample(weights)
+            stages = [(start, self._per_sample(w)) for start, w in stages]
+        mixture = Mixture(sizes, weights, 1 if num_samples is None else num_samples, seed, stages=stages)
+        if num_samples is None:
+            covering = mixture.covering_length()
+            if covering >= 2**64 - 1:
+                raise ValueError(
+                    "no mixture shorter than 2**64 reads every weighted source in full: pass num_samples"
+                )
+            mixture = Mixture(sizes, weights, covering, seed, stages=stages)
+        self.mixture = mixture
+
+    def _per_sample(self, weights: Sequence[float]) -> list[float]:
+        """Token shares as sample shares: each weight divided by its source's tokens."""
+        if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
+            raise TypeError(f"weights must be a sequence of numbers, got {type(weights).__name__}")
+        if len(weights) != len(self.datasets):
+            raise ValueError(f"{len(self.datasets)} datasets but {len(weights)} weights: give one per source")
+        out = []
+        for s, (w, dataset) in enumerate(zip(weights, self.datasets)):
+            tokens = getattr(dataset, "tokens_per_sample", None)
+            if not isinstance(tokens, (int, float)) or isinstance(tokens, bool) or tokens <= 0:
+                raise TypeError(
+                    f'weights_in="tokens" needs each source\'s tokens_per_sample (a positive number); '
+                    f"datasets[{s}] ({type(dataset).__name__}) has none: set the attribute, or use "
+                    'weights_in="samples"'
+                )
+            out.append(float(w) / float(tokens))
+        return out
+
+    @classmethod
+    def from_data_path(
+        cls,
+        data_path: Union[str, Sequence[Union[str, float]]],
+        seq_len: int,
+        num_samples: Optional[int] = None,
+        seed: int = 0,
+        *,
+        weights_in: str = "samples",
+        **windows: Any,
+    ) -> MixedDataset:
+        """Megatron's ``--data-path w1 p1 w2 p2 ...`` (or ``p1 p2 ...``: weights in
+        proportion to each prefix's samples, every sample once) as a blend of
+        :class:`~permshard.data.TokenWindows`.
+
+        Args:
+            data_path (str or sequence): the ``--data-path`` words, as one string or a list.
+            seq_len (int): Megatron's ``--seq-length``.
+            num_samples (int, optional): Megatron's train samples (``None``: see above).
+            seed (int, optional): key of the per-pass orders.
+            weights_in (str, optional): ``"samples"`` or ``"tokens"``.
+            **windows: passed to every ``TokenWindows`` (``split``, ``part``,
+                ``documents``, ``eod_id``, ``reset_position_ids``, ...).
+
+        Example::
+
+            >>> train = MixedDataset.from_data_path("0.3 web 0.7 code", 2048, 10**8,
+            ...                                     split="969,30,1", part="train")
+        """
+        from .tokens import TokenWindows
+
+        words = data_path.split() if isinstance(data_path, str) else [str(w) for w in data_path]
+        if not words:
+            raise ValueError("data_path is empty: give 'w1 prefix1 w2 prefix2 ...' or 'prefix1 prefix2 ...'")
+        weights: Optional[list[float]] = None
+        prefixes = words
+        if len(words) % 2 == 0:
+            try:
+                weights = [float(w) for w in words[0::2]]
+                prefixes = words[1::2]
+            except ValueError:
+                weights = None
+        sources = [TokenWindows(p, seq_len, **windows) for p in prefixes]
+        if weights is None:
+            weights = [float(len(s)) for s in sources]
+            weights_in = "samples"
+        return cls(sources, weights, num_samples, seed, weights_in=weights_in)
 
     def __len__(self) -> int:
         return len(self.mixture)
@@ -65,19 +159,29 @@ class MixedDataset(Dataset[Any]):
         source, index = self.mixture[position]
         return self.datasets[source][index]
 
-    def __getitems__(self, positions: list[int]) -> list[Any]:
-        """A batch, fetched source by source (a source's own ``__getitems__`` is used)."""
+    def __getitems__(self, positions: list[int]) -> Any:
+        """A batch, fetched source by source (a source's own ``__getitems__`` is used);
+        batches that know how to merge (``merged``) come back as one batch."""
         sources, indices = self.mixture.at_positions(positions)
-        slots_of: dict[int, list[int]] = {}
-        for k, source in enumerate(sources.tolist()):
-            slots_of.setdefault(source, []).append(k)
-        out: list[Any] = [None] * len(positions)
-        for source, slots in slots_of.items():
-            wanted = [int(indices[k]) for k in slots]
+        order = np.argsort(sources, kind="stable")
+        cuts = np.flatnonzero(np.diff(sources[order])) + 1
+        parts = []
+        for rows in np.split(order, cuts) if order.size else []:
+            source = int(sources[rows[0]])
+            wanted = indices[rows].tolist()
             dataset = self.datasets[source]
             getitems = getattr(dataset, "__getitems__", None)
             items = getitems(wanted) if getitems is not None else [dataset[i] for i in wanted]
-            for k, item in zip(slots, items):
+            parts.append((rows, items))
+        kinds = {type(items) for _, items in parts}
+        if len(kinds) == 1:
+            kind = kinds.pop()
+            merged = getattr(kind, "merged", None)
+            if merged is not None:
+                return merged(len(positions), parts)
+        out: list[Any] = [None] * len(positions)
+        for rows, items in parts:
+            for k, item in zip(rows.tolist(), items):
                 out[k] = item
         return out
 

@@ -1,4 +1,5 @@
-"""``TokenWindows``: fixed-length training windows over flat token files, memory-mapped."""
+"""``TokenWindows``: fixed-length training windows over token files (flat, or Megatron
+indexed datasets with their splits and documents), memory-mapped."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from torch.utils.data import Dataset
 
 from .._validation import as_int, as_positive, as_u64
 from ..epoch_index import epoch_of
+from .documents import DocumentBatch, collate_items
+from .indexed import MegatronIndex, find_prefix, search_sorted, starts_with_index_magic
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -28,27 +31,63 @@ class WindowBatch(list[torch.Tensor]):
         super().__init__(tensor.unbind(0))
         self.tensor = tensor
 
+    @classmethod
+    def merged(cls, size: int, parts: Sequence[tuple[npt.NDArray[np.int64], WindowBatch]]) -> WindowBatch:
+        """One batch of ``size`` rows from ``parts``: ``(rows, batch)``, the rows of the
+        result each part's batch fills (a blend's sources, batched apart)."""
+        width = {batch.tensor.shape[1] for _, batch in parts}
+        if len(width) != 1:
+            raise ValueError(f"a blend's sources must share seq_len to be batched; windows of {sorted(width)}")
+        out = parts[0][1].tensor.new_empty((size, width.pop()))
+        for rows, batch in parts:
+            out[torch.from_numpy(rows)] = batch.tensor
+        return cls(out)
 
-class TokenWindows(Dataset[torch.Tensor]):
-    r"""Windows of ``seq_len + 1`` tokens over one or many flat token files.
 
-    Each file is a headerless array of token ids (nanoGPT / Megatron ``.bin``, a numpy
-    ``tofile``), opened as a read-only memmap. Item ``i`` is an int64 tensor of
-    ``seq_len + 1`` consecutive tokens: ``item[:-1]`` are the inputs and ``item[1:]`` the
-    targets. Windows never cross a file boundary; consecutive windows of a file share one
-    token (the last target of one is the first input of the next).
+class TokenWindows(Dataset[Any]):
+    r"""Windows of ``seq_len + 1`` tokens over token files: flat ones, or Megatron
+    indexed datasets (``prefix.bin`` + ``prefix.idx``) with their splits and documents.
 
-    The index -> (file, offset) map is a cumulative count per file: O(number of files)
-    memory whatever the number of tokens. A file of ``m`` tokens holds ``(m - 1) // seq_len``
-    windows. With ``shift_per_epoch=True`` every window boundary moves by a per-epoch
-    offset in ``[0, seq_len)`` so each epoch sees new cuts (``(m - seq_len) // seq_len``
-    windows per file, whatever the offset); the epoch comes with each index from
+    A flat file is a headerless array of token ids (nanoGPT ``.bin``, a numpy ``tofile``).
+    A Megatron prefix (``path/name``, or ``path/name.bin`` with ``name.idx`` beside it) is
+    read through its validated ``.idx`` (see :class:`~permshard.data.MegatronIndex`): the
+    dtype comes from it, ``split``/``part`` keep the sequences Megatron assigns to that
+    part, and the document boundaries are known. Everything is a read-only memmap.
+
+    Item ``i`` is an int64 tensor of ``seq_len + 1`` consecutive tokens: ``item[:-1]`` the
+    inputs, ``item[1:]`` the targets. Windows never cross a file (or a part's) boundary;
+    consecutive windows share one token, as Megatron's GPT samples do. A file of ``m``
+    tokens holds ``(m - 1) // seq_len`` windows. With ``shift_per_epoch=True`` every
+    window boundary moves by a per-epoch offset in ``[0, seq_len)``
+    (``(m - seq_len) // seq_len`` windows per file); the epoch comes with each index from
     permshard's samplers, so DataLoader workers, persistent ones included, follow it.
 
+    With ``documents=True`` an item is a dict, with Megatron's semantics (its
+    ``GPTDataset`` and ``_get_ltor_masks_and_position_ids``): ``tokens`` and ``labels``
+    (``seq_len`` each), ``loss_mask`` (0 on EOD inputs with ``eod_mask_loss``),
+    ``position_ids`` (restarting at each document with ``reset_position_ids``) and
+    ``cu_seqlens``: the boundaries of the attention segments, the documents with
+    ``reset_attention_mask``, else the whole window. Document boundaries come from EOD
+    tokens when ``eod_id`` is given (exactly Megatron's rule), else from the ``.idx``. A
+    dense ``seq_len x seq_len`` mask only with ``attention_mask=True``. :meth:`collate`
+    batches them with flattened ``cu_seqlens`` (varlen attention's input).
+
     Args:
-        paths (str or list of str): token files, in order.
+        paths (str or list of str): token files or Megatron prefixes, in order.
         seq_len (int): tokens per training sequence (the window holds ``seq_len + 1``).
-        dtype (numpy dtype, optional): token type of the files. Default: ``numpy.uint16``.
+        dtype (numpy dtype, optional): token type. ``None``: the ``.idx``'s, and
+            ``numpy.uint16`` for flat files; a dtype that disagrees with an ``.idx`` is an
+            error. Default: ``None``.
+        split (str, optional): Megatron's train/valid/test split by sequences, e.g.
+            ``"969,30,1"`` (Megatron prefixes only). Default: ``None`` (every sequence).
+        part (str, optional): ``"train"``, ``"valid"`` or ``"test"``. Default: ``"train"``.
+        documents (bool, optional): yield dicts with masks and positions (see above).
+            Default: ``False``.
+        eod_id (int, optional): the end-of-document token id. Default: ``None``.
+        reset_position_ids (bool, optional): positions restart at every document.
+        reset_attention_mask (bool, optional): no attention across documents.
+        eod_mask_loss (bool, optional): no loss on EOD input positions (needs ``eod_id``).
+        attention_mask (bool, optional): also return the dense mask (True = masked).
         shift_per_epoch (bool, optional): new window boundaries each epoch.
             Default: ``False``.
         seed (int, optional): key of the per-epoch shifts. Default: ``0``.
@@ -61,14 +100,26 @@ class TokenWindows(Dataset[torch.Tensor]):
         ...                     collate_fn=TokenWindows.collate)
         >>> for batch in loader:  # (64, 1025) int64
         ...     x, y = batch[:, :-1], batch[:, 1:]
+        >>> docs = TokenWindows("corpus/web_text_document", 2048, split="969,30,1",
+        ...                     documents=True, eod_id=0, reset_position_ids=True,
+        ...                     reset_attention_mask=True, eod_mask_loss=True)
+        >>> batch = TokenWindows.collate(docs.__getitems__([0, 1]))  # tokens (2, 2048), cu_seqlens
     """
 
     def __init__(
         self,
         paths: Union[PathLike, Sequence[PathLike]],
         seq_len: int,
-        dtype: npt.DTypeLike = np.uint16,
+        dtype: Optional[npt.DTypeLike] = None,
         *,
+        split: Optional[Union[str, Sequence[float]]] = None,
+        part: str = "train",
+        documents: bool = False,
+        eod_id: Optional[int] = None,
+        reset_position_ids: bool = False,
+        reset_attention_mask: bool = False,
+        eod_mask_loss: bool = False,
+        attention_mask: bool = False,
         shift_per_epoch: bool = False,
         seed: int = 0,
     ) -> None:
@@ -76,41 +127,120 @@ class TokenWindows(Dataset[torch.Tensor]):
             paths = [paths]
         if len(paths) == 0:
             raise ValueError("paths is empty: pass at least one token file")
-        self.paths = [os.fspath(p) for p in paths]
         self.seq_len = as_positive("seq_len", seq_len)
-        self.dtype = np.dtype(dtype)
-        if self.dtype.kind not in "ui":
-            raise ValueError(f"dtype must be an integer type, got {self.dtype}")
+        self.split, self.part = split, part
+        prefixes = [find_prefix(p) for p in paths]
+        self.indexes = [None if prefix is None else MegatronIndex(prefix) for prefix in prefixes]
+        self.dtype = self._resolve_dtype(paths, dtype)
+        self.paths = [os.fspath(p) if ix is None else ix.bin_path for p, ix in zip(paths, self.indexes)]
+        if split is not None and any(ix is None for ix in self.indexes):
+            flat = next(p for p, ix in zip(self.paths, self.indexes) if ix is None)
+            raise ValueError(
+                f"split= needs Megatron indexed datasets (prefix.bin + prefix.idx) to split by "
+                f"documents, but {flat} is a flat token file: write it with write_indexed, or drop split"
+            )
+        self.documents = bool(documents)
+        self.eod_id = None if eod_id is None else as_int("eod_id", eod_id)
+        self.reset_position_ids = bool(reset_position_ids)
+        self.reset_attention_mask = bool(reset_attention_mask)
+        self.eod_mask_loss = bool(eod_mask_loss)
+        self.attention_mask = bool(attention_mask)
+        self._check_document_options()
         self.shift_per_epoch = bool(shift_per_epoch)
         self.seed = as_u64("seed", seed)
         self.shift = 0
         self._shifts: dict[int, int] = {}
-        self.sizes = [self._tokens_in(p) for p in self.paths]
+        #: Per file, the sequences ``[lo, hi)`` of the part read (Megatron files only).
+        self.sequence_ranges: list[Optional[tuple[int, int]]] = []
+        #: Per file, the token offset of the part read, and its number of tokens.
+        self.first_tokens: list[int] = []
+        self.sizes: list[int] = []
+        for path, ix in zip(self.paths, self.indexes):
+            if ix is None:
+                self.sequence_ranges.append(None)
+                self.first_tokens.append(0)
+                self.sizes.append(self._tokens_in(path))
+                continue
+            lo, hi = ix.sequence_range(split, part)
+            self.sequence_ranges.append((lo, hi))
+            first = ix.token_offset(lo)
+            self.first_tokens.append(first)
+            self.sizes.append(ix.token_offset(hi) - first)
         # Window i of a file is tokens [s + i·L, s + i·L + L + 1): it fits while
         # s + i·L + L + 1 <= m. Unshifted (s = 0) that is (m - 1) // L windows; shifted,
         # counted for the largest shift s = L - 1 so the count never depends on it.
         slack = self.seq_len - 1 if self.shift_per_epoch else 0
         counts = [max(0, (m - 1 - slack) // self.seq_len) for m in self.sizes]
-        for path, m, c in zip(self.paths, self.sizes, counts):
+        for path, m, c, ix in zip(self.paths, self.sizes, counts, self.indexes):
             if c == 0:
                 extra = f" plus seq_len - 1 = {slack} for shifted epochs" if slack else ""
+                what = path if ix is None or split is None else f"the {part!r} part of {ix.prefix}"
                 raise ValueError(
-                    f"{path} holds {m} tokens, fewer than one window of seq_len + 1 = "
+                    f"{what} holds {m} tokens, fewer than one window of seq_len + 1 = "
                     f"{self.seq_len + 1} tokens{extra}; use a smaller seq_len or leave the "
                     "file out"
                 )
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.bases = np.asarray(self.first_tokens, dtype=np.int64)
         #: Set by a ShardedSampler with ``block_size``: reads come in blocks, so the
         #: memmaps keep the kernel's read-ahead instead of asking for random access.
         self.block_order = False
         self._maps: Optional[list[np.memmap]] = None
         self._views: Optional[list[npt.NDArray[Any]]] = None
+        self._coarse: dict[int, tuple[npt.NDArray[np.int64], int]] = {}
+
+    def _resolve_dtype(self, paths: Sequence[PathLike], dtype: Optional[npt.DTypeLike]) -> np.dtype[Any]:
+        """The one token dtype of all files: given, or the ``.idx``'s, else uint16."""
+        found = {ix.dtype for ix in self.indexes if ix is not None}
+        if dtype is not None:
+            wanted = np.dtype(dtype)
+            if wanted.kind not in "ui":
+                raise ValueError(f"dtype must be an integer type, got {wanted}")
+            for ix in self.indexes:
+                if ix is not None and ix.dtype != wanted:
+                    raise ValueError(
+                        f"dtype={wanted} but {ix.idx_path} stores {ix.dtype}: drop dtype= to read "
+                        "it from the index, or pass the right one"
+                    )
+            return wanted
+        if len(found) > 1:
+            raise ValueError(
+                f"the Megatron indexes store different dtypes ({sorted(map(str, found))}): read "
+                "them as separate TokenWindows (e.g. blended with MixedDataset)"
+            )
+        return found.pop() if found else np.dtype(np.uint16)
+
+    def _check_document_options(self) -> None:
+        flags = {
+            "reset_position_ids": self.reset_position_ids,
+            "reset_attention_mask": self.reset_attention_mask,
+            "eod_mask_loss": self.eod_mask_loss,
+            "attention_mask": self.attention_mask,
+        }
+        if not self.documents:
+            on = [name for name, value in flags.items() if value]
+            if on:
+                raise ValueError(f"{', '.join(on)} need documents=True (the samples become dicts)")
+            return
+        if self.eod_mask_loss and self.eod_id is None:
+            raise ValueError("eod_mask_loss=True needs eod_id= (the end-of-document token id)")
+        flat = next((p for p, ix in zip(self.paths, self.indexes) if ix is None), None)
+        if self.eod_id is None and flat is not None:
+            raise ValueError(
+                f"documents=True needs document boundaries, but {flat} is a flat token file with no "
+                ".idx: pass eod_id= to find them from EOD tokens"
+            )
 
     def _tokens_in(self, path: str) -> int:
         try:
             size = os.path.getsize(path)
         except OSError as e:
             raise ValueError(f"cannot open token file {path}: {e.strerror}") from None
+        if starts_with_index_magic(path):
+            raise ValueError(
+                f"{path} is a Megatron index (.idx), not a token file: pass its prefix, with the "
+                ".bin beside it"
+            )
         if size % self.dtype.itemsize:
             raise ValueError(
                 f"{path} is {size} bytes, not a multiple of {self.dtype.itemsize} (the size of "
@@ -118,14 +248,28 @@ class TokenWindows(Dataset[torch.Tensor]):
             )
         return size // self.dtype.itemsize
 
+    def _file_tokens(self, f: int) -> int:
+        """Tokens in file ``f`` now (the whole file, not only the part read)."""
+        ix = self.indexes[f]
+        if ix is None:
+            return self._tokens_in(self.paths[f])
+        try:
+            return os.path.getsize(self.paths[f]) // self.dtype.itemsize
+        except OSError as e:
+            raise ValueError(f"cannot open {self.paths[f]}: {e.strerror}") from None
+
     def _open(self) -> list[np.memmap]:
         """Memmaps, opened lazily in each process (DataLoader workers included)."""
         if self._maps is None:
             maps = []
-            for path, m in zip(self.paths, self.sizes):
-                now = self._tokens_in(path)
-                if now != m:
-                    raise ValueError(f"{path} changed size since the dataset was built ({m} -> {now} tokens)")
+            for f, path in enumerate(self.paths):
+                ix = self.indexes[f]
+                expected = self.sizes[f] if ix is None else ix.num_tokens
+                now = self._file_tokens(f)
+                if now != expected:
+                    raise ValueError(
+                        f"{path} changed size since the dataset was built ({expected} -> {now} tokens)"
+                    )
                 mm = np.memmap(path, dtype=self.dtype, mode="r")
                 # Globally shuffled windows are random reads: kernel read-ahead would only
                 # waste I/O and page cache. A block order reads whole blocks: keep it.
@@ -139,6 +283,7 @@ class TokenWindows(Dataset[torch.Tensor]):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_maps"] = state["_views"] = None  # re-opened in the worker
+        state["_coarse"] = {}
         return state
 
     @property
@@ -177,12 +322,17 @@ class TokenWindows(Dataset[torch.Tensor]):
     def __len__(self) -> int:
         return int(self.starts[-1])
 
+    def _offsets(self, idx: npt.NDArray[np.int64], indices: Any) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.int64]]:
+        """``(files, token offsets in the file)`` of windows ``idx`` (checked, >= 0)."""
+        files = np.searchsorted(self.starts, idx, side="right") - 1
+        offsets = self.bases[files] + self._shift_of(indices) + (idx - self.starts[files]) * self.seq_len
+        return files, offsets
+
     def byte_ranges(self, indices: Sequence[int]) -> dict[str, list[tuple[int, int]]]:
         """Per file, the merged byte ranges ``(offset, length)`` that windows ``indices``
         cover (windows of a block are contiguous: a block becomes one range)."""
         idx = np.asarray(indices, dtype=np.int64)
-        files = np.searchsorted(self.starts, idx, side="right") - 1
-        offsets = self._shift_of(indices) + (idx - self.starts[files]) * self.seq_len
+        files, offsets = self._offsets(idx, indices)
         width, size = (self.seq_len + 1) * self.dtype.itemsize, self.dtype.itemsize
         out: dict[str, list[tuple[int, int]]] = {}
         for f in np.unique(files):
@@ -221,7 +371,72 @@ class TokenWindows(Dataset[torch.Tensor]):
         i = self._check(index)
         f = int(np.searchsorted(self.starts, i, side="right")) - 1
         shift = self._shift_of(index) if epoch is None else self.shift_for(as_u64("epoch", epoch))
-        return self.paths[f], shift + (i - int(self.starts[f])) * self.seq_len
+        return self.paths[f], self.first_tokens[f] + shift + (i - int(self.starts[f])) * self.seq_len
+
+    def documents_of(self, index: int, epoch: Optional[int] = None) -> list[tuple[int, int, int]]:
+        """The documents window ``index`` holds: ``(sequence, first token, stop token)``
+        per document, token offsets inside that sequence of the ``.idx`` (Megatron files
+        only; a flat file's window is one ``(-1, offset, offset + seq_len + 1)``)."""
+        path, offset = self.locate(index, epoch)
+        f = self.paths.index(path)
+        ix, stop = self.indexes[f], offset + self.seq_len + 1
+        if ix is None:
+            return [(-1, offset, stop)]
+        pointers = ix.arrays()[1]
+        lo, hi = self.sequence_ranges[f] or (0, ix.num_sequences)
+        coarse, step = self._coarse_of(f)
+        isz = self.dtype.itemsize
+        q = np.array([offset * isz], dtype=np.int64)
+        first = lo + int(search_sorted(pointers[lo:hi], coarse, step, q, "right")[0]) - 1
+        out = []
+        for seq in range(first, hi):
+            begin = ix.token_offset(seq)
+            if begin >= stop:
+                break
+            end = ix.token_offset(seq + 1)
+            out.append((seq, max(offset, begin) - begin, min(stop, end) - begin))
+        return out
+
+    def _coarse_of(self, f: int) -> tuple[npt.NDArray[np.int64], int]:
+        """``(pointers[lo:hi:step], step)`` of file ``f``'s part: an aligned sample of at
+        most 2^16 sequence pointers that narrows every search to ``step`` entries."""
+        found = self._coarse.get(f)
+        if found is None:
+            ix = self.indexes[f]
+            assert ix is not None
+            lo, hi = self.sequence_ranges[f] or (0, ix.num_sequences)
+            step = 1 << max(0, int(hi - lo - 1).bit_length() - 16)
+            found = (np.array(ix.arrays()[1][lo:hi:step], dtype=np.int64), step)
+            self._coarse[f] = found
+        return found
+
+    def _doc_starts(self, files: npt.NDArray[np.intp], offsets: npt.NDArray[np.int64], text: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        """``(batch, seq_len)`` bool: True where a document starts at an input position."""
+        seq = self.seq_len
+        starts = np.zeros((offsets.size, seq), dtype=np.bool_)
+        if self.eod_id is not None:
+            # Megatron's rule: a document starts after every EOD input token.
+            starts[:, 1:] = text[:, : seq - 1] == self.eod_id
+            return starts
+        isz = self.dtype.itemsize
+        for f in np.unique(files):
+            ix = self.indexes[int(f)]
+            assert ix is not None
+            lo, hi = self.sequence_ranges[int(f)] or (0, ix.num_sequences)
+            pointers = ix.arrays()[1][lo:hi]
+            coarse, step = self._coarse_of(int(f))
+            rows = np.flatnonzero(files == f)
+            o = offsets[rows]
+            # Sequences starting strictly inside the inputs: byte pointers in (o, o + seq).
+            a = search_sorted(pointers, coarse, step, o * isz, "right")
+            b = search_sorted(pointers, coarse, step, (o + seq) * isz, "left")
+            c = b - a
+            if not c.any():
+                continue
+            row = np.repeat(np.arange(rows.size), c)
+            k = np.arange(int(c.sum())) - np.repeat(np.cumsum(c) - c, c) + np.repeat(a, c)
+            starts[rows[row], np.asarray(pointers[k]) // isz - o[row]] = True
+        return starts
 
     def _check(self, index: int) -> int:
         i = as_int("index", index)
@@ -232,33 +447,46 @@ class TokenWindows(Dataset[torch.Tensor]):
             raise IndexError(f"window index {as_int('index', index)} out of range for {n} windows")
         return i
 
-    def __getitem__(self, index: int) -> torch.Tensor:
+    def __getitem__(self, index: int) -> Any:
         i = self._check(index)
+        if self.documents:
+            keep = index if epoch_of(index) is not None else i
+            return self.__getitems__([keep])[0]
         f = int(np.searchsorted(self.starts, i, side="right")) - 1
-        offset = self._shift_of(index) + (i - int(self.starts[f])) * self.seq_len
+        offset = self.first_tokens[f] + self._shift_of(index) + (i - int(self.starts[f])) * self.seq_len
         window = self._open()[f][offset : offset + self.seq_len + 1]
         return torch.from_numpy(window.astype(np.int64))
 
-    def __getitems__(self, indices: Sequence[int]) -> WindowBatch:
+    def __getitems__(self, indices: Sequence[int]) -> Union[WindowBatch, DocumentBatch]:
         """A whole batch with one vectorised gather per file touched.
 
         Returns a :class:`WindowBatch`: a sequence of the windows (default collation
         stacks them) that also holds the stacked ``(len(indices), seq_len + 1)`` tensor,
-        which :meth:`collate` hands over without a copy."""
+        which :meth:`collate` hands over without a copy. With ``documents=True``, a
+        :class:`~permshard.data.DocumentBatch` computed for the whole batch at once."""
         idx = np.asarray(indices, dtype=np.int64)
         n = len(self)
         if idx.size and (idx.min() < -n or idx.max() >= n):
             raise IndexError(f"window index out of range for {n} windows")
         idx = np.where(idx < 0, idx + n, idx)
-        files = np.searchsorted(self.starts, idx, side="right") - 1
-        offsets = self._shift_of(indices) + (idx - self.starts[files]) * self.seq_len
+        files, offsets = self._offsets(idx, indices)
         out = np.empty((idx.size, self.seq_len + 1), dtype=np.int64)
         for f in np.unique(files):
             rows = np.nonzero(files == f)[0]
             # A strided view whose row o is tokens[o : o + seq_len + 1] (no copy): indexing
             # it by offsets copies whole rows, several times faster than an index grid.
             out[rows] = self._windows()[f][offsets[rows]]
-        return WindowBatch(torch.from_numpy(out))
+        if not self.documents:
+            return WindowBatch(torch.from_numpy(out))
+        return DocumentBatch(
+            out,
+            self._doc_starts(files, offsets, out),
+            eod_id=self.eod_id,
+            reset_position_ids=self.reset_position_ids,
+            reset_attention_mask=self.reset_attention_mask,
+            eod_mask_loss=self.eod_mask_loss,
+            attention_mask=self.attention_mask,
+        )
 
     def _windows(self) -> list[npt.NDArray[Any]]:
         """Per file, a strided view whose row ``o`` is ``tokens[o : o + seq_len + 1]``
@@ -268,16 +496,32 @@ class TokenWindows(Dataset[torch.Tensor]):
             self._views = [sliding_window_view(m, self.seq_len + 1) for m in self._open()]
         return self._views
 
+    @property
+    def tokens_per_sample(self) -> int:
+        """Tokens trained on per sample (``seq_len``): what ``weights_in="tokens"`` of
+        :class:`~permshard.data.MixedDataset` divides by."""
+        return self.seq_len
+
     @staticmethod
-    def collate(batch: Sequence[torch.Tensor]) -> torch.Tensor:
-        """``collate_fn`` for a DataLoader: the batch tensor of :meth:`__getitems__`
-        as is (no copy), or the stacked windows of per-item fetches."""
+    def collate(batch: Sequence[Any]) -> Any:
+        """``collate_fn`` for a DataLoader: the batch tensor of :meth:`__getitems__` as is
+        (no copy), or the stacked windows of per-item fetches; with ``documents=True`` one
+        dict of batch tensors (see :meth:`DocumentBatch.collate
+        <permshard.data.DocumentBatch.collate>`)."""
         if isinstance(batch, WindowBatch):
             return batch.tensor
-        return torch.stack(list(batch))
+        if isinstance(batch, DocumentBatch):
+            return batch.collate()
+        items = list(batch)
+        if items and isinstance(items[0], dict):
+            return collate_items(items)
+        return torch.stack(items)
 
     def __repr__(self) -> str:
+        kind = "Megatron prefixes" if all(ix is not None for ix in self.indexes) else "files"
+        part = f", split={self.split!r}, part={self.part!r}" if self.split is not None else ""
+        docs = ", documents=True" if self.documents else ""
         return (
-            f"TokenWindows({len(self.paths)} files, {sum(self.sizes):,} tokens, seq_len="
-            f"{self.seq_len}, {len(self):,} windows, dtype={self.dtype})"
+            f"TokenWindows({len(self.paths)} {kind}, {sum(self.sizes):,} tokens, seq_len="
+            f"{self.seq_len}, {len(self):,} windows, dtype={self.dtype}{part}{docs})"
         )

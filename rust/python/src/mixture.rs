@@ -62,6 +62,11 @@ impl Mixture {
         Ok(as_arrays(py, sources, indices))
     }
 
+    /// The shortest length that reads every weighted source in full.
+    fn covering_length(&self) -> u64 {
+        self.inner.covering_length()
+    }
+
     /// How many of the positions `[0, n)` each source takes.
     fn counts(&self, n: u64) -> Vec<u64> {
         self.inner.counts(n)

@@ -1,0 +1,353 @@
+"""Megatron indexed datasets: ``prefix.bin`` (tokens) + ``prefix.idx`` (their index).
+
+The ``.idx`` layout (megatron-core's ``_IndexWriter``), little-endian::
+
+    magic "MMIDIDX\\x00\\x00" | version <Q (1) | dtype code <B | sequences <Q | document count <Q
+    int32 lengths[sequences] | int64 byte pointers[sequences] | int64 document_indices[count]
+    (int8 modes[sequences], multimodal indices only)
+
+Everything is read memory-mapped and validated once, in chunks: O(1) resident memory at any
+number of sequences. Megatron's GPT datasets treat each *sequence* as a document (split by
+sequences, one EOD-terminated sequence per document as its preprocessing writes them); so
+does this module.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+from collections.abc import Iterable, Sequence
+from typing import Any, Optional, Union
+
+import numpy as np
+import numpy.typing as npt
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+INDEX_MAGIC = b"MMIDIDX\x00\x00"
+_HEADER = struct.Struct("<9sQBQQ")  # magic, version, dtype code, sequences, document count
+#: megatron-core's ``DType`` codes.
+DTYPE_CODES: dict[int, type[np.generic]] = {
+    1: np.uint8,
+    2: np.int8,
+    3: np.int16,
+    4: np.int32,
+    5: np.int64,
+    6: np.float64,
+    7: np.float32,
+    8: np.uint16,
+}
+PARTS = ("train", "valid", "test")
+_CHUNK = 1 << 20  # entries per validation chunk: constant memory at any size
+
+
+def find_prefix(path: PathLike) -> Optional[str]:
+    """The Megatron prefix ``path`` names (``name``, or ``name.bin`` with ``name.idx``
+    beside it), or ``None`` for a flat token file.
+
+    Raises:
+        ValueError: ``path`` is an ``.idx`` itself, or half of a pair is missing.
+    """
+    p = os.fspath(path)
+    if p.endswith(".idx"):
+        raise ValueError(
+            f"{p} is a Megatron index, not a token file: pass the prefix {p[:-4]!r} (or {p[:-4]}.bin)"
+        )
+    prefix = p[:-4] if p.endswith(".bin") and os.path.exists(p[:-4] + ".idx") else p
+    if os.path.exists(prefix + ".idx"):
+        if not os.path.exists(prefix + ".bin"):
+            raise ValueError(
+                f"{prefix}.bin is missing beside {prefix}.idx: a Megatron dataset is the pair "
+                "prefix.bin + prefix.idx; restore the .bin or pass another prefix"
+            )
+        return prefix
+    if not os.path.exists(p) and os.path.exists(p + ".bin"):
+        raise ValueError(
+            f"{p}.idx is missing beside {p}.bin: a Megatron dataset is the pair prefix.bin + "
+            f"prefix.idx; restore the .idx, or pass {p}.bin with dtype= to read it as a flat token file"
+        )
+    return None
+
+
+def starts_with_index_magic(path: str) -> bool:
+    """True when ``path`` begins like a Megatron ``.idx`` (a token file never should)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(INDEX_MAGIC)) == INDEX_MAGIC
+    except OSError:
+        return False
+
+
+class MegatronIndex:
+    r"""The validated ``.idx`` of one Megatron indexed dataset, memory-mapped.
+
+    Checked once, in chunks of :math:`2^{20}` entries (constant memory): the magic, the
+    version, the dtype code (integer token types only), the array sizes against the file
+    size (a trailing ``modes`` array means a multimodal index, refused), lengths ``>= 0``,
+    pointers that lay the sequences end to end from byte 0, document indices from 0 to the
+    sequence count, and the ``.bin`` size against the lengths. Each failure is a
+    ``ValueError`` that names the file and what to do.
+
+    Args:
+        prefix (str): the path without ``.bin`` / ``.idx``.
+
+    Example::
+
+        >>> index = MegatronIndex("corpus/web_text_document")
+        >>> index.dtype, index.num_sequences, index.num_tokens
+        (dtype('uint16'), 250000, 245123584)
+        >>> index.sequence_range("969,30,1", "valid")
+        (242250, 249750)
+    """
+
+    def __init__(self, prefix: PathLike) -> None:
+        self.prefix = os.fspath(prefix)
+        self.idx_path = self.prefix + ".idx"
+        self.bin_path = self.prefix + ".bin"
+        try:
+            size = os.path.getsize(self.idx_path)
+            with open(self.idx_path, "rb") as f:
+                head = f.read(_HEADER.size)
+        except OSError as e:
+            raise ValueError(f"cannot open Megatron index {self.idx_path}: {e.strerror}") from None
+        if not head.startswith(INDEX_MAGIC) and not INDEX_MAGIC.startswith(head):
+            raise ValueError(
+                f"{self.idx_path} is not a Megatron index (bad magic {head[:9]!r}, expected "
+                f"{INDEX_MAGIC!r}): pass the prefix of a file written by Megatron's "
+                "IndexedDatasetBuilder or permshard.data.write_indexed"
+            )
+        if len(head) < _HEADER.size:
+            raise ValueError(
+                f"{self.idx_path} is truncated ({size} bytes, shorter than the {_HEADER.size}-byte "
+                "header): rewrite it with the dataset's preprocessing"
+            )
+        _, version, code, sequences, count = _HEADER.unpack(head)
+        if version != 1:
+            raise ValueError(f"{self.idx_path} has index version {version}; only version 1 is read")
+        if code not in DTYPE_CODES:
+            raise ValueError(
+                f"{self.idx_path} has dtype code {code}, not one of Megatron's "
+                f"{sorted(DTYPE_CODES)}: the file is corrupt"
+            )
+        self.dtype = np.dtype(DTYPE_CODES[code])
+        if self.dtype.kind not in "ui":
+            raise ValueError(
+                f"{self.idx_path} stores {self.dtype} values: token ids must be integers, so this "
+                "is not a token corpus"
+            )
+        self.num_sequences = int(sequences)
+        expected = _HEADER.size + 12 * sequences + 8 * count
+        if size == expected + sequences and sequences:
+            raise ValueError(
+                f"{self.idx_path} is a multimodal index (it has a per-sequence modes array): "
+                "only token corpora are read; pass a text-only prefix"
+            )
+        if size != expected:
+            raise ValueError(
+                f"{self.idx_path} is {size} bytes but its header ({sequences} sequences, {count} "
+                f"document indices) needs {expected}: the file is truncated or corrupt; rewrite "
+                "it with the dataset's preprocessing"
+            )
+        self._document_count = int(count)
+        self._arrays: Optional[tuple[npt.NDArray[Any], ...]] = None
+        self.num_tokens = self._validate()
+        self._arrays = None  # unmapped: the pages read to validate leave this process's RSS
+
+    # Offsets in the .idx of the three arrays (none is aligned: the header is 34 bytes).
+    def _layout(self) -> tuple[int, int, int]:
+        lengths = _HEADER.size
+        pointers = lengths + 4 * self.num_sequences
+        return lengths, pointers, pointers + 8 * self.num_sequences
+
+    def arrays(self) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """``(sequence_lengths, sequence_pointers, document_indices)``, read-only memmaps
+        (opened lazily in each process)."""
+        if self._arrays is None:
+            raw = np.memmap(self.idx_path, dtype=np.uint8, mode="r")
+            lo, po, do = self._layout()
+            s, d = self.num_sequences, self._document_count
+            self._arrays = (
+                raw[lo:po].view("<i4"),
+                raw[po:do].view("<i8"),
+                raw[do : do + 8 * d].view("<i8"),
+            )
+        lengths, pointers, documents = self._arrays
+        return lengths, pointers, documents  # type: ignore[return-value]
+
+    def _validate(self) -> int:
+        """Checks the arrays chunk by chunk; returns the number of tokens."""
+        lengths, pointers, documents = self.arrays()
+        isz, where = self.dtype.itemsize, self.idx_path
+        if self._document_count < 1 or documents[0] != 0 or documents[-1] != self.num_sequences:
+            raise ValueError(
+                f"{where}: document indices must run from 0 to the {self.num_sequences} sequences; "
+                "the index is corrupt, rewrite it"
+            )
+        expected_pointer = 0
+        for a in range(0, self.num_sequences, _CHUNK):
+            n = lengths[a : a + _CHUNK].astype(np.int64)
+            if n.min() < 0:
+                raise ValueError(f"{where}: negative sequence length at sequence {a + int(np.argmin(n))}")
+            ends = expected_pointer + np.cumsum(n) * isz
+            starts = np.concatenate([[expected_pointer], ends[:-1]])
+            bad = np.flatnonzero(pointers[a : a + _CHUNK] != starts)
+            if bad.size:
+                i = a + int(bad[0])
+                raise ValueError(
+                    f"{where}: sequence {i} starts at byte {int(pointers[i])}, not {int(starts[bad[0]])} "
+                    "(sequences must lie end to end in the .bin); the index is corrupt, rewrite it"
+                )
+            expected_pointer = int(ends[-1])
+        for a in range(0, self._document_count, _CHUNK):
+            d = documents[a : a + _CHUNK + 1]
+            if d.size > 1 and np.any(np.diff(d) < 0):
+                raise ValueError(f"{where}: document indices decrease; the index is corrupt, rewrite it")
+        try:
+            bin_size = os.path.getsize(self.bin_path)
+        except OSError as e:
+            raise ValueError(f"cannot open {self.bin_path}: {e.strerror}") from None
+        if bin_size != expected_pointer:
+            raise ValueError(
+                f"{self.bin_path} is {bin_size} bytes but {self.idx_path} describes "
+                f"{expected_pointer // isz} tokens of {self.dtype} ({expected_pointer} bytes): the "
+                ".bin is truncated or belongs to another index"
+            )
+        return expected_pointer // isz
+
+    def sequence_range(self, split: Union[str, Sequence[float], None], part: str) -> tuple[int, int]:
+        """The sequences ``[lo, hi)`` of ``part`` under ``split``, by Megatron's arithmetic
+        (``None``: all of them)."""
+        if split is None:
+            return 0, self.num_sequences
+        return split_bounds(split, self.num_sequences)[_part(part)]
+
+    def token_offset(self, sequence: int) -> int:
+        """Token offset in the ``.bin`` where ``sequence`` starts (``num_sequences``: the end)."""
+        if sequence == self.num_sequences:
+            return self.num_tokens
+        return int(self.arrays()[1][sequence]) // self.dtype.itemsize
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_arrays"] = None  # re-mapped in the process that unpickles
+        return state
+
+    def __repr__(self) -> str:
+        return (
+            f"MegatronIndex({self.prefix!r}, {self.num_sequences:,} sequences, "
+            f"{self.num_tokens:,} tokens, dtype={self.dtype})"
+        )
+
+
+def _part(part: str) -> int:
+    if part not in PARTS:
+        raise ValueError(f"part must be one of {PARTS}, got {part!r}")
+    return PARTS.index(part)
+
+
+def parse_split(split: Union[str, Sequence[float]]) -> list[float]:
+    """Megatron's ``parse_and_normalize_split``: ``"969,30,1"`` -> normalised ratios."""
+    if isinstance(split, str):
+        values = [float(v) for v in re.findall(r"[.0-9]+", split)]
+    else:
+        values = [float(v) for v in split]
+    if not 1 <= len(values) <= 3 or any(not np.isfinite(v) or v < 0 for v in values) or sum(values) <= 0:
+        raise ValueError(
+            f"split must be up to three non-negative ratios (train, valid, test) with a positive sum, "
+            f'e.g. "969,30,1"; got {split!r}'
+        )
+    values += [0.0] * (3 - len(values))
+    w = np.array(values, dtype=np.float64)
+    normalised: list[float] = (w / np.sum(w)).tolist()
+    return normalised
+
+
+def split_bounds(split: Union[str, Sequence[float]], num: int) -> list[tuple[int, int]]:
+    """``[(lo, hi)]`` for train, valid, test over ``num`` sequences, exactly as
+    megatron-core: cumulative bounds of the normalised split, ``int(round(bound · num))``
+    (an empty part is ``(0, 0)``)."""
+    ratios = parse_split(split)
+    ends = [0.0]
+    for r in ratios:
+        ends.append(ends[-1] + r)
+    out = []
+    for lo, hi in zip(ends[:-1], ends[1:]):
+        if hi <= lo:
+            out.append((0, 0))
+        else:
+            out.append((int(round(lo * float(num))), int(round(hi * float(num)))))
+    return out
+
+
+def search_sorted(
+    values: npt.NDArray[Any],
+    coarse: npt.NDArray[np.int64],
+    step: int,
+    queries: npt.NDArray[np.int64],
+    side: str,
+) -> npt.NDArray[np.int64]:
+    """``np.searchsorted(values, queries, side)`` for a sorted memmap that numpy would
+    copy whole (the ``.idx`` arrays are unaligned): ``coarse = values[::step]`` narrows
+    each query to ``step`` entries, then a vectorised bisection reads only those."""
+    j = np.searchsorted(coarse, queries, side=side)  # type: ignore[call-overload]
+    lo = np.maximum(j - 1, 0) * step
+    hi = np.minimum(j * step, values.size)
+    right = side == "right"
+    while True:
+        active = lo < hi
+        if not active.any():
+            return lo
+        mid = (lo + hi) // 2
+        v = values[np.minimum(mid, values.size - 1)]
+        go = (v <= queries) if right else (v < queries)
+        lo = np.where(active & go, mid + 1, lo)
+        hi = np.where(active & ~go, mid, hi)
+
+
+def write_indexed(
+    prefix: PathLike,
+    documents: Iterable[npt.ArrayLike],
+    dtype: npt.DTypeLike = np.uint16,
+) -> str:
+    """Writes ``prefix.bin`` and ``prefix.idx`` in Megatron's format, one sequence per
+    document (as megatron-core's ``IndexedDatasetBuilder`` with ``add_document``).
+
+    Args:
+        prefix (str): output path without extension.
+        documents (iterable of int arrays): the token ids of each document, streamed.
+        dtype (numpy dtype, optional): token type, one of Megatron's integer codes.
+            Default: ``numpy.uint16``.
+
+    Returns:
+        str: the prefix.
+
+    Example::
+
+        >>> write_indexed("/tmp/corpus", [[5, 6, 0], [7, 8, 9, 0]])
+        '/tmp/corpus'
+    """
+    prefix = os.fspath(prefix)
+    dt = np.dtype(dtype)
+    code = next((c for c, t in DTYPE_CODES.items() if np.dtype(t) == dt and dt.kind in "ui"), None)
+    if code is None:
+        raise ValueError(f"dtype must be an integer type Megatron can store, got {dt}")
+    lengths: list[int] = []
+    with open(prefix + ".bin", "wb") as out:
+        for k, doc in enumerate(documents):
+            tokens = np.asarray(doc)
+            if tokens.ndim != 1:
+                raise ValueError(f"documents[{k}] must be a 1-D array of token ids, got shape {tokens.shape}")
+            cast = tokens.astype(dt)
+            if tokens.size and not np.array_equal(cast, tokens):
+                raise ValueError(f"documents[{k}] holds token ids that do not fit {dt}: choose a wider dtype")
+            out.write(cast.tobytes())
+            lengths.append(int(tokens.size))
+    n = np.asarray(lengths, dtype=np.int64)
+    pointers = np.concatenate([[0], np.cumsum(n)[:-1]]).astype(np.int64) * dt.itemsize if n.size else n
+    with open(prefix + ".idx", "wb") as out:
+        out.write(_HEADER.pack(INDEX_MAGIC, 1, code, n.size, n.size + 1))
+        out.write(n.astype("<i4").tobytes())
+        out.write(np.asarray(pointers, dtype="<i8").tobytes())
+        out.write(np.arange(n.size + 1, dtype="<i8").tobytes())
+    return prefix

@@ -1,0 +1,162 @@
+"""TokenWindows against megatron-core itself: files written by its IndexedDatasetBuilder
+and read by its IndexedDataset, its split arithmetic, its GPTDataset samples and masks.
+Skipped where megatron-core is absent (.ci/run installs 0.16.1)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from permshard.data import MegatronIndex, TokenWindows, split_bounds, write_indexed
+
+indexed_dataset = pytest.importorskip(
+    "megatron.core.datasets.indexed_dataset", reason="megatron-core is not installed (pip install megatron-core)"
+)
+from megatron.core.datasets import blended_megatron_dataset_config as mconfig  # noqa: E402
+from megatron.core.datasets import gpt_dataset  # noqa: E402
+from megatron.core.datasets.utils import Split  # noqa: E402
+
+EOD = 0
+
+
+def documents(n, seed=0, max_len=200, vocab=500):
+    rng = np.random.default_rng(seed)
+    return [np.append(rng.integers(1, vocab, int(rng.integers(0, max_len))), EOD) for _ in range(n)]
+
+
+def megatron_write(prefix, docs, dtype, multimodal=False):
+    builder = indexed_dataset.IndexedDatasetBuilder(prefix + ".bin", dtype=dtype, multimodal=multimodal)
+    for doc in docs:
+        if multimodal:
+            builder.add_item(torch.from_numpy(doc.astype(np.int64)), mode=0)
+            builder.end_document()
+        else:
+            builder.add_document(doc.astype(np.int64), [len(doc)])
+    builder.finalize(prefix + ".idx")
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.int32])
+def test_files_written_by_megatron_read_the_same(tmp_path, dtype):
+    docs = documents(500, vocab=30000)
+    megatron_write(str(tmp_path / "m"), docs, dtype)
+    write_indexed(tmp_path / "p", docs, dtype=dtype)
+    # Our writer's files are byte for byte Megatron's.
+    for ext in (".bin", ".idx"):
+        assert (tmp_path / f"m{ext}").read_bytes() == (tmp_path / f"p{ext}").read_bytes()
+    theirs = indexed_dataset.IndexedDataset(str(tmp_path / "m"))
+    ours = MegatronIndex(tmp_path / "m")
+    lengths, pointers, docs_ix = ours.arrays()
+    assert np.array_equal(lengths, theirs.sequence_lengths)
+    assert np.array_equal(pointers, theirs.index.sequence_pointers)
+    assert np.array_equal(docs_ix, theirs.document_indices)
+    assert ours.dtype == theirs.index.dtype
+    ds = TokenWindows(tmp_path / "m", 64)
+    flat = np.concatenate([theirs[s] for s in range(len(theirs))])  # Megatron's reader
+    whole = TokenWindows.collate(ds.__getitems__(range(len(ds)))).numpy()
+    assert np.array_equal(whole, np.stack([flat[i * 64 : i * 64 + 65] for i in range(len(ds))]))
+
+
+def test_a_multimodal_index_from_megatron_is_refused(tmp_path):
+    megatron_write(str(tmp_path / "mm"), documents(20), np.uint16, multimodal=True)
+    indexed_dataset.IndexedDataset(str(tmp_path / "mm"), multimodal=True)  # Megatron reads it
+    with pytest.raises(ValueError, match="multimodal index"):
+        TokenWindows(tmp_path / "mm", 8)
+
+
+def megatron_split(split, num):
+    matrix = mconfig.convert_split_vector_to_split_matrix(mconfig.parse_and_normalize_split(split))
+    out = []
+    for bookends in matrix:
+        if bookends is None:
+            out.append((0, 0))
+        else:
+            out.append((int(round(bookends[0] * float(num))), int(round(bookends[1] * float(num)))))
+    return out
+
+
+def test_split_arithmetic_is_megatrons():
+    rng = np.random.default_rng(0)
+    splits = ["969,30,1", "99,1,0", "98,2", "1", "90,5,5", "0.7,0.2,0.1", "1,1,1", "33,33,34", "0,1,0"]
+    splits += [",".join(str(int(v)) for v in rng.integers(0, 1000, 3)) for _ in range(200)]
+    for split in splits:
+        if sum(float(v) for v in split.split(",")) == 0:
+            continue
+        for num in [1, 2, 3, 7, 10, 999, 1000, 62_844, 2_031_250, *rng.integers(1, 10**7, 5).tolist()]:
+            assert split_bounds(split, num) == megatron_split(split, num), (split, num)
+
+
+class _Tokenizer:
+    eod = EOD
+    pad = -1
+    vocab_size = 500
+    unique_identifiers = {"class": "test"}
+
+
+@pytest.mark.parametrize("flags", [(True, True, True), (False, False, False), (True, False, True)])
+def test_gpt_dataset_samples_and_masks_are_ours(tmp_path, flags):
+    reset_position_ids, reset_attention_mask, eod_mask_loss = flags
+    docs = documents(300, seed=4, max_len=120)
+    prefix = str(tmp_path / "c")
+    megatron_write(prefix, docs, np.uint16)
+    seq = 64
+    config = gpt_dataset.GPTDatasetConfig(
+        random_seed=1,
+        sequence_length=seq,
+        blend=([prefix], None),
+        split="969,30,1",
+        tokenizer=_Tokenizer(),
+        reset_position_ids=reset_position_ids,
+        reset_attention_mask=reset_attention_mask,
+        eod_mask_loss=eod_mask_loss,
+        create_attention_mask=True,
+        path_to_cache=str(tmp_path / "cache"),
+    )
+    low = indexed_dataset.IndexedDataset(prefix)
+    lo, hi = split_bounds("969,30,1", len(low))[0]
+    theirs = gpt_dataset.GPTDataset(low, prefix, np.arange(lo, hi, dtype=np.int32), 200, Split.train, config)
+    # Megatron's samples are windows over its documents laid end to end in its order:
+    # the same layout as TokenWindows over those documents in that order.
+    write_indexed(tmp_path / "laid", [docs[d] for d in theirs.document_index])
+    ours = TokenWindows(
+        tmp_path / "laid",
+        seq,
+        documents=True,
+        eod_id=EOD,
+        reset_position_ids=reset_position_ids,
+        reset_attention_mask=reset_attention_mask,
+        eod_mask_loss=eod_mask_loss,
+        attention_mask=True,
+    )
+    batch = TokenWindows.collate(ours.__getitems__(theirs.shuffle_index[:100].tolist()))
+    for i in range(100):
+        sample = theirs[i]
+        assert torch.equal(batch["tokens"][i], sample["tokens"])
+        assert torch.equal(batch["labels"][i], sample["labels"])
+        assert torch.equal(batch["loss_mask"][i], sample["loss_mask"])
+        assert torch.equal(batch["position_ids"][i], sample["position_ids"])
+        assert torch.equal(batch["attention_mask"][i], sample["attention_mask"])
+
+
+def test_masks_match_get_ltor_masks_and_position_ids(tmp_path):
+    write_indexed(tmp_path / "c", documents(400, seed=7, max_len=50))
+    seq = 128
+    for flags in [(a, b, c) for a in (False, True) for b in (False, True) for c in (False, True)]:
+        ds = TokenWindows(
+            tmp_path / "c",
+            seq,
+            documents=True,
+            eod_id=EOD,
+            reset_position_ids=flags[0],
+            reset_attention_mask=flags[1],
+            eod_mask_loss=flags[2],
+            attention_mask=True,
+        )
+        batch = TokenWindows.collate(ds.__getitems__(range(0, len(ds), 7)))
+        for k in range(batch["tokens"].shape[0]):
+            mask, loss, pos = gpt_dataset._get_ltor_masks_and_position_ids(
+                batch["tokens"][k].clone(), EOD, *flags, True
+            )
+            assert torch.equal(batch["attention_mask"][k], mask), flags
+            assert torch.equal(batch["loss_mask"][k], loss), flags
+            assert torch.equal(batch["position_ids"][k], pos), flags

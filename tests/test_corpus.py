@@ -369,3 +369,42 @@ def test_weights_in_tokens_divides_by_tokens_per_sample(tmp_path):
         MixedDataset([short, list(range(10))], [1, 1], 100, weights_in="tokens")
     with pytest.raises(ValueError, match="weights_in must be one of"):
         MixedDataset([short], [1], 100, weights_in="bytes")
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def test_cli_inspect_counts_and_validates(tmp_path, capsys):
+    from permshard.cli import main
+
+    docs = corpus(tmp_path / "c", n_docs=1000)
+    (tmp_path / "bad.idx").write_bytes(b"MMIDIDX\x00\x00" + bytes(10))
+    (tmp_path / "bad.bin").write_bytes(b"")
+    assert main(["inspect", str(tmp_path / "c"), str(tmp_path / "bad"), "--seq-len", "64"]) == 1
+    out = capsys.readouterr().out
+    tokens = sum(len(d) for d in docs)
+    train = sum(len(d) for d in docs[:969])
+    assert f"1,000 documents, {tokens:,} tokens of uint16, {(tokens - 1) // 64:,} windows" in out
+    assert f"train (969,30,1): documents [0, 969), {train:,} tokens, {(train - 1) // 64:,} windows" in out
+    assert "bad: INVALID:" in out and "truncated" in out
+    assert main(["inspect", str(tmp_path / "c")]) == 0
+
+
+def test_cli_show_names_what_the_sampler_yields(tmp_path, capsys):
+    from permshard.cli import main
+
+    corpus(tmp_path / "a", n_docs=300, seed=1)
+    corpus(tmp_path / "b", n_docs=300, seed=2)
+    data_path = f"0.4 {tmp_path / 'a'} 0.6 {tmp_path / 'b'}"
+    args = ["show", "--data-path", data_path, "--seq-len", "32", "--split", "98,2", "-w", "3", "--rank", "1"]
+    assert main(args + ["--step", "2", "--batch-size", "5", "--seed", "9"]) == 0
+    out = capsys.readouterr().out
+    blend = MixedDataset.from_data_path(data_path, 32, split="98,2")
+    yielded = list(ShardedSampler(blend, num_replicas=3, rank=1, seed=9))[10:15]
+    for k, index in enumerate(yielded):
+        source, window = blend.mixture[index]
+        ds = blend.datasets[source]
+        doc, a, b = ds.documents_of(window)[0]
+        assert f"[{k:>3}] position {index:,}: source {source} ({ds.paths[0]}) window {window:,}: doc {doc:,} tokens [{a:,}, {b:,})" in out
+    assert main(args + ["--step", "10000", "--batch-size", "5"]) == 2
+    assert "is past the epoch" in capsys.readouterr().err

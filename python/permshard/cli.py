@@ -1,4 +1,4 @@
-"""The ``permshard`` command: plan, verify, locate, mix, bench, demo."""
+"""The ``permshard`` command: plan, verify, locate, mix, inspect, show, bench, demo."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def _sharding_args(p: argparse.ArgumentParser) -> None:
 def parser() -> argparse.ArgumentParser:
     top = _Parser(prog="permshard", description="O(1)-memory shuffled sharding for PyTorch, with proofs.")
     sub = top.add_subparsers(
-        dest="command", metavar="{plan,verify,locate,mix,bench,demo}", parser_class=_Parser
+        dest="command", metavar="{plan,verify,locate,mix,inspect,show,bench,demo}", parser_class=_Parser
     )
     sub.required = True
 
@@ -93,6 +93,31 @@ def parser() -> argparse.ArgumentParser:
         metavar="START:WEIGHTS",
         help="from position START on mix with these weights (repeatable), e.g. 1e9:0.2,0.8",
     )
+
+    p = sub.add_parser("inspect", help="Megatron indexed datasets: validated, counted, split")
+    p.add_argument("prefixes", nargs="+", metavar="PREFIX", help="path/name of name.bin + name.idx")
+    p.add_argument("--seq-len", type=count, default=2048, help="window length for the counts (default 2048)")
+    p.add_argument("--split", default="969,30,1", help='train,valid,test split (default "969,30,1")')
+
+    p = sub.add_parser("show", help="which source, document and tokens each sample of a rank's step holds")
+    p.add_argument(
+        "--data-path",
+        required=True,
+        help='Megatron\'s --data-path: "w1 prefix1 w2 prefix2 ..." or "prefix1 prefix2 ..."',
+    )
+    p.add_argument("--seq-len", type=count, required=True, help="Megatron's --seq-length")
+    p.add_argument("--split", help='train,valid,test split, e.g. "969,30,1" (default: no split)')
+    p.add_argument("--part", default="train", choices=["train", "valid", "test"], help="default train")
+    p.add_argument("--num-samples", type=count, help="blend length (default: every source read once)")
+    p.add_argument("--mix-seed", type=count, default=0, help="seed of the blend's passes (default 0)")
+    p.add_argument("-w", "--world", type=count, required=True, help="data-parallel ranks W")
+    p.add_argument("--rank", type=count, required=True, help="data-parallel rank")
+    p.add_argument("--step", type=count, required=True, help="step within the epoch")
+    p.add_argument("--batch-size", type=count, required=True, help="per-rank batch size")
+    p.add_argument("--seed", type=count, default=0, help="sampler seed (default 0)")
+    p.add_argument("--epoch", type=count, default=0, help="epoch (default 0)")
+    p.add_argument("--drop-last", action="store_true", help="drop the tail instead of padding")
+    p.add_argument("--no-shuffle", action="store_true", help="identity order")
 
     p = sub.add_parser("bench", help="side by side with DistributedSampler, in fresh processes")
     p.add_argument("--n", type=counts, default=[10**6, 10**7, 10**8], help="sizes, e.g. 1e6,1e7,1e8")
@@ -237,6 +262,63 @@ def _mix(args: argparse.Namespace) -> int:
     return 0
 
 
+def _inspect(args: argparse.Namespace) -> int:
+    from .data.indexed import MegatronIndex, find_prefix, split_bounds
+
+    status = 0
+    for path in args.prefixes:
+        try:
+            prefix = find_prefix(path)
+            if prefix is None:
+                raise ValueError(f"{path}: no {path}.idx beside it, so not a Megatron indexed dataset")
+            ix = MegatronIndex(prefix)
+        except ValueError as e:
+            print(f"{path}: INVALID: {e}")
+            status = 1
+            continue
+        print(
+            f"{prefix}: valid; {ix.num_sequences:,} documents, {ix.num_tokens:,} tokens of {ix.dtype}, "
+            f"{max(0, (ix.num_tokens - 1) // args.seq_len):,} windows of seq_len {args.seq_len}"
+        )
+        for part, (lo, hi) in zip(("train", "valid", "test"), split_bounds(args.split, ix.num_sequences)):
+            tokens = ix.token_offset(hi) - ix.token_offset(lo)
+            windows = max(0, (tokens - 1) // args.seq_len)
+            print(f"  {part:>5} ({args.split}): documents [{lo:,}, {hi:,}), {tokens:,} tokens, {windows:,} windows")
+    return status
+
+
+def _show(args: argparse.Namespace) -> int:
+    from .config import ShardConfig
+    from .data.mixed import MixedDataset
+
+    if args.rank >= args.world:
+        raise ValueError(f"--rank {args.rank} is not below --world {args.world}")
+    blend = MixedDataset.from_data_path(
+        args.data_path, args.seq_len, args.num_samples, args.mix_seed, split=args.split, part=args.part
+    )
+    config = ShardConfig(
+        n=len(blend),
+        num_replicas=args.world,
+        seed=args.seed,
+        epoch=args.epoch,
+        shuffle=not args.no_shuffle,
+        drop_last=args.drop_last,
+    )
+    part = config.partition()
+    first = args.step * args.batch_size
+    if first >= part.num_samples:
+        raise ValueError(f"step {args.step} is past the epoch: rank {args.rank} has {part.num_samples:,} samples")
+    count = min(args.batch_size, part.num_samples - first)
+    positions = part.take(args.rank, first, count)
+    print(f"{blend!r}\nrank {args.rank} of {args.world}, epoch {args.epoch}, step {args.step}:")
+    for k, position in enumerate(positions):
+        source, window = blend.mixture[position]
+        ds = blend.datasets[source]
+        pieces = ", ".join(f"doc {d:,} tokens [{a:,}, {b:,})" for d, a, b in ds.documents_of(window))
+        print(f"  [{k:>3}] position {position:,}: source {source} ({ds.paths[0]}) window {window:,}: {pieces}")
+    return 0
+
+
 def _bench(args: argparse.Namespace) -> int:
     from .bench import main as bench_main
 
@@ -256,6 +338,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "verify": _verify,
         "locate": _locate,
         "mix": _mix,
+        "inspect": _inspect,
+        "show": _show,
         "bench": _bench,
         "demo": _demo,
     }

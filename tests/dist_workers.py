@@ -460,3 +460,33 @@ def accelerate_token_budget(rank: int, world: int, n: int, folder: str, steps) -
             break
     accelerator.save_state(folder)
     return read
+
+
+def hf_datasets(rank: int, world: int, path: str, n: int) -> dict:
+    """A memory-mapped ``datasets.Dataset`` (``load_from_disk``) under ShardedSampler and
+    ShardedBatchSampler with spawn workers, and a sharded ``datasets.IterableDataset``
+    through ShardedIterable: the row ids each rank's loaders delivered."""
+    import datasets
+
+    from permshard import ShardedBatchSampler
+    from permshard.data import ShardedIterable
+
+    ds = datasets.load_from_disk(path).with_format("numpy")
+    # Memory-mapped: the rows stay in the Arrow files under path.
+    out: dict = {"files": [f["filename"] for f in ds.cache_files]}
+    sampler = ShardedSampler(ds, seed=5)
+    loader = DataLoader(ds, batch_size=7, sampler=sampler, num_workers=2, multiprocessing_context="spawn")
+    out["sampler"] = [int(i) for batch in loader for i in batch["id"]]
+    batches = ShardedBatchSampler(ShardedSampler(ds, seed=6), 8)
+    loader = DataLoader(ds, batch_sampler=batches, num_workers=2, multiprocessing_context="spawn")
+    out["batch_sampler"] = [int(i) for batch in loader for i in batch["id"]]
+    stream = datasets.Dataset.from_dict({"id": list(range(n))}).to_iterable_dataset(num_shards=6)
+    for workers in (2, 3):
+        loader = DataLoader(
+            ShardedIterable(stream),
+            batch_size=None,
+            num_workers=workers,
+            multiprocessing_context="spawn" if workers else None,
+        )
+        out[f"iterable_{workers}"] = [int(row["id"]) for row in loader]
+    return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Callable, Generic, Optional, TypeVar
 
@@ -137,6 +138,9 @@ def shard_iterable(
       ``count``-th element.
     * Without it, ``source`` yields the elements, and each consumer keeps every
       ``count``-th one.
+    * A Hugging Face ``datasets.IterableDataset`` splits itself across DataLoader
+      workers (by shards); it is split here by rank only, with ``split_dataset_by_node``
+      (whole shards when they divide the ranks), so no row is dropped or repeated.
 
     Args:
         source: elements, or shards with ``open_shard``.
@@ -163,6 +167,9 @@ def shard_iterable(
         ...         return shard_iterable(files, open_shard=read_jsonl)
     """
     world_size, rank = from_mesh(world_size, rank, device_mesh, mesh_dim, ("world_size", "rank"))
+    if open_shard is None and _is_hf_iterable(source):
+        yield from _hf_part(source, rank, world_size, even)
+        return
     me, count = consumer(rank, world_size)
     if open_shard is None:
         yield from _stride(source, me, count, even)
@@ -176,6 +183,29 @@ def shard_iterable(
         return
     elements = (element for shard in shards for element in open_shard(shard))
     yield from _stride(elements, me, count, even)
+
+
+def _is_hf_iterable(source: Any) -> bool:
+    """A Hugging Face ``datasets.IterableDataset`` (checked without importing datasets)."""
+    module = sys.modules.get("datasets")
+    return module is not None and isinstance(source, getattr(module, "IterableDataset", ()))
+
+
+def _hf_part(source: Any, rank: Optional[int], world_size: Optional[int], even: bool) -> Iterator[Any]:
+    """This rank's part of a Hugging Face IterableDataset. Iterated in a DataLoader
+    worker, such a dataset already keeps only that worker's shards: striding its elements
+    again would drop rows. So split by rank only (``split_dataset_by_node``: whole shards
+    when they divide, else every ``world_size``-th row) and let it split by worker."""
+    if even:
+        raise ValueError(
+            "even=True is not available for a datasets.IterableDataset, which splits itself across "
+            "DataLoader workers by shards of unknown sizes; use even=False, or a map-style "
+            "datasets.Dataset with ShardedSampler"
+        )
+    from datasets.distributed import split_dataset_by_node
+
+    rank, world_size = rank_and_world(rank, world_size)
+    yield from split_dataset_by_node(source, rank=rank, world_size=world_size)
 
 
 class ShardedIterable(IterableDataset[T], Generic[T]):

@@ -8,7 +8,7 @@ ifneq ($(wildcard $(PY)),)
 export PYO3_PYTHON := $(abspath $(PY))
 endif
 
-.PHONY: help demo test bench bench-mixture bench-blocks build lint lint-rust lint-py rust-test py-test clean
+.PHONY: help demo test bench bench-megatron bench-mixture bench-blocks build lint lint-rust lint-py rust-test py-test clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -21,8 +21,11 @@ $(VENV)/.base: pyproject.toml
 	touch $@
 
 # What the tests and linters add: the integrations, pytest, mypy, ruff.
+# megatron-core is a test reference only, without its dependencies (its dataset code
+# needs only torch and numpy); its comparison tests skip where it cannot be installed.
 $(VENV)/.dev: $(VENV)/.base
 	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q --no-deps megatron-core==0.16.1 || echo "megatron-core not installed: tests/test_megatron.py will skip"
 	touch $@
 
 build: $(VENV)/.base  ## Build the Rust extension into the virtualenv (release)
@@ -61,6 +64,10 @@ bench-mixture: build $(VENV)/.dev  ## Mixture vs Megatron's blend build (fetches
 	cd target/megatron && unzip -o -q megatron_core-*.whl 'megatron/core/datasets/helpers_cpp*'
 	$(PY) benches/mixture_vs_megatron.py --markdown docs/mixture.md \
 		--helpers "$$(ls target/megatron/megatron/core/datasets/helpers_cpp*.so)"
+
+bench-megatron: build $(VENV)/.dev  ## megatron-core's blended GPT datasets vs permshard on a 2e9-token corpus (4 GB in /tmp)
+	$(PY) -m pip install -q --no-deps megatron-core==0.16.1
+	$(PY) benches/megatron_corpus.py --markdown docs/megatron.md
 
 bench-blocks: build  ## block-v1 vs perm-v1 on a cold page cache (writes a 4 GiB file in /tmp) and its quality table
 	$(PY) benches/block_order_cold_cache.py --gib 4 --markdown docs/block_order.md

@@ -129,3 +129,19 @@ def test_sparse_token_file_rss(benchmark, tmp_path):
     benchmark.extra_info["anonymous_rss_growth_mib"] = grown
     benchmark.extra_info["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     assert grown < 64, f"RSS grew {grown:.1f} MiB"
+
+
+@pytest.mark.parametrize("size", [100, 1000, 100_000])
+@pytest.mark.parametrize("access", ["take", "batch of 32"])
+def test_mixture_over_many_sources(benchmark, size, access):
+    """1,000 equal sources of ``size`` samples: small sources make long cipher walks."""
+    benchmark.group = f"Mixture, 1000 sources of {size}"
+    m = permshard.Mixture([size] * 1000, [1.0] * 1000, num_samples=10**7)
+    count = 20_000 if benchmark.disabled else 200_000
+    batches = [np.random.default_rng(k).integers(0, 10**7, 32).tolist() for k in range(100)]
+    sources, indices = m.take(0, 64)
+    assert [m[p] for p in range(64)] == list(zip(sources.tolist(), indices.tolist()))
+    if access == "take":
+        benchmark(m.take, 0, count)
+    else:
+        benchmark(lambda: [m.at_positions(b) for b in batches])

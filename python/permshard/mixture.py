@@ -170,6 +170,18 @@ class Mixture:
 
     def at_positions(self, positions: Sequence[int]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """``(sources, indices)`` of the given positions (any order), batched."""
+        n = self._inner.num_samples
+        if type(positions) is list and all(type(p) is int for p in positions):  # a sampler's batch
+            if positions and (min(positions) < 0 or max(positions) >= n):
+                bad = next(p for p in positions if not 0 <= p < n)
+                raise IndexError(f"mixture position {bad} out of range for {n} positions")
+            return self._inner.at_positions(positions)
+        array = np.asarray(positions)
+        if array.ndim == 1 and array.dtype.kind in "iu":  # an array, checked in bulk
+            if array.size and (int(array.min()) < 0 or int(array.max()) >= n):
+                bad = next(int(p) for p in array if not 0 <= p < n)
+                raise IndexError(f"mixture position {bad} out of range for {n} positions")
+            return self._inner.at_positions(array.tolist())
         checked = [as_int("position", p) for p in positions]
         bad = next((p for p in checked if not 0 <= p < self._inner.num_samples), None)
         if bad is not None:

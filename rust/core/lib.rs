@@ -12,10 +12,12 @@
 //! * [`Mixture`] — mix-v1: weighted sources, position → (source, index), no build step.
 //! * [`verify`] — the exact proof that ranks are disjoint and cover the data.
 //! * [`Fingerprint`] — an O(1)-memory summary of a multiset of sample ids.
+//! * [`check_sequence_layout`], [`check_document_indices`] — a Megatron `.idx`'s arrays.
 
 mod block;
 mod error;
 mod fingerprint;
+mod indexed;
 mod mix;
 mod mixture;
 mod order;
@@ -26,6 +28,7 @@ mod verify;
 pub use block::{BlockPermutation, BLOCK_ALGORITHM};
 pub use error::Error;
 pub use fingerprint::Fingerprint;
+pub use indexed::{check_document_indices, check_sequence_layout};
 pub use mix::splitmix64;
 pub use mixture::{Mixture, MIX_ALGORITHM};
 pub use order::{Explicit, Identity, Order, SampleOrder};

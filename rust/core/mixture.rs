@@ -477,7 +477,7 @@ impl Mixture {
     }
 
     /// `sources[i], indices[i]` = the `(source, index)` at position `start + i`. Batched:
-    /// each source's pass order is built once per call.
+    /// a cursor walks the tree, then each source's pass maps all its offsets at once.
     pub fn fill(&self, start: u64, sources: &mut [u64], indices: &mut [u64]) -> Result<(), Error> {
         let len = check_lengths(sources, indices)?;
         if start > self.num_samples || len > self.num_samples - start {
@@ -489,28 +489,11 @@ impl Mixture {
         }
         // Consecutive positions: a cursor walks the tree without a division per level.
         let mut cursor = Cursor::new(self, start);
-        let mut passes: Vec<Option<(u64, u64, Permutation)>> = vec![None; self.sizes.len()];
-        for (source, index) in sources.iter_mut().zip(indices.iter_mut()) {
-            let (s, occurrence) = cursor.next_position();
-            let size = self.sizes[s];
-            // (pass, offset in the pass, its order): advanced by one, or set up once.
-            let (pass, offset, order) = match &mut passes[s] {
-                Some(state) => {
-                    state.1 += 1;
-                    if state.1 == size {
-                        *state = (state.0 + 1, 0, self.pass_order(s, state.0 + 1));
-                    }
-                    state
-                }
-                empty => {
-                    let pass = occurrence / size;
-                    empty.insert((pass, occurrence % size, self.pass_order(s, pass)))
-                }
-            };
-            debug_assert_eq!(*pass * size + *offset, occurrence);
-            *source = s as u64;
-            *index = order.forward_unchecked(*offset);
+        for (source, occurrence) in sources.iter_mut().zip(indices.iter_mut()) {
+            let (s, o) = cursor.next_position();
+            (*source, *occurrence) = (s as u64, o);
         }
+        self.map_occurrences(sources, indices);
         Ok(())
     }
 
@@ -529,22 +512,66 @@ impl Mixture {
         for &p in positions {
             self.check_position(p)?;
         }
-        let mut orders: Vec<Option<(u64, Permutation)>> = vec![None; self.sizes.len()];
-        for (&p, (source, index)) in positions
+        for (&p, (source, occurrence)) in positions
             .iter()
             .zip(sources.iter_mut().zip(indices.iter_mut()))
         {
-            let (s, occurrence) = self.occurrence(p);
-            let size = self.sizes[s];
-            let pass = occurrence / size;
-            let order = match &orders[s] {
-                Some((built, order)) if *built == pass => order,
-                _ => &orders[s].insert((pass, self.pass_order(s, pass))).1,
-            };
-            *source = s as u64;
-            *index = order.forward_unchecked(occurrence % size);
+            let (s, o) = self.occurrence(p);
+            (*source, *occurrence) = (s as u64, o);
         }
+        self.map_occurrences(sources, indices);
         Ok(())
+    }
+
+    /// Replaces each `occurrences[i]` of source `sources[i]` by the sample it reads. The
+    /// slots are grouped by (source, pass) and each group's offsets go through
+    /// `Permutation::map_in_place` together: the batched (SIMD) walk, instead of one
+    /// scalar walk per position (a small source's walk is long: `2^16 / size` steps).
+    fn map_occurrences(&self, sources: &[u64], occurrences: &mut [u64]) {
+        let passes: Vec<u64> = (sources.iter().zip(occurrences.iter()))
+            .map(|(&s, &o)| o / self.sizes[s as usize])
+            .collect();
+        let pass_of = |i: usize| passes[i];
+        let mut order: Vec<usize> = (0..sources.len()).collect();
+        if sources.len() <= 4 * self.sizes.len() {
+            order.sort_unstable_by_key(|&i| (sources[i], pass_of(i)));
+        } else {
+            // Many slots: a counting sort by source, stable, so a source's slots keep
+            // their order (consecutive positions: passes already increasing).
+            let mut next = vec![0usize; self.sizes.len() + 1];
+            for &s in sources {
+                next[s as usize + 1] += 1;
+            }
+            for s in 0..self.sizes.len() {
+                next[s + 1] += next[s];
+            }
+            for (i, &s) in sources.iter().enumerate() {
+                order[next[s as usize]] = i;
+                next[s as usize] += 1;
+            }
+            for group in order.chunk_by_mut(|&a, &b| sources[a] == sources[b]) {
+                if !group.windows(2).all(|w| pass_of(w[0]) <= pass_of(w[1])) {
+                    group.sort_by_key(|&i| pass_of(i));
+                }
+            }
+        }
+        let mut offsets: Vec<u64> = Vec::new();
+        let mut a = 0;
+        while a < order.len() {
+            let (s, pass) = (sources[order[a]], pass_of(order[a]));
+            let size = self.sizes[s as usize];
+            let mut b = a + 1;
+            while b < order.len() && sources[order[b]] == s && pass_of(order[b]) == pass {
+                b += 1;
+            }
+            offsets.clear();
+            offsets.extend(order[a..b].iter().map(|&i| occurrences[i] % size));
+            self.pass_order(s as usize, pass).map_in_place(&mut offsets);
+            for (&i, &sample) in order[a..b].iter().zip(&offsets) {
+                occurrences[i] = sample;
+            }
+            a = b;
+        }
     }
 
     /// Every position at which `(source, index)` appears, in increasing order: one per pass
@@ -859,6 +886,42 @@ mod tests {
             };
             assert!(full(n), "{sizes:?} {weights:?}: not covered at {n}");
             assert!(!full(n - 1), "{sizes:?} {weights:?}: covered before {n}");
+        }
+    }
+
+    #[test]
+    fn batched_fills_agree_with_one_position_at_a_time() {
+        // Small sources (long walks, several passes in one call) beside a large one.
+        let m = Mixture::new(
+            &[100, 3, 1000, 70_000],
+            &[0.4, 0.1, 0.3, 0.2],
+            Some(20_000),
+            7,
+        )
+        .unwrap();
+        let one: Vec<(u64, u64)> = (0..20_000)
+            .map(|p| {
+                let (s, i) = m.at(p).unwrap();
+                (s as u64, i)
+            })
+            .collect();
+        let (mut sources, mut indices) = (vec![0u64; 15_000], vec![0u64; 15_000]);
+        m.fill(5_000, &mut sources, &mut indices).unwrap();
+        let filled: Vec<(u64, u64)> = sources
+            .iter()
+            .copied()
+            .zip(indices.iter().copied())
+            .collect();
+        assert_eq!(filled, one[5_000..]);
+        // Any order, repeats included; few slots (sorted) and many (counting sort).
+        let positions: Vec<u64> = (0..20_000u64).map(|k| (k * 7_919 + 13) % 20_000).collect();
+        for len in [5usize, 20_000] {
+            let (mut sources, mut indices) = (vec![0u64; len], vec![0u64; len]);
+            m.fill_at(&positions[..len], &mut sources, &mut indices)
+                .unwrap();
+            for (k, &p) in positions[..len].iter().enumerate() {
+                assert_eq!((sources[k], indices[k]), one[p as usize], "position {p}");
+            }
         }
     }
 

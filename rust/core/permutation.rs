@@ -143,22 +143,30 @@ impl Permutation {
         })
     }
 
-    /// Encrypts the whole 16-bit domain once (batched), then follows each position's walk
-    /// through that array: O(2^16) for the whole table, whatever n.
+    /// Encrypts the whole 16-bit domain once (batched), then follows every position's walk
+    /// through that array, all walks a step at a time so their loads overlap: O(2^16) for
+    /// the whole table, whatever n.
     fn build_table(&self) -> Table {
-        let mut next: Vec<u64> = (0..1u64 << MIN_BITS).collect();
-        for chunk in next.chunks_mut(BLOCK) {
+        let mut encrypted: Vec<u64> = (0..1u64 << MIN_BITS).collect();
+        for chunk in encrypted.chunks_mut(BLOCK) {
             simd::encrypt_block(self, chunk);
         }
+        // n <= TABLE_MAX_N, so the domain is exactly 16 bits: every value fits a u16.
+        let next: Vec<u16> = encrypted.iter().map(|&x| x as u16).collect();
         let n = self.n as usize;
-        let mut forward = vec![0u16; n];
+        let mut forward: Vec<u16> = next[..n].to_vec();
+        let mut walking: Vec<u16> = (0..n as u16)
+            .filter(|&p| forward[p as usize] as usize >= n)
+            .collect();
+        while !walking.is_empty() {
+            walking.retain(|&p| {
+                let x = next[forward[p as usize] as usize];
+                forward[p as usize] = x;
+                x as usize >= n
+            });
+        }
         let mut inverse = vec![0u16; n];
-        for (p, slot) in forward.iter_mut().enumerate() {
-            let mut x = next[p];
-            while x >= self.n {
-                x = next[x as usize];
-            }
-            *slot = x as u16;
+        for (p, &x) in forward.iter().enumerate() {
             inverse[x as usize] = p as u16;
         }
         Table { forward, inverse }

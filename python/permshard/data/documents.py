@@ -65,26 +65,6 @@ class DocumentBatch(Sequence[dict[str, torch.Tensor]]):
         self.segments = segments
         self.attention_mask = attention_mask
 
-    @classmethod
-    def merged(cls, size: int, parts: Sequence[tuple[npt.NDArray[np.int64], DocumentBatch]]) -> DocumentBatch:
-        """One batch of ``size`` rows from ``parts``: ``(rows, batch)``, rows of the result
-        that each part's batch fills, in order (a blend's sources, batched apart)."""
-        first = parts[0][1]
-        out = cls.__new__(cls)
-        for name in ("tokens", "labels", "loss_mask", "position_ids"):
-            like = getattr(first, name)
-            full = like.new_empty((size, like.shape[1]))
-            for rows, batch in parts:
-                full[torch.from_numpy(rows)] = getattr(batch, name)
-            setattr(out, name, full)
-        out.segments = np.empty((size, first.segments.shape[1]), dtype=np.bool_)
-        for rows, batch in parts:
-            if batch.segments.shape != (rows.size, first.segments.shape[1]):
-                raise ValueError("a blend's sources must share seq_len and document settings")
-            out.segments[rows] = batch.segments
-        out.attention_mask = any(batch.attention_mask for _, batch in parts)
-        return out
-
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
 

@@ -6,8 +6,8 @@ The ``.idx`` layout (megatron-core's ``_IndexWriter``), little-endian::
     int32 lengths[sequences] | int64 byte pointers[sequences] | int64 document_indices[count]
     (int8 modes[sequences], multimodal indices only)
 
-Everything is read memory-mapped and validated once, in chunks: O(1) resident memory at any
-number of sequences. Megatron's GPT datasets treat each *sequence* as a document (split by
+Everything is read memory-mapped and validated once, in one pass over the bytes (in Rust):
+O(1) resident memory at any number of sequences. Megatron's GPT datasets treat each *sequence* as a document (split by
 sequences, one EOD-terminated sequence per document as its preprocessing writes them); so
 does this module.
 """
@@ -22,6 +22,8 @@ from typing import Any, Optional, Union
 
 import numpy as np
 import numpy.typing as npt
+
+from .. import _core
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -39,7 +41,6 @@ DTYPE_CODES: dict[int, type[np.generic]] = {
     8: np.uint16,
 }
 PARTS = ("train", "valid", "test")
-_CHUNK = 1 << 20  # entries per validation chunk: constant memory at any size
 
 
 def find_prefix(path: PathLike) -> Optional[str]:
@@ -82,7 +83,7 @@ def starts_with_index_magic(path: str) -> bool:
 class MegatronIndex:
     r"""The validated ``.idx`` of one Megatron indexed dataset, memory-mapped.
 
-    Checked once, in chunks of :math:`2^{20}` entries (constant memory): the magic, the
+    Checked once, in one pass over the memory-mapped bytes: the magic, the
     version, the dtype code (integer token types only), the array sizes against the file
     size (a trailing ``modes`` array means a multimodal index, refused), lengths ``>= 0``,
     pointers that lay the sequences end to end from byte 0, document indices from 0 to the
@@ -176,44 +177,29 @@ class MegatronIndex:
         return lengths, pointers, documents  # type: ignore[return-value]
 
     def _validate(self) -> int:
-        """Checks the arrays chunk by chunk; returns the number of tokens."""
-        lengths, pointers, documents = self.arrays()
+        """Checks the arrays in one pass over their bytes (in Rust, GIL released);
+        returns the number of tokens."""
+        raw = np.memmap(self.idx_path, dtype=np.uint8, mode="r")
+        lo, po, do = self._layout()
         isz, where = self.dtype.itemsize, self.idx_path
-        if self._document_count < 1 or documents[0] != 0 or documents[-1] != self.num_sequences:
-            raise ValueError(
-                f"{where}: document indices must run from 0 to the {self.num_sequences} sequences; "
-                "the index is corrupt, rewrite it"
-            )
-        expected_pointer = 0
-        for a in range(0, self.num_sequences, _CHUNK):
-            n = lengths[a : a + _CHUNK].astype(np.int64)
-            if n.min() < 0:
-                raise ValueError(f"{where}: negative sequence length at sequence {a + int(np.argmin(n))}")
-            ends = expected_pointer + np.cumsum(n) * isz
-            starts = np.concatenate([[expected_pointer], ends[:-1]])
-            bad = np.flatnonzero(pointers[a : a + _CHUNK] != starts)
-            if bad.size:
-                i = a + int(bad[0])
-                raise ValueError(
-                    f"{where}: sequence {i} starts at byte {int(pointers[i])}, not {int(starts[bad[0]])} "
-                    "(sequences must lie end to end in the .bin); the index is corrupt, rewrite it"
-                )
-            expected_pointer = int(ends[-1])
-        for a in range(0, self._document_count, _CHUNK):
-            d = documents[a : a + _CHUNK + 1]
-            if d.size > 1 and np.any(np.diff(d) < 0):
-                raise ValueError(f"{where}: document indices decrease; the index is corrupt, rewrite it")
+        try:
+            _core.check_document_indices(raw[do:], self.num_sequences)
+            end = _core.check_sequence_layout(raw[lo:po], raw[po:do], isz)
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}; the index is corrupt, rewrite it") from None
+        finally:
+            del raw
         try:
             bin_size = os.path.getsize(self.bin_path)
         except OSError as e:
             raise ValueError(f"cannot open {self.bin_path}: {e.strerror}") from None
-        if bin_size != expected_pointer:
+        if bin_size != end:
             raise ValueError(
                 f"{self.bin_path} is {bin_size} bytes but {self.idx_path} describes "
-                f"{expected_pointer // isz} tokens of {self.dtype} ({expected_pointer} bytes): the "
-                ".bin is truncated or belongs to another index"
+                f"{end // isz} tokens of {self.dtype} ({end} bytes): the .bin is truncated or "
+                "belongs to another index"
             )
-        return expected_pointer // isz
+        return end // isz
 
     def sequence_range(self, split: Union[str, Sequence[float], None], part: str) -> tuple[int, int]:
         """The sequences ``[lo, hi)`` of ``part`` under ``split``, by Megatron's arithmetic

@@ -24,8 +24,8 @@ class MixedDataset(Dataset[Any]):
     world sizes, ``verify`` and ``locate`` work as for any dataset.
 
     A batch (``__getitems__``) is fetched source by source through each source's own
-    batched path; when the sources return batches that merge (``TokenWindows``' windows
-    or document batches) the result is one batch of the same kind, in position order, so
+    batched path; sources of one kind (e.g. ``TokenWindows`` of one ``seq_len`` and
+    document settings) fill one batch together, in position order, so
     ``TokenWindows.collate`` takes it as is.
 
     Args:
@@ -85,6 +85,8 @@ class MixedDataset(Dataset[Any]):
                 )
             mixture = Mixture(sizes, weights, covering, seed, stages=stages)
         self.mixture = mixture
+        # The sources as one dataset (see __getitems__), or False: built on first use.
+        self._joined: Any = None
 
     def _per_sample(self, weights: Sequence[float]) -> list[float]:
         """Token shares as sample shares: each weight divided by its source's tokens."""
@@ -160,30 +162,42 @@ class MixedDataset(Dataset[Any]):
         return self.datasets[source][index]
 
     def __getitems__(self, positions: list[int]) -> Any:
-        """A batch, fetched source by source (a source's own ``__getitems__`` is used);
-        batches that know how to merge (``merged``) come back as one batch."""
+        """A batch, through the sources' batched paths.
+
+        Sources of one :attr:`~permshard.data.TokenWindows.batch_layout` are read as one
+        concatenation (:meth:`~permshard.data.TokenWindows.concatenate`): one call, and the
+        batch its ``__getitems__`` returns. Other sources are fetched source by source
+        (their ``__getitems__`` where they have one) into a list."""
         sources, indices = self.mixture.at_positions(positions)
+        if self._joined is None:
+            self._joined = self._join()
+        if self._joined is not False:
+            joined, first_window = self._joined
+            return joined.__getitems__(first_window[sources] + indices)
         order = np.argsort(sources, kind="stable")
         cuts = np.flatnonzero(np.diff(sources[order])) + 1
-        parts = []
+        out: list[Any] = [None] * len(positions)
         for rows in np.split(order, cuts) if order.size else []:
-            source = int(sources[rows[0]])
-            wanted = indices[rows].tolist()
-            dataset = self.datasets[source]
+            dataset, wanted = self.datasets[int(sources[rows[0]])], indices[rows].tolist()
             getitems = getattr(dataset, "__getitems__", None)
             items = getitems(wanted) if getitems is not None else [dataset[i] for i in wanted]
-            parts.append((rows, items))
-        kinds = {type(items) for _, items in parts}
-        if len(kinds) == 1:
-            kind = kinds.pop()
-            merged = getattr(kind, "merged", None)
-            if merged is not None:
-                return merged(len(positions), parts)
-        out: list[Any] = [None] * len(positions)
-        for rows, items in parts:
             for k, item in zip(rows.tolist(), items):
                 out[k] = item
         return out
+
+    def _join(self) -> Any:
+        """``(concatenation, first window of each source)`` when the sources share one
+        batch layout, else False."""
+        layouts = {getattr(d, "batch_layout", None) for d in self.datasets}
+        if None in layouts or len(layouts) > 1:
+            return False
+        first_window = np.cumsum([0] + [len(d) for d in self.datasets[:-1]], dtype=np.int64)
+        return type(self.datasets[0]).concatenate(self.datasets), first_window
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_joined"] = None  # rebuilt where it is used
+        return state
 
     def __repr__(self) -> str:
         return f"MixedDataset({len(self.datasets)} datasets, {self.mixture!r})"

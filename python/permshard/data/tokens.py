@@ -3,6 +3,7 @@ indexed datasets with their splits and documents), memory-mapped."""
 
 from __future__ import annotations
 
+import copy
 import mmap
 import os
 from collections.abc import Sequence
@@ -30,18 +31,6 @@ class WindowBatch(list[torch.Tensor]):
     def __init__(self, tensor: torch.Tensor) -> None:
         super().__init__(tensor.unbind(0))
         self.tensor = tensor
-
-    @classmethod
-    def merged(cls, size: int, parts: Sequence[tuple[npt.NDArray[np.int64], WindowBatch]]) -> WindowBatch:
-        """One batch of ``size`` rows from ``parts``: ``(rows, batch)``, the rows of the
-        result each part's batch fills (a blend's sources, batched apart)."""
-        width = {batch.tensor.shape[1] for _, batch in parts}
-        if len(width) != 1:
-            raise ValueError(f"a blend's sources must share seq_len to be batched; windows of {sorted(width)}")
-        out = parts[0][1].tensor.new_empty((size, width.pop()))
-        for rows, batch in parts:
-            out[torch.from_numpy(rows)] = batch.tensor
-        return cls(out)
 
 
 class TokenWindows(Dataset[Any]):
@@ -410,15 +399,11 @@ class TokenWindows(Dataset[Any]):
             self._coarse[f] = found
         return found
 
-    def _doc_starts(self, files: npt.NDArray[np.intp], offsets: npt.NDArray[np.int64], text: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
-        """``(batch, seq_len)`` bool: True where a document starts at an input position."""
-        seq = self.seq_len
+    def _idx_starts(self, files: npt.NDArray[np.intp], offsets: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        """``(batch, seq_len)`` bool: True where a sequence of the ``.idx`` starts at an
+        input position of the windows at ``offsets``."""
+        seq, isz = self.seq_len, self.dtype.itemsize
         starts = np.zeros((offsets.size, seq), dtype=np.bool_)
-        if self.eod_id is not None:
-            # Megatron's rule: a document starts after every EOD input token.
-            starts[:, 1:] = text[:, : seq - 1] == self.eod_id
-            return starts
-        isz = self.dtype.itemsize
         for f in np.unique(files):
             ix = self.indexes[int(f)]
             assert ix is not None
@@ -470,22 +455,83 @@ class TokenWindows(Dataset[Any]):
             raise IndexError(f"window index out of range for {n} windows")
         idx = np.where(idx < 0, idx + n, idx)
         files, offsets = self._offsets(idx, indices)
-        out = np.empty((idx.size, self.seq_len + 1), dtype=np.int64)
-        for f in np.unique(files):
-            rows = np.nonzero(files == f)[0]
-            # A strided view whose row o is tokens[o : o + seq_len + 1] (no copy): indexing
-            # it by offsets copies whole rows, several times faster than an index grid.
-            out[rows] = self._windows()[f][offsets[rows]]
+        views = self._windows()
+        # Each view's row o is tokens[o : o + seq_len + 1]: indexing it by offsets copies
+        # whole rows in the file's dtype, several times faster than an index grid.
+        if len(views) == 1:
+            raw = views[0][offsets]
+        else:
+            raw = np.empty((idx.size, self.seq_len + 1), dtype=self.dtype)
+            # Rows grouped by file with one sort: each file's rows are a slice of it.
+            order = np.argsort(files, kind="stable")
+            bounds = np.searchsorted(files[order], np.arange(len(views) + 1)).tolist()
+            for f, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
+                if a < b:
+                    rows = order[a:b]
+                    raw[rows] = views[f][offsets[rows]]
+        text = raw.astype(np.int64)
         if not self.documents:
-            return WindowBatch(torch.from_numpy(out))
+            return WindowBatch(torch.from_numpy(text))
+        if self.eod_id is not None:
+            # Megatron's rule: a document starts after every EOD input token.
+            starts = np.zeros((idx.size, self.seq_len), dtype=np.bool_)
+            starts[:, 1:] = raw[:, : self.seq_len - 1] == self.eod_id
+        else:
+            starts = self._idx_starts(files, offsets)
         return DocumentBatch(
-            out,
-            self._doc_starts(files, offsets, out),
+            text,
+            starts,
             eod_id=self.eod_id,
             reset_position_ids=self.reset_position_ids,
             reset_attention_mask=self.reset_attention_mask,
             eod_mask_loss=self.eod_mask_loss,
             attention_mask=self.attention_mask,
+        )
+
+    @classmethod
+    def concatenate(cls, parts: Sequence[TokenWindows]) -> TokenWindows:
+        """One dataset over the files of ``parts``, in order: window ``i`` of ``parts[k]``
+        is window ``sum(len(p) for p in parts[:k]) + i``. Nothing is read or copied; the
+        parts must share :attr:`batch_layout`.
+
+        A blend of such parts reads each batch with one call (see
+        :class:`~permshard.data.MixedDataset`)."""
+        first = parts[0]
+        for k, part in enumerate(parts):
+            if part.batch_layout != first.batch_layout:
+                raise ValueError(
+                    f"parts[{k}] cuts windows differently from parts[0] (seq_len, dtype, document or "
+                    "shift settings): only parts of one batch_layout concatenate"
+                )
+        out = copy.copy(first)
+        out.paths = [path for part in parts for path in part.paths]
+        out.indexes = [ix for part in parts for ix in part.indexes]
+        out.sequence_ranges = [r for part in parts for r in part.sequence_ranges]
+        out.first_tokens = [t for part in parts for t in part.first_tokens]
+        out.sizes = [m for part in parts for m in part.sizes]
+        counts = np.concatenate([np.diff(part.starts) for part in parts])
+        out.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        out.bases = np.asarray(out.first_tokens, dtype=np.int64)
+        out._maps = out._views = None
+        out._coarse, out._shifts = {}, {}
+        return out
+
+    @property
+    def batch_layout(self) -> tuple[Any, ...]:
+        """How this dataset cuts and shapes its samples; datasets with one layout
+        :meth:`concatenate`."""
+        return (
+            type(self),
+            self.seq_len,
+            self.dtype,
+            self.shift_per_epoch,
+            self.seed,
+            self.documents,
+            self.eod_id,
+            self.reset_position_ids,
+            self.reset_attention_mask,
+            self.eod_mask_loss,
+            self.attention_mask,
         )
 
     def _windows(self) -> list[npt.NDArray[Any]]:

@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 
 mod block;
 mod errors;
+mod indexed;
 mod mixture;
 mod partition;
 mod permutation;
@@ -16,6 +17,8 @@ mod _core {
     use super::block::BlockPermutation;
     #[pymodule_export]
     use super::errors::ShardingError;
+    #[pymodule_export]
+    use super::indexed::{check_document_indices, check_sequence_layout};
     #[pymodule_export]
     use super::mixture::Mixture;
     #[pymodule_export]

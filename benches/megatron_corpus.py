@@ -112,7 +112,6 @@ class _Tokenizer:
 
 def megatron_child(paths: list[str], samples: int, cache: str, flags: bool, dense: bool) -> dict[str, Any]:
     import torch.distributed as dist
-
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 
@@ -158,7 +157,9 @@ def permshard_child(paths: list[str], samples: int, flags: bool) -> dict[str, An
     data_path = " ".join(f"{w} {p}" for w, p in zip(weights, paths))
     options: dict[str, Any] = {"split": "969,30,1"}
     if flags:
-        options.update(documents=True, eod_id=EOD, reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=True)
+        options.update(
+            documents=True, eod_id=EOD, reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=True
+        )
     rss = rss_mib()
     began = time.perf_counter()
     blend = MixedDataset.from_data_path(data_path, SEQ, samples, **options)
@@ -191,7 +192,9 @@ def child(args: argparse.Namespace) -> None:
     print(json.dumps(result))
 
 
-def run(kind: str, paths: list[str], samples: int, cache: str, flags: bool, dense: bool = False) -> dict[str, Any]:
+def run(
+    kind: str, paths: list[str], samples: int, cache: str, flags: bool, dense: bool = False
+) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--child", kind, "--paths", ",".join(paths), "--samples", str(samples)]
     cmd += ["--cache", cache] + (["--flags"] if flags else []) + (["--dense"] if dense else [])
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -220,7 +223,9 @@ def main() -> None:
         return
     began = time.perf_counter()
     paths = write_corpus(args.dir, args.prefixes, int(args.tokens))
-    print(f"corpus: {args.prefixes} prefixes, {int(args.tokens):,} tokens ({time.perf_counter() - began:.0f} s)")
+    print(
+        f"corpus: {args.prefixes} prefixes, {int(args.tokens):,} tokens ({time.perf_counter() - began:.0f} s)"
+    )
     cache = os.path.join(args.dir, "megatron-cache")
     shutil.rmtree(cache, ignore_errors=True)
     m_cold = run("megatron", paths, args.samples, cache, False)
@@ -233,7 +238,11 @@ def main() -> None:
 
     us = 1e6
     rows = [
-        ("first sample, cold", f"{m_cold['first_s']:.2f} s", f"{p_plain['first_s'] * 1e3:.1f} ms (first batch of 32)"),
+        (
+            "first sample, cold",
+            f"{m_cold['first_s']:.2f} s",
+            f"{p_plain['first_s'] * 1e3:.1f} ms (first batch of 32)",
+        ),
         ("first sample, warm (index cache written)", f"{m_warm['first_s']:.2f} s", "no cache"),
         (
             "first batch at 10^8 / 10^12 samples",
@@ -246,7 +255,11 @@ def main() -> None:
             f"{m_cold['rss_growth_mib']:.0f} MiB",
             f"{p_plain['rss_growth_mib']:.0f} MiB",
         ),
-        ("per item, `__getitem__`", f"{m_warm['per_item_s'] * us:.1f} µs", f"{p_plain['per_item_s'] * us:.1f} µs"),
+        (
+            "per item, `__getitem__`",
+            f"{m_warm['per_item_s'] * us:.1f} µs",
+            f"{p_plain['per_item_s'] * us:.1f} µs",
+        ),
         (
             "per item, batched `__getitems__` of 32 (blend / one source alone)",
             "—",

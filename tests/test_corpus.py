@@ -299,7 +299,13 @@ def test_document_options_are_checked(tmp_path):
 def test_document_batches_through_a_dataloader_with_workers(tmp_path):
     corpus(tmp_path / "c", n_docs=400, max_len=60)
     ds = TokenWindows(
-        tmp_path / "c", 32, split="9,1", documents=True, eod_id=EOD, reset_position_ids=True, reset_attention_mask=True
+        tmp_path / "c",
+        32,
+        split="9,1",
+        documents=True,
+        eod_id=EOD,
+        reset_position_ids=True,
+        reset_attention_mask=True,
     )
     sampler = ShardedSampler(ds, num_replicas=2, rank=1, seed=3)
     loader = DataLoader(
@@ -405,6 +411,7 @@ def test_cli_show_names_what_the_sampler_yields(tmp_path, capsys):
         source, window = blend.mixture[index]
         ds = blend.datasets[source]
         doc, a, b = ds.documents_of(window)[0]
-        assert f"[{k:>3}] position {index:,}: source {source} ({ds.paths[0]}) window {window:,}: doc {doc:,} tokens [{a:,}, {b:,})" in out
+        line = f"[{k:>3}] position {index:,}: source {source} ({ds.paths[0]}) window {window:,}: "
+        assert line + f"doc {doc:,} tokens [{a:,}, {b:,})" in out
     assert main(args + ["--step", "10000", "--batch-size", "5"]) == 2
     assert "is past the epoch" in capsys.readouterr().err

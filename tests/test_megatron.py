@@ -11,7 +11,8 @@ import torch
 from permshard.data import MegatronIndex, TokenWindows, split_bounds, write_indexed
 
 indexed_dataset = pytest.importorskip(
-    "megatron.core.datasets.indexed_dataset", reason="megatron-core is not installed (pip install megatron-core)"
+    "megatron.core.datasets.indexed_dataset",
+    reason="megatron-core is not installed (pip install megatron-core)",
 )
 from megatron.core.datasets import blended_megatron_dataset_config as mconfig  # noqa: E402
 from megatron.core.datasets import gpt_dataset  # noqa: E402

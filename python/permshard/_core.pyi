@@ -16,6 +16,8 @@ __all__ = [
     "Progress",
     "ShardingError",
     "__version__",
+    "check_document_indices",
+    "check_sequence_layout",
     "verify",
 ]
 
@@ -138,5 +140,7 @@ class BlockPermutation:
     def take(self, start: int, stop: int) -> npt.NDArray[np.int64]: ...
     def take_list(self, start: int, stop: int) -> list[int]: ...
 
-def check_sequence_layout(lengths: npt.NDArray[np.uint8], pointers: npt.NDArray[np.uint8], itemsize: int) -> int: ...
+def check_sequence_layout(
+    lengths: npt.NDArray[np.uint8], pointers: npt.NDArray[np.uint8], itemsize: int
+) -> int: ...
 def check_document_indices(indices: npt.NDArray[np.uint8], sequences: int) -> None: ...

@@ -283,7 +283,9 @@ def _inspect(args: argparse.Namespace) -> int:
         for part, (lo, hi) in zip(("train", "valid", "test"), split_bounds(args.split, ix.num_sequences)):
             tokens = ix.token_offset(hi) - ix.token_offset(lo)
             windows = max(0, (tokens - 1) // args.seq_len)
-            print(f"  {part:>5} ({args.split}): documents [{lo:,}, {hi:,}), {tokens:,} tokens, {windows:,} windows")
+            print(
+                f"  {part:>5} ({args.split}): documents [{lo:,}, {hi:,}), {tokens:,} tokens, {windows:,} windows"
+            )
     return status
 
 
@@ -307,7 +309,9 @@ def _show(args: argparse.Namespace) -> int:
     part = config.partition()
     first = args.step * args.batch_size
     if first >= part.num_samples:
-        raise ValueError(f"step {args.step} is past the epoch: rank {args.rank} has {part.num_samples:,} samples")
+        raise ValueError(
+            f"step {args.step} is past the epoch: rank {args.rank} has {part.num_samples:,} samples"
+        )
     count = min(args.batch_size, part.num_samples - first)
     positions = part.take(args.rank, first, count)
     print(f"{blend!r}\nrank {args.rank} of {args.world}, epoch {args.epoch}, step {args.step}:")
@@ -315,7 +319,9 @@ def _show(args: argparse.Namespace) -> int:
         source, window = blend.mixture[position]
         ds = blend.datasets[source]
         pieces = ", ".join(f"doc {d:,} tokens [{a:,}, {b:,})" for d, a, b in ds.documents_of(window))
-        print(f"  [{k:>3}] position {position:,}: source {source} ({ds.paths[0]}) window {window:,}: {pieces}")
+        print(
+            f"  [{k:>3}] position {position:,}: source {source} ({ds.paths[0]}) window {window:,}: {pieces}"
+        )
     return 0
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from .data import TokenWindows
+from .data import TokenWindows, WindowBatch
 from .launch import launch
 from .proofs import verify
 from .sampler import ShardedBatchSampler, ShardedSampler
@@ -37,7 +37,9 @@ class _IndexedWindows(Dataset[tuple[int, torch.Tensor]]):
         return i, self.windows[i]
 
     def __getitems__(self, indices: Sequence[int]) -> list[tuple[int, torch.Tensor]]:
-        return list(zip(indices, self.windows.__getitems__(indices)))
+        batch = self.windows.__getitems__(indices)
+        assert isinstance(batch, WindowBatch)  # windows, not documents
+        return list(zip(indices, batch))
 
 
 def _collate(items: list[tuple[int, torch.Tensor]]) -> tuple[list[int], torch.Tensor]:

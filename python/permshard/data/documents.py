@@ -81,9 +81,7 @@ class DocumentBatch(Sequence[dict[str, torch.Tensor]]):
             "labels": self.labels[i],
             "loss_mask": self.loss_mask[i],
             "position_ids": self.position_ids[i],
-            "cu_seqlens": torch.from_numpy(
-                np.append(starts, self.segments.shape[1]).astype(np.int32)
-            ),
+            "cu_seqlens": torch.from_numpy(np.append(starts, self.segments.shape[1]).astype(np.int32)),
         }
         if self.attention_mask:
             item["attention_mask"] = dense_mask(self.segments[i : i + 1])[0]
@@ -127,8 +125,7 @@ def dense_mask(segments: npt.NDArray[np.bool_]) -> torch.Tensor:
 def collate_items(items: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, Any]:
     """:meth:`DocumentBatch.collate` for samples fetched one by one (their dicts)."""
     out: dict[str, Any] = {
-        k: torch.stack([item[k] for item in items])
-        for k in ("tokens", "labels", "loss_mask", "position_ids")
+        k: torch.stack([item[k] for item in items]) for k in ("tokens", "labels", "loss_mask", "position_ids")
     }
     seq = int(out["tokens"].shape[1])
     parts = [item["cu_seqlens"][:-1].to(torch.int64) + k * seq for k, item in enumerate(items)]

@@ -167,14 +167,14 @@ class MegatronIndex:
         if self._arrays is None:
             raw = np.memmap(self.idx_path, dtype=np.uint8, mode="r")
             lo, po, do = self._layout()
-            s, d = self.num_sequences, self._document_count
+            d = self._document_count
             self._arrays = (
                 raw[lo:po].view("<i4"),
                 raw[po:do].view("<i8"),
                 raw[do : do + 8 * d].view("<i8"),
             )
         lengths, pointers, documents = self._arrays
-        return lengths, pointers, documents  # type: ignore[return-value]
+        return lengths, pointers, documents
 
     def _validate(self) -> int:
         """Checks the arrays in one pass over their bytes (in Rust, GIL released);
@@ -277,8 +277,8 @@ def search_sorted(
     copy whole (the ``.idx`` arrays are unaligned): ``coarse = values[::step]`` narrows
     each query to ``step`` entries, then a vectorised bisection reads only those."""
     j = np.searchsorted(coarse, queries, side=side)  # type: ignore[call-overload]
-    lo = np.maximum(j - 1, 0) * step
-    hi = np.minimum(j * step, values.size)
+    lo: npt.NDArray[np.int64] = np.maximum(j - 1, 0) * step
+    hi: npt.NDArray[np.int64] = np.minimum(j * step, values.size)
     right = side == "right"
     while True:
         active = lo < hi

@@ -311,7 +311,9 @@ class TokenWindows(Dataset[Any]):
     def __len__(self) -> int:
         return int(self.starts[-1])
 
-    def _offsets(self, idx: npt.NDArray[np.int64], indices: Any) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.int64]]:
+    def _offsets(
+        self, idx: npt.NDArray[np.int64], indices: Any
+    ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.int64]]:
         """``(files, token offsets in the file)`` of windows ``idx`` (checked, >= 0)."""
         files = np.searchsorted(self.starts, idx, side="right") - 1
         offsets = self.bases[files] + self._shift_of(indices) + (idx - self.starts[files]) * self.seq_len
@@ -399,7 +401,9 @@ class TokenWindows(Dataset[Any]):
             self._coarse[f] = found
         return found
 
-    def _idx_starts(self, files: npt.NDArray[np.intp], offsets: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+    def _idx_starts(
+        self, files: npt.NDArray[np.intp], offsets: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.bool_]:
         """``(batch, seq_len)`` bool: True where a sequence of the ``.idx`` starts at an
         input position of the windows at ``offsets``."""
         seq, isz = self.seq_len, self.dtype.itemsize

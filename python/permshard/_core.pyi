@@ -13,7 +13,9 @@ __all__ = [
     "Mixture",
     "Partition",
     "Permutation",
+    "IDENTITY_ALGORITHM",
     "Progress",
+    "Sharding",
     "ShardingError",
     "__version__",
     "check_document_indices",
@@ -23,6 +25,7 @@ __all__ = [
 
 __version__: str
 ALGORITHM: str
+IDENTITY_ALGORITHM: str
 
 _Fingerprint = tuple[int, int, int, int]
 
@@ -41,6 +44,30 @@ class Permutation:
     def inverse(self, sample: int) -> int: ...
     def take(self, start: int, stop: int) -> npt.NDArray[np.int64]: ...
     def take_list(self, start: int, stop: int) -> list[int]: ...
+
+@final
+class Sharding:
+    def __new__(
+        cls,
+        n: int,
+        num_replicas: int,
+        *,
+        seed: int = 0,
+        epoch: int = 0,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        block_size: int = 0,
+        window_blocks: int = 0,
+    ) -> Sharding: ...
+    @property
+    def algorithm(self) -> str: ...
+    @property
+    def max_consumed(self) -> int: ...
+    def accepts_algorithm(self, algorithm: str) -> bool: ...
+    def partition(self, start: int = 0) -> Partition: ...
+    def step_positions(
+        self, start: int, num_samples: int, rank: int, step: int, batch_size: int
+    ) -> tuple[int, int]: ...
 
 @final
 class Partition:

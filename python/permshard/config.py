@@ -17,6 +17,9 @@ from ._validation import as_int, as_positive, as_u64
 #: Fields a resume must share with the run that saved it (epoch and num_replicas may change).
 RESUME_KEYS = ("algorithm", "n", "seed", "shuffle", "drop_last", "block_size", "window_blocks")
 
+#: The orders' algorithm ids (a state dict, plan, certificate and partition name the same).
+ALGORITHMS = (_core.IDENTITY_ALGORITHM, _core.ALGORITHM, _core.BLOCK_ALGORITHM)
+
 #: Fields added after the first release: a state dict without them has their default.
 _OPTIONAL_KEYS = {"block_size": 0, "window_blocks": 0}
 
@@ -37,8 +40,10 @@ class ShardConfig:
             :class:`permshard.BlockPermutation`) with blocks of this many samples.
         window_blocks (int): blocks shuffled together in block-v1 (``0`` without blocks).
 
-    The order's algorithm id, ``algorithm``, follows from them (``perm-v1`` or
-    ``block-v1``); a state dict of another one cannot be resumed.
+    The order and its algorithm id, ``algorithm``, follow from them, decided by the core
+    (``identity`` without ``shuffle``, ``block-v1`` with ``block_size``, else
+    ``perm-v1``); a state dict of another order cannot be resumed. State dicts of 0.1 and
+    0.2, which recorded an unshuffled epoch as ``perm-v1``, still load.
 
     Example::
 
@@ -68,32 +73,36 @@ class ShardConfig:
             "block_size": as_u64("block_size", self.block_size),
             "window_blocks": as_u64("window_blocks", self.window_blocks),
         }
-        if checked["block_size"]:
-            if not checked["shuffle"]:
-                raise ValueError("block_size=... orders blocks for a shuffle: it needs shuffle=True")
-            if not checked["window_blocks"]:
-                raise ValueError(
-                    "block_size=... needs window_blocks=... (the blocks shuffled together), >= 1"
-                )
-        elif checked["window_blocks"]:
-            raise ValueError("window_blocks=... needs block_size=...")
-        checked["algorithm"] = _core.BLOCK_ALGORITHM if checked["block_size"] else _core.ALGORITHM
+        # The core checks the fields together and names the order they imply.
+        core = _core.Sharding(
+            checked["n"],
+            checked["num_replicas"],
+            **{
+                k: checked[k]
+                for k in ("seed", "epoch", "shuffle", "drop_last", "block_size", "window_blocks")
+            },
+        )
+        checked["algorithm"] = core.algorithm
         for name, value in checked.items():
             object.__setattr__(self, name, value)  # frozen: normalise once, here
 
-    def partition(self, start: int = 0) -> _core.Partition:
-        """The split of this epoch's positions ``[start, ...)`` across the ranks."""
-        return _core.Partition(
+    def sharding(self) -> _core.Sharding:
+        """The core's description of this epoch (order, algorithm id, resume limit,
+        dealing layouts)."""
+        return _core.Sharding(
             self.n,
             self.num_replicas,
-            start=start,
-            drop_last=self.drop_last,
-            shuffle=self.shuffle,
             seed=self.seed,
             epoch=self.epoch,
+            shuffle=self.shuffle,
+            drop_last=self.drop_last,
             block_size=self.block_size,
             window_blocks=self.window_blocks,
         )
+
+    def partition(self, start: int = 0) -> _core.Partition:
+        """The split of this epoch's positions ``[start, ...)`` across the ranks."""
+        return self.sharding().partition(start)
 
     def replace(self, **changes: Any) -> ShardConfig:
         """A copy with ``changes`` applied (and validated)."""
@@ -126,20 +135,16 @@ class ShardConfig:
         arguments = {
             f.name: state.get(f.name, _OPTIONAL_KEYS.get(f.name)) for f in dataclasses.fields(cls) if f.init
         }
-        if state["algorithm"] not in (_core.ALGORITHM, _core.BLOCK_ALGORITHM):
-            raise ValueError(
-                f"state_dict is for algorithm {state['algorithm']!r}, this permshard runs "
-                f"{_core.ALGORITHM!r} and {_core.BLOCK_ALGORITHM!r}; the saved order cannot be reproduced"
-            )
         config = cls(**arguments)
-        if config.algorithm != state["algorithm"]:
+        if not config.sharding().accepts_algorithm(str(state["algorithm"])):
             raise ValueError(
-                f"state_dict says algorithm {state['algorithm']!r} but its block_size="
-                f"{config.block_size} means {config.algorithm!r}: the state was edited or is corrupt"
+                f"state_dict is for algorithm {state['algorithm']!r}, but its fields (shuffle="
+                f"{config.shuffle}, block_size={config.block_size}) mean {config.algorithm!r}: this "
+                f"permshard runs {ALGORITHMS}, so the saved order cannot be reproduced (or the "
+                "state was edited)"
             )
         consumed = as_int("state_dict['consumed']", state["consumed"])
-        # The furthest a pass can end: past n only by padding, less than one round of ranks.
-        limit = config.n if config.drop_last else config.n + config.num_replicas - 1
+        limit = config.sharding().max_consumed
         if not 0 <= consumed <= limit:
             raise ValueError(
                 f"state_dict['consumed'] must be in [0, {limit}] (global positions of an epoch "
@@ -150,18 +155,21 @@ class ShardConfig:
 
     def check_resumable(self, saved: ShardConfig) -> None:
         """Raises ValueError unless a state saved under ``saved`` continues under this one."""
+        differ = [k for k in RESUME_KEYS if k != "algorithm" and getattr(saved, k) != getattr(self, k)]
+        because = "".join(
+            f"; state_dict has {k}={getattr(saved, k)!r}, this sampler {getattr(self, k)!r}" for k in differ
+        )
         if saved.algorithm != self.algorithm:
             raise ValueError(
                 f"state_dict is for algorithm {saved.algorithm!r}, this sampler runs "
-                f"{self.algorithm!r}; the saved order cannot be reproduced"
+                f"{self.algorithm!r}; the saved order cannot be reproduced{because}"
             )
-        for key in RESUME_KEYS:
-            theirs, mine = getattr(saved, key), getattr(self, key)
-            if theirs != mine:
-                raise ValueError(
-                    f"state_dict has {key}={theirs!r} but this sampler has {key}={mine!r}; "
-                    f"build the sampler with the same {key} to resume"
-                )
+        if differ:
+            k = differ[0]
+            raise ValueError(
+                f"state_dict has {k}={getattr(saved, k)!r} but this sampler has {k}={getattr(self, k)!r}; "
+                f"build the sampler with the same {k} to resume"
+            )
 
 
 class Configured:

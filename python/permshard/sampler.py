@@ -599,11 +599,10 @@ class StepBatchSampler(ShardedBatchSampler):
     def __iter__(self) -> Iterator[list[int]]:
         sampler = self._sharded
         current = sampler._begin_pass()
-        part, w, rank, bs = current.partition, sampler.num_replicas, sampler.rank, self.batch_size
-        base = current.start
+        part, rank, bs = current.partition, sampler.rank, self.batch_size
+        layout = sampler.config.sharding()  # the core's step layout
         for step in range(self._batches(part.num_samples)):
-            b = min(bs, part.num_samples - step * bs)
-            first = base + step * bs * w + rank * b
+            first, b = layout.step_positions(current.start, part.num_samples, rank, step, bs)
             batch = sampler._for_dataset(part.take_positions(first, b), current)
             current.chunk_base = step * bs + b
             if step == 0:

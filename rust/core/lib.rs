@@ -7,6 +7,8 @@
 //! * [`SampleOrder`] — the order of an epoch (perm-v1, identity, explicit): position ↔ sample.
 //! * [`BlockPermutation`] — block-v1: blocks permuted, samples shuffled within windows of
 //!   blocks (locality for datasets bigger than RAM).
+//! * [`Sharding`] — what an epoch is: the fields, the order they imply and its algorithm
+//!   id, the partition at a resume point, the resume limit, the step layout.
 //! * [`Partition`] — which global positions (and samples) each rank takes, with padding,
 //!   `drop_last` and resume from a consumed prefix.
 //! * [`Mixture`] — mix-v1: weighted sources, position → (source, index), no build step.
@@ -23,6 +25,7 @@ mod mixture;
 mod order;
 mod partition;
 mod permutation;
+mod sharding;
 mod verify;
 
 pub use block::{BlockPermutation, BLOCK_ALGORITHM};
@@ -34,4 +37,5 @@ pub use mixture::{Mixture, MIX_ALGORITHM};
 pub use order::{Explicit, Identity, Order, SampleOrder};
 pub use partition::{CoverageShare, Partition};
 pub use permutation::{Permutation, ALGORITHM};
+pub use sharding::{Sharding, IDENTITY_ALGORITHM};
 pub use verify::{verify, Certificate};

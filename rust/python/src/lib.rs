@@ -9,6 +9,7 @@ mod indexed;
 mod mixture;
 mod partition;
 mod permutation;
+mod sharding;
 mod verify;
 
 #[pymodule(gil_used = false)]
@@ -26,6 +27,8 @@ mod _core {
     #[pymodule_export]
     use super::permutation::Permutation;
     #[pymodule_export]
+    use super::sharding::Sharding;
+    #[pymodule_export]
     use super::verify::{verify, Progress};
 
     use pyo3::prelude::*;
@@ -36,6 +39,7 @@ mod _core {
         m.add("ALGORITHM", permshard_core::ALGORITHM)?;
         m.add("MIX_ALGORITHM", permshard_core::MIX_ALGORITHM)?;
         m.add("BLOCK_ALGORITHM", permshard_core::BLOCK_ALGORITHM)?;
+        m.add("IDENTITY_ALGORITHM", permshard_core::IDENTITY_ALGORITHM)?;
         Ok(())
     }
 }

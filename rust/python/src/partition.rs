@@ -4,9 +4,7 @@ use numpy::{IntoPyArray, PyArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use std::sync::Arc;
-
-use permshard_core::{BlockPermutation, Fingerprint, Identity, Order, Permutation};
+use permshard_core::Fingerprint;
 
 use crate::errors::to_py;
 use crate::permutation::{alloc, compute};
@@ -34,8 +32,7 @@ pub struct Partition {
 
 #[pymethods]
 impl Partition {
-    /// `block_size > 0` (with `shuffle`) deals a block-v1 order of windows of
-    /// `window_blocks` blocks; else perm-v1 (or the identity without `shuffle`).
+    /// The partition of `Sharding(...).partition(start)`: the order is the core's choice.
     #[new]
     #[pyo3(signature = (n, num_replicas, *, start = 0, drop_last = false, shuffle = true, seed = 0, epoch = 0, block_size = 0, window_blocks = 0))]
     #[allow(clippy::too_many_arguments)]
@@ -50,15 +47,18 @@ impl Partition {
         block_size: u64,
         window_blocks: u64,
     ) -> PyResult<Self> {
-        let order: Order = match (shuffle, block_size) {
-            (false, _) => Arc::new(Identity::new(n).map_err(to_py)?),
-            (true, 0) => Arc::new(Permutation::new(n, seed, epoch).map_err(to_py)?),
-            (true, _) => Arc::new(
-                BlockPermutation::new(n, block_size, window_blocks, seed, epoch).map_err(to_py)?,
-            ),
-        };
-        let inner = permshard_core::Partition::new(n, num_replicas, start, drop_last, order)
-            .map_err(to_py)?;
+        let sharding = permshard_core::Sharding::new(
+            n,
+            num_replicas,
+            seed,
+            epoch,
+            shuffle,
+            drop_last,
+            block_size,
+            window_blocks,
+        )
+        .map_err(to_py)?;
+        let inner = sharding.partition(start).map_err(to_py)?;
         Ok(Partition { inner })
     }
 

@@ -1,0 +1,237 @@
+//! What an epoch of sharding is, in one place: the fields every rank must agree on, the
+//! order they imply, that order's algorithm id, the partition at a resume point, the
+//! resume limit and the dealing layouts.
+
+use std::sync::Arc;
+
+use crate::block::{BlockPermutation, BLOCK_ALGORITHM};
+use crate::error::Error;
+use crate::order::{Identity, Order};
+use crate::partition::Partition;
+use crate::permutation::{Permutation, ALGORITHM};
+
+/// The algorithm id of the unshuffled order (`shuffle = false`).
+pub const IDENTITY_ALGORITHM: &str = "identity";
+
+/// One epoch's sharding: `n` samples over `num_replicas` ranks.
+///
+/// The order is the identity without `shuffle`, block-v1 with `block_size > 0`, else
+/// perm-v1; [`Sharding::algorithm`] names the one used, and is what state dicts,
+/// certificates, plans and partitions record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sharding {
+    /// Dataset length, `>= 1`.
+    pub n: u64,
+    /// Data-parallel ranks, `>= 1`.
+    pub num_replicas: u64,
+    /// Shuffle seed.
+    pub seed: u64,
+    /// Epoch.
+    pub epoch: u64,
+    /// A shuffled order (else the identity).
+    pub shuffle: bool,
+    /// Drop the tail that does not fill a round of ranks (else pad it).
+    pub drop_last: bool,
+    /// Samples per block of block-v1 (`0`: perm-v1).
+    pub block_size: u64,
+    /// Blocks shuffled together in block-v1 (`0` without blocks).
+    pub window_blocks: u64,
+}
+
+impl Sharding {
+    /// Checks the fields together.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        n: u64,
+        num_replicas: u64,
+        seed: u64,
+        epoch: u64,
+        shuffle: bool,
+        drop_last: bool,
+        block_size: u64,
+        window_blocks: u64,
+    ) -> Result<Self, Error> {
+        if n == 0 {
+            return Err(Error::EmptyDomain);
+        }
+        if num_replicas == 0 {
+            return Err(Error::InvalidReplicas { num_replicas });
+        }
+        if block_size > 0 && !shuffle {
+            return Err(Error::Invalid(
+                "block_size=... orders blocks for a shuffle: it needs shuffle=True".into(),
+            ));
+        }
+        if block_size > 0 && window_blocks == 0 {
+            return Err(Error::Invalid(
+                "block_size=... needs window_blocks=... (the blocks shuffled together), >= 1"
+                    .into(),
+            ));
+        }
+        if block_size == 0 && window_blocks > 0 {
+            return Err(Error::Invalid("window_blocks=... needs block_size=...".into()));
+        }
+        Ok(Sharding {
+            n,
+            num_replicas,
+            seed,
+            epoch,
+            shuffle,
+            drop_last,
+            block_size,
+            window_blocks,
+        })
+    }
+
+    /// The algorithm id of the order this epoch uses.
+    pub fn algorithm(&self) -> &'static str {
+        match (self.shuffle, self.block_size) {
+            (false, _) => IDENTITY_ALGORITHM,
+            (true, 0) => ALGORITHM,
+            (true, _) => BLOCK_ALGORITHM,
+        }
+    }
+
+    /// Whether a state saved under `algorithm` (as recorded) resumes with this order.
+    /// Before identity had its own id, an unshuffled epoch was recorded as perm-v1.
+    pub fn accepts_algorithm(&self, algorithm: &str) -> bool {
+        algorithm == self.algorithm() || (!self.shuffle && algorithm == ALGORITHM)
+    }
+
+    /// The order of this epoch.
+    pub fn order(&self) -> Result<Order, Error> {
+        Ok(match (self.shuffle, self.block_size) {
+            (false, _) => Arc::new(Identity::new(self.n)?),
+            (true, 0) => Arc::new(Permutation::new(self.n, self.seed, self.epoch)?),
+            (true, _) => Arc::new(BlockPermutation::new(
+                self.n,
+                self.block_size,
+                self.window_blocks,
+                self.seed,
+                self.epoch,
+            )?),
+        })
+    }
+
+    /// The split across ranks of positions `[start, ...)`: the epoch resumed after
+    /// `start` consumed positions. A `start` past the end leaves nothing to deal (a state
+    /// saved by more ranks, whose padding went further, resumed by fewer).
+    pub fn partition(&self, start: u64) -> Result<Partition, Error> {
+        Partition::new(
+            self.n,
+            self.num_replicas,
+            start,
+            self.drop_last,
+            self.order()?,
+        )
+    }
+
+    /// The most global positions an epoch can consume: `n`, plus less than one round of
+    /// ranks of padding without `drop_last`.
+    pub fn max_consumed(&self) -> u64 {
+        if self.drop_last {
+            self.n
+        } else {
+            self.n.saturating_add(self.num_replicas - 1)
+        }
+    }
+
+    /// The step layout (accelerate's): at step `step` of a pass of `num_samples` items per
+    /// rank that started at `start`, rank `rank` takes `count` consecutive global positions
+    /// from `first`, `count` being `batch_size` except maybe at the last step. Returns
+    /// `(first, count)`.
+    pub fn step_positions(
+        &self,
+        start: u64,
+        num_samples: u64,
+        rank: u64,
+        step: u64,
+        batch_size: u64,
+    ) -> Result<(u64, u64), Error> {
+        if rank >= self.num_replicas {
+            return Err(Error::InvalidRank {
+                rank,
+                num_replicas: self.num_replicas,
+            });
+        }
+        if batch_size == 0 {
+            return Err(Error::Invalid("batch_size must be at least 1".into()));
+        }
+        let taken = step.checked_mul(batch_size).filter(|&t| t < num_samples);
+        let Some(taken) = taken else {
+            return Err(Error::Invalid(format!(
+                "step {step} of batch_size {batch_size} is past the pass of {num_samples} items"
+            )));
+        };
+        let count = batch_size.min(num_samples - taken);
+        Ok((start + taken * self.num_replicas + rank * count, count))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sharding(n: u64, w: u64, shuffle: bool, block: u64) -> Sharding {
+        Sharding::new(n, w, 3, 1, shuffle, false, block, if block > 0 { 2 } else { 0 }).unwrap()
+    }
+
+    #[test]
+    fn the_algorithm_names_the_order_used() {
+        for (shuffle, block, id) in [
+            (false, 0, IDENTITY_ALGORITHM),
+            (true, 0, ALGORITHM),
+            (true, 4, BLOCK_ALGORITHM),
+        ] {
+            let s = sharding(100, 3, shuffle, block);
+            assert_eq!(s.algorithm(), id);
+            assert_eq!(s.order().unwrap().algorithm(), id);
+            assert_eq!(s.partition(0).unwrap().order().algorithm(), id);
+        }
+        // An unshuffled epoch saved as perm-v1 (0.1, 0.2) still resumes; nothing else does.
+        assert!(sharding(100, 3, false, 0).accepts_algorithm("perm-v1"));
+        assert!(!sharding(100, 3, true, 4).accepts_algorithm("perm-v1"));
+        assert!(!sharding(100, 3, true, 0).accepts_algorithm("identity"));
+    }
+
+    #[test]
+    fn bad_combinations_are_refused_with_the_fix() {
+        let err = Sharding::new(10, 2, 0, 0, false, false, 4, 2).unwrap_err();
+        assert!(err.to_string().contains("needs shuffle=True"), "{err}");
+        let err = Sharding::new(10, 2, 0, 0, true, false, 4, 0).unwrap_err();
+        assert!(err.to_string().contains("needs window_blocks"), "{err}");
+        let err = Sharding::new(10, 2, 0, 0, true, false, 0, 3).unwrap_err();
+        assert!(err.to_string().contains("needs block_size"), "{err}");
+        assert_eq!(Sharding::new(0, 2, 0, 0, true, false, 0, 0), Err(Error::EmptyDomain));
+    }
+
+    #[test]
+    fn the_resume_limit_is_the_end_of_the_padded_epoch() {
+        let padded = sharding(10, 4, true, 0);
+        assert_eq!(padded.max_consumed(), 13);
+        assert_eq!(padded.partition(13).unwrap().num_samples(), 0);
+        // Saved by 4 ranks at 13, resumed by 1: nothing left, not an error.
+        assert_eq!(sharding(10, 1, true, 0).partition(13).unwrap().num_samples(), 0);
+        let dropped = Sharding::new(10, 4, 0, 0, true, true, 0, 0).unwrap();
+        assert_eq!(dropped.max_consumed(), 10);
+    }
+
+    #[test]
+    fn the_step_layout_deals_whole_batches_and_covers_the_pass() {
+        // Brute force: every position of the pass exactly once, in step order.
+        let s = sharding(23, 3, true, 0);
+        let part = s.partition(2).unwrap();
+        let (items, bs) = (part.num_samples(), 3);
+        let mut seen = Vec::new();
+        for step in 0..items.div_ceil(bs) {
+            for rank in 0..3 {
+                let (first, count) = s.step_positions(2, items, rank, step, bs).unwrap();
+                assert_eq!(count, bs.min(items - step * bs));
+                seen.extend(first..first + count);
+            }
+        }
+        assert_eq!(seen, (2..2 + items * 3).collect::<Vec<_>>());
+        assert!(s.step_positions(2, items, 3, 0, bs).is_err());
+        assert!(s.step_positions(2, items, 0, items.div_ceil(bs), bs).is_err());
+    }
+}

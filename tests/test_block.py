@@ -167,7 +167,8 @@ def test_prefetch_runs_in_the_main_process_with_workers():
     assert sorted(x for _, call in ds.events for x in call) == got
 
 
-def test_token_windows_prefetch_covers_exactly_the_windows(tmp_path):
+@pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise on this platform")
+def test_token_windows_prefetch_covers_exactly_the_windows(tmp_path, monkeypatch):
     import numpy as np
 
     from permshard.data import TokenWindows
@@ -193,5 +194,18 @@ def test_token_windows_prefetch_covers_exactly_the_windows(tmp_path):
         assert got == want[path]
         assert all(a[0] + a[1] < b[0] for a, b in zip(spans, spans[1:]))  # merged, disjoint
     assert set(ranges) == set(want)
-    ds.prefetch(picked)  # advisory: must simply succeed
+    advised = []
+    real = os.posix_fadvise
+
+    def record(fd, offset, length, advice):
+        advised.append((os.readlink(f"/proc/self/fd/{fd}"), offset, length, advice))
+        real(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", record)
+    ds.prefetch(picked)
+    # One WILLNEED per merged range, on the right file.
+    expected = [
+        (os.path.realpath(p), o, n, os.POSIX_FADV_WILLNEED) for p, spans in ranges.items() for o, n in spans
+    ]
+    assert sorted(advised) == sorted(expected)
     assert ds[picked[0]].tolist() == list(range(ds.locate(picked[0])[1], ds.locate(picked[0])[1] + 17))

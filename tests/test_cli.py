@@ -107,7 +107,9 @@ def test_bench_smoke(tmp_path):
     assert [r["n"] for r in results["rows"]] == [1000, 20000]
     for row in results["rows"]:
         assert row["permshard"]["indices"] == row["torch"]["indices"] == -(-row["n"] // 8)
-        assert row["speedup_first_index"] > 0 and row["per_index_ratio"] > 0
+        ours, theirs = row["permshard"], row["torch"]
+        assert row["speedup_first_index"] == pytest.approx(theirs["first_index_s"] / ours["first_index_s"])
+        assert row["per_index_ratio"] == pytest.approx(ours["ns_per_index"] / theirs["ns_per_index"])
     md, png = tmp_path / "b.md", tmp_path / "b.png"
     done = run("bench", "--n", "1000", "--markdown", str(md), "--plot", str(png))
     assert done.returncode == 0, done.stderr

@@ -11,9 +11,8 @@ import pytest
 from reference_perm_v1 import ReferencePermutation
 
 import permshard
-from permshard import ShardConfig, ShardedSampler
+from permshard import ShardConfig, ShardedSampler, _core
 from permshard.sampler import StepBatchSampler
-from permshard import _core
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "state_dicts.json").read_text())
 
@@ -94,7 +93,11 @@ def test_step_batches_follow_the_core_step_layout():
         b = min(bs, per_rank - step * bs)
         for r in range(w):
             first = step * bs * w + r * b
-            expected[r].append([perm.forward(p % n) if p < n else perm.forward(p - n) for p in range(first, first + b)])
+            expected[r].append(
+                [perm.forward(p % n) if p < n else perm.forward(p - n) for p in range(first, first + b)]
+            )
     for r in range(w):
-        got = list(StepBatchSampler(ShardedSampler(n, num_replicas=w, rank=r, seed=5, check_consensus=False), bs))
+        got = list(
+            StepBatchSampler(ShardedSampler(n, num_replicas=w, rank=r, seed=5, check_consensus=False), bs)
+        )
         assert got == expected[r]

@@ -952,11 +952,10 @@ mod tests {
         assert!(m.at(10).is_err());
         assert!(m.fill(5, &mut [0; 6], &mut [0; 6]).is_err());
         assert!(m.locate(2, 0).is_err() && m.locate(1, 2).is_err());
-        assert!(m
-            .locate(0, 0)
-            .unwrap()
-            .iter()
-            .all(|e| !e.to_string().is_empty()));
+        // locate is exactly the positions holding the sample (brute force over all ten).
+        let holding: Vec<u64> = (0..10).filter(|&p| m.at(p).unwrap() == (0, 0)).collect();
+        assert_eq!(m.locate(0, 0).unwrap(), holding);
+        assert_eq!(holding.len(), 5); // source 0 has one sample and half the positions
     }
 
     fn schedule() -> Mixture {

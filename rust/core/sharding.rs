@@ -69,7 +69,9 @@ impl Sharding {
             ));
         }
         if block_size == 0 && window_blocks > 0 {
-            return Err(Error::Invalid("window_blocks=... needs block_size=...".into()));
+            return Err(Error::Invalid(
+                "window_blocks=... needs block_size=...".into(),
+            ));
         }
         Ok(Sharding {
             n,
@@ -173,7 +175,17 @@ mod tests {
     use super::*;
 
     fn sharding(n: u64, w: u64, shuffle: bool, block: u64) -> Sharding {
-        Sharding::new(n, w, 3, 1, shuffle, false, block, if block > 0 { 2 } else { 0 }).unwrap()
+        Sharding::new(
+            n,
+            w,
+            3,
+            1,
+            shuffle,
+            false,
+            block,
+            if block > 0 { 2 } else { 0 },
+        )
+        .unwrap()
     }
 
     #[test]
@@ -202,7 +214,10 @@ mod tests {
         assert!(err.to_string().contains("needs window_blocks"), "{err}");
         let err = Sharding::new(10, 2, 0, 0, true, false, 0, 3).unwrap_err();
         assert!(err.to_string().contains("needs block_size"), "{err}");
-        assert_eq!(Sharding::new(0, 2, 0, 0, true, false, 0, 0), Err(Error::EmptyDomain));
+        assert_eq!(
+            Sharding::new(0, 2, 0, 0, true, false, 0, 0),
+            Err(Error::EmptyDomain)
+        );
     }
 
     #[test]
@@ -211,7 +226,13 @@ mod tests {
         assert_eq!(padded.max_consumed(), 13);
         assert_eq!(padded.partition(13).unwrap().num_samples(), 0);
         // Saved by 4 ranks at 13, resumed by 1: nothing left, not an error.
-        assert_eq!(sharding(10, 1, true, 0).partition(13).unwrap().num_samples(), 0);
+        assert_eq!(
+            sharding(10, 1, true, 0)
+                .partition(13)
+                .unwrap()
+                .num_samples(),
+            0
+        );
         let dropped = Sharding::new(10, 4, 0, 0, true, true, 0, 0).unwrap();
         assert_eq!(dropped.max_consumed(), 10);
     }
@@ -232,6 +253,8 @@ mod tests {
         }
         assert_eq!(seen, (2..2 + items * 3).collect::<Vec<_>>());
         assert!(s.step_positions(2, items, 3, 0, bs).is_err());
-        assert!(s.step_positions(2, items, 0, items.div_ceil(bs), bs).is_err());
+        assert!(s
+            .step_positions(2, items, 0, items.div_ceil(bs), bs)
+            .is_err());
     }
 }

@@ -189,18 +189,31 @@ mod tests {
 
     /// Brute force: every rank's items counted in a plain vector.
     fn brute_force(n: u64, w: u64, drop_last: bool) -> (u64, u64, u64) {
+        brute_force_from(n, w, 0, drop_last)
+    }
+
+    /// As `brute_force`, for the partition resumed at `start`: items at positions `>= n`
+    /// are padding, samples of the positions consumed before `start` are dropped.
+    fn brute_force_from(n: u64, w: u64, start: u64, drop_last: bool) -> (u64, u64, u64) {
         let order = Arc::new(Permutation::new(n, 3, 1).unwrap()) as Order;
-        let part = Partition::new(n, w, 0, drop_last, order).unwrap();
+        let part = Partition::new(n, w, start, drop_last, order).unwrap();
         let mut count = vec![0u64; n as usize];
-        let mut items = vec![0u64; part.num_samples() as usize];
+        let mut padding = 0;
         for r in 0..w {
-            part.fill_rank(r, 0, &mut items).unwrap();
-            for &s in &items {
-                count[s as usize] += 1;
+            for local in 0..part.num_samples() {
+                let p = part.position(r, local);
+                if p >= n {
+                    padding += 1;
+                } else {
+                    count[part.sample_at(p) as usize] += 1;
+                }
             }
         }
+        assert!(
+            count.iter().all(|&c| c <= 1),
+            "a sample dealt twice below n"
+        );
         let covered = count.iter().filter(|&&c| c > 0).count() as u64;
-        let padding = count.iter().map(|&c| c.saturating_sub(1)).sum();
         (covered, padding, n - covered)
     }
 
@@ -265,20 +278,38 @@ mod tests {
             err.contains("rank 1 at local position 1 (global position 3)"),
             "{err}"
         );
-        // With drop_last the duplicate is dropped, but then sample 1 is missing beyond the
-        // declared drop.
+        // With drop_last the second 2 sits at the dropped position 4, yet sample 2 is
+        // yielded (position 1): the dropped positions are checked before the counts.
         let err = explicit(&[0, 2, 3, 4, 2], 2, true).unwrap_err().to_string();
         assert!(
-            err.contains("never yielded") || err.contains("should not be yielded"),
+            err.contains("sample 2 at global position 4 should not be yielded"),
             "{err}"
         );
+        // The same order with sample 1 at the dropped position is exact.
+        let cert = explicit(&[0, 2, 3, 4, 1], 2, true).unwrap();
+        assert_eq!((cert.covered, cert.padding, cert.dropped), (4, 0, 1));
+        let err = explicit(&[0, 2, 2, 3, 4], 3, false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("sample 2 is yielded twice"), "{err}");
     }
 
     #[test]
     fn resumed_partitions_are_proven_too() {
         for start in [0, 1, 50, 99, 100, 103] {
-            let cert = check(100, 3, start, false);
-            assert_eq!(cert.covered + cert.dropped, 100);
+            for drop_last in [false, true] {
+                let cert = check(100, 3, start, drop_last);
+                let (covered, padding, dropped) = brute_force_from(100, 3, start, drop_last);
+                assert_eq!(
+                    (cert.covered, cert.padding, cert.dropped),
+                    (covered, padding, dropped),
+                    "start {start}, drop_last {drop_last}"
+                );
+            }
         }
+        // By hand: resumed at 50 of 100 over 3 ranks, 17 items each: positions [50, 101),
+        // one of them padding; the 50 consumed before are declared dropped.
+        let cert = check(100, 3, 50, false);
+        assert_eq!((cert.covered, cert.padding, cert.dropped), (50, 1, 50));
     }
 }

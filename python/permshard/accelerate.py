@@ -10,7 +10,7 @@ rely on: device placement, the end-of-dataloader signal for gradient accumulatio
 accelerate's public ``DataLoaderShard`` does the loader work; the only other contact
 with accelerate is :func:`register_for_checkpointing`. (A permshard sampler handed to
 ``accelerator.prepare`` directly raises ``ShardingError`` at the first iteration instead of
-training on 1/W²; see ``permshard.proofs.check_not_wrapped_by_accelerate``.)
+training on 1/W²; see ``permshard.guards.check_not_wrapped_by_accelerate``.)
 """
 
 from __future__ import annotations

@@ -12,8 +12,9 @@ from typing import Any, Optional, Union
 import torch.distributed as dist
 from torch.utils.data import BatchSampler, DistributedSampler
 
-from . import _core, proofs
+from . import _core, consensus, coverage, guards, proofs
 from ._validation import as_int, as_positive, as_u64
+from .certificate import Certificate
 from .config import ShardConfig
 from .epoch_index import tag, wants_epoch
 from .mesh import MeshDim, resolve_world
@@ -192,7 +193,7 @@ class ShardedSampler(DistributedSampler[int]):
         self._warned_repeat = False
         self._agreed_epoch: Optional[int] = None
         cross_rank = self.check_consensus and dist.is_available() and dist.is_initialized()
-        proofs.check_not_presharded(dataset, self.num_replicas, cross_rank=cross_rank)
+        guards.check_not_presharded(dataset, self.num_replicas, cross_rank=cross_rank)
 
     # -- DistributedSampler's attributes -------------------------------------------------
 
@@ -279,7 +280,7 @@ class ShardedSampler(DistributedSampler[int]):
 
     def _begin_pass(self) -> _Pass:
         self._check_dataset_unchanged()
-        proofs.check_not_wrapped_by_accelerate(self.num_replicas)
+        guards.check_not_wrapped_by_accelerate(self.num_replicas)
         if self._iterated_epoch == self.epoch and self._start == 0:
             if self.auto_epoch:
                 self.epoch += 1
@@ -294,7 +295,7 @@ class ShardedSampler(DistributedSampler[int]):
                 )
         if self.check_consensus and self._agreed_epoch != self.epoch:
             if dist.is_available() and dist.is_initialized():
-                proofs.check_consensus(self.config, self.rank, self.dataset, start=self._start)
+                consensus.check_consensus(self.config, self.rank, self.dataset, start=self._start)
             self._agreed_epoch = self.epoch
         part = self._partition(self.epoch, self._start)
         self._pass = _Pass(self.epoch, self._start, part)
@@ -406,15 +407,15 @@ class ShardedSampler(DistributedSampler[int]):
             raise ValueError(f"items must be in [0, {part.num_samples}] (this pass's length), got {items}")
         return part.start + items * self.num_replicas
 
-    def verify(self) -> proofs.Certificate:
+    def verify(self) -> Certificate:
         """Exact proof of the pass being run (from its resume point, if any); see
         :func:`permshard.verify`."""
         return proofs.verify_partition(self._current_partition(), self.config)
 
-    def verify_distributed(self, group: Any = None) -> proofs.Certificate:
+    def verify_distributed(self, group: Any = None) -> Certificate:
         """Consensus and coverage of the pass being run, across the ranks of ``group``;
-        see :func:`permshard.proofs.verify_distributed`."""
-        return proofs.verify_distributed(
+        see :func:`permshard.coverage.verify_distributed`."""
+        return coverage.verify_distributed(
             self._current_partition(), self.config, self.rank, self.dataset, group
         )
 

@@ -251,7 +251,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     def _agree(self) -> None:
         """Every process of the group must plan the same epoch (model-parallel peers share a
         rank); raises ShardingError naming the first difference."""
-        from .proofs import check_layout
+        from .consensus import check_layout
 
         digest = hashlib.blake2b(digest_size=8)
         for part in (self.lengths[: min(self.n, 1024)], self.lengths[max(0, self.n - 1024) :]):

@@ -20,142 +20,22 @@
 //! afresh at the stage's first position (the prefix bound holds within every stage), and a
 //! source's occurrences, hence its passes, continue across stages.
 
+mod cursor;
+mod tree;
+mod weights;
+
 use crate::error::Error;
 use crate::mix::chain;
 use crate::permutation::Permutation;
+use cursor::Cursor;
+use tree::Tree;
+use weights::integer_weights;
 
 /// The algorithm id of the mixture map, recorded in state dicts and certificates.
 pub const MIX_ALGORITHM: &str = "mix-v1";
 
 /// Domain-separates the passes' keys from every other use of the seed.
 const MIX_TAG: u64 = 0x6d69_782d_7631; // "mix-v1"
-
-/// The weights' total when they must be scaled (they do not share a 63-bit scale).
-const SCALED_TOTAL: f64 = (1u64 << 62) as f64;
-
-/// A subtree: one source, or an internal node (index into `Mixture::nodes`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Child {
-    Source(usize),
-    Node(usize),
-}
-
-/// An exact two-way split of a subtree of weight `total` into `left` and the rest.
-/// Weights are below 2^63, so `2·m·a` and `(2l + 1)·t` fit in 128 bits.
-#[derive(Clone, Copy, Debug)]
-struct Split {
-    left_weight: u64,
-    total: u64,
-    left: Child,
-    right: Child,
-}
-
-impl Split {
-    /// Of the node's first `m` positions, how many go left: `floor(m·a / t + 1/2)`.
-    #[inline]
-    fn lefts_before(&self, m: u64) -> u64 {
-        let (a, t) = (self.left_weight as u128, self.total as u128);
-        ((2 * m as u128 * a + t) / (2 * t)) as u64
-    }
-
-    /// `(2·m·a + t) mod 2t`: where position `m` sits between two lefts (see [`Cursor`]).
-    fn remainder(&self, m: u64) -> u64 {
-        let (a, t) = (self.left_weight as u128, self.total as u128);
-        ((2 * m as u128 * a + t) % (2 * t)) as u64
-    }
-
-    /// Whether the node's position `q` goes left, and its position in that child.
-    #[inline]
-    fn route(&self, q: u64) -> (Child, u64) {
-        let before = self.lefts_before(q);
-        if self.lefts_before(q + 1) > before {
-            (self.left, before)
-        } else {
-            (self.right, q - before)
-        }
-    }
-
-    /// The node position of the child's position `l` (the inverse of `route`).
-    #[inline]
-    fn position_of(&self, from_left: bool, l: u64) -> u64 {
-        let (a, t) = (self.left_weight as u128, self.total as u128);
-        let l = l as u128;
-        let q = if from_left {
-            // Smallest q with f(q + 1) >= l + 1, i.e. 2·(q + 1)·a >= (2l + 1)·t.
-            ((2 * l + 1) * t).div_ceil(2 * a) - 1
-        } else {
-            // Smallest q with (q + 1) - f(q + 1) >= l + 1, i.e. 2·(q + 1)·(t - a) > (2l + 1)·t.
-            ((2 * l + 1) * t) / (2 * (t - a))
-        };
-        q as u64
-    }
-}
-
-/// The tree of exact two-way splits of one stage.
-#[derive(Clone, Debug)]
-struct Tree {
-    nodes: Vec<Split>,
-    root: Child,
-    /// For each source with a weight, the path from the root: `(node, went_left)`.
-    paths: Vec<Vec<(usize, bool)>>,
-}
-
-impl Tree {
-    /// The tree over the sources with a positive integer weight in `q`.
-    fn new(q: &[u64]) -> Result<Self, Error> {
-        let mut order: Vec<usize> = (0..q.len()).filter(|&s| q[s] > 0).collect();
-        if order.is_empty() {
-            return Err(Error::Invalid(
-                "every weight is negligible next to the largest; give them one scale".into(),
-            ));
-        }
-        // Heavy sources near the root: fewer levels of error where it counts most.
-        order.sort_by(|&x, &y| q[y].cmp(&q[x]).then(x.cmp(&y)));
-        let mut nodes = Vec::new();
-        let root = build(&order, q, &mut nodes);
-        let mut paths = vec![Vec::new(); q.len()];
-        record_paths(root, &nodes, &mut Vec::new(), &mut paths);
-        Ok(Tree { nodes, root, paths })
-    }
-
-    /// Adds to `out[s]` how many of the tree's positions `[0, n)` source `s` takes.
-    fn add_counts(&self, n: u64, out: &mut [u64]) {
-        let mut stack = vec![(self.root, n)];
-        while let Some((child, m)) = stack.pop() {
-            match child {
-                Child::Source(s) => out[s] += m,
-                Child::Node(i) => {
-                    let split = &self.nodes[i];
-                    let left = split.lefts_before(m);
-                    stack.push((split.left, left));
-                    stack.push((split.right, m - left));
-                }
-            }
-        }
-    }
-
-    /// The source of the tree's position `q` and how many positions before it that
-    /// source took.
-    #[inline]
-    fn occurrence(&self, q: u64) -> (usize, u64) {
-        let (mut child, mut q) = (self.root, q);
-        loop {
-            match child {
-                Child::Source(s) => return (s, q),
-                Child::Node(i) => (child, q) = self.nodes[i].route(q),
-            }
-        }
-    }
-
-    /// The tree position of source `s`'s `occurrence`-th position (`s` has a weight).
-    fn position_of(&self, s: usize, occurrence: u64) -> u64 {
-        let mut l = occurrence;
-        for &(node, went_left) in self.paths[s].iter().rev() {
-            l = self.nodes[node].position_of(went_left, l);
-        }
-        l
-    }
-}
 
 /// Positions `[start, next stage's start)` of a schedule, mixed with one set of weights.
 #[derive(Clone, Debug)]
@@ -175,76 +55,6 @@ pub struct Mixture {
     stages: Vec<Stage>,
     num_samples: u64,
     seed: u64,
-}
-
-/// Exact integer weights proportional to `weights` (see the module docs).
-fn integer_weights(weights: &[f64]) -> Result<Vec<u64>, Error> {
-    if let Some((s, w)) = weights
-        .iter()
-        .enumerate()
-        .find(|(_, w)| !w.is_finite() || **w < 0.0)
-    {
-        return Err(Error::Invalid(format!(
-            "weights must be finite and >= 0, got weights[{s}] = {w}"
-        )));
-    }
-    if weights.iter().all(|&w| w == 0.0) {
-        return Err(Error::Invalid(
-            "all weights are 0: give at least one source a positive weight".into(),
-        ));
-    }
-    // w = mantissa · 2^exponent, exactly.
-    let parts: Vec<(u64, i32)> = weights
-        .iter()
-        .map(|&w| {
-            if w == 0.0 {
-                return (0, 0);
-            }
-            let bits = w.to_bits();
-            let exponent = ((bits >> 52) & 0x7ff) as i32;
-            let fraction = bits & ((1 << 52) - 1);
-            if exponent == 0 {
-                (fraction, -1074) // subnormal
-            } else {
-                (fraction | (1 << 52), exponent - 1075)
-            }
-        })
-        .collect();
-    let low = parts
-        .iter()
-        .filter(|(m, _)| *m > 0)
-        .map(|(m, e)| e + m.trailing_zeros() as i32)
-        .min()
-        .unwrap_or(0);
-    let exact: Option<Vec<u64>> = parts
-        .iter()
-        .map(|&(m, e)| {
-            if m == 0 {
-                return Some(0);
-            }
-            let shift = e - low; // >= -trailing_zeros(m): exact
-            let m = if shift >= 0 {
-                m.checked_shl(shift as u32)
-                    .filter(|v| v >> shift == m && shift < 64)?
-            } else {
-                m >> (-shift)
-            };
-            Some(m)
-        })
-        .collect();
-    if let Some(q) = exact {
-        if q.iter()
-            .try_fold(0u64, |acc, &v| acc.checked_add(v))
-            .is_some_and(|t| t < 1 << 63)
-        {
-            return Ok(q);
-        }
-    }
-    let total: f64 = weights.iter().sum();
-    Ok(weights
-        .iter()
-        .map(|&w| (w / total * SCALED_TOTAL) as u64)
-        .collect())
 }
 
 impl Mixture {
@@ -613,88 +423,6 @@ impl Mixture {
     }
 }
 
-/// Walks consecutive positions from `start`: each node keeps where its next local
-/// position sits between two lefts, so a step is an add and a compare per level. Moves to
-/// the next stage's tree at its first position.
-struct Cursor<'m> {
-    mixture: &'m Mixture,
-    stage: usize,
-    /// Positions left in this stage before the next one starts (`u64::MAX` in the last).
-    left_in_stage: u64,
-    /// Per node of the stage's tree: `(2·q·a + t) mod 2t` for its next local position `q`.
-    remainders: Vec<u64>,
-    /// Per source: positions it took before the cursor.
-    occurrences: Vec<u64>,
-}
-
-impl<'m> Cursor<'m> {
-    fn new(mixture: &'m Mixture, start: u64) -> Self {
-        let stage = mixture.stages.partition_point(|st| st.start <= start) - 1;
-        let mut cursor = Cursor {
-            mixture,
-            stage,
-            left_in_stage: 0,
-            remainders: Vec::new(),
-            occurrences: mixture.counts(start),
-        };
-        cursor.enter(stage, start);
-        cursor
-    }
-
-    /// Sets the cursor at `position` of stage `j`.
-    fn enter(&mut self, j: usize, position: u64) {
-        let stages = &self.mixture.stages;
-        let (tree, local) = (&stages[j].tree, position - stages[j].start);
-        self.stage = j;
-        self.left_in_stage = stages
-            .get(j + 1)
-            .map_or(u64::MAX, |next| next.start - position);
-        self.remainders = vec![0u64; tree.nodes.len()];
-        let mut stack = vec![(tree.root, local)];
-        while let Some((child, q)) = stack.pop() {
-            if let Child::Node(i) = child {
-                let split = &tree.nodes[i];
-                self.remainders[i] = split.remainder(q);
-                let left = split.lefts_before(q);
-                stack.push((split.left, left));
-                stack.push((split.right, q - left));
-            }
-        }
-    }
-
-    /// The source of the next position and its occurrence (positions it took before).
-    #[inline]
-    fn next_position(&mut self) -> (usize, u64) {
-        if self.left_in_stage == 0 {
-            let j = self.stage + 1;
-            self.enter(j, self.mixture.stages[j].start);
-        }
-        self.left_in_stage = self.left_in_stage.saturating_sub(1);
-        let tree = &self.mixture.stages[self.stage].tree;
-        let mut child = tree.root;
-        loop {
-            match child {
-                Child::Source(s) => {
-                    let occurrence = self.occurrences[s];
-                    self.occurrences[s] += 1;
-                    return (s, occurrence);
-                }
-                Child::Node(i) => {
-                    let split = &tree.nodes[i];
-                    let (a, t) = (split.left_weight, split.total);
-                    // Left when the remainder wraps past 2t: r + 2a >= 2t, i.e. r >= 2(t - a).
-                    // Branch-free: which way a position goes is as unpredictable as a coin.
-                    let r = &mut self.remainders[i];
-                    let left = *r >= 2 * (t - a);
-                    // r + 2a - [left]·2t is below 2t: exact in wrapping arithmetic.
-                    *r = r.wrapping_add(2 * a).wrapping_sub(left as u64 * 2 * t);
-                    child = [split.right, split.left][left as usize];
-                }
-            }
-        }
-    }
-}
-
 /// The common length of two output slices.
 fn check_lengths(sources: &[u64], indices: &[u64]) -> Result<u64, Error> {
     if sources.len() != indices.len() {
@@ -703,52 +431,6 @@ fn check_lengths(sources: &[u64], indices: &[u64]) -> Result<u64, Error> {
         ));
     }
     Ok(sources.len() as u64)
-}
-
-/// Builds the subtree over `sources` (heaviest first): split where the two sides' weights
-/// are closest to equal.
-fn build(sources: &[usize], q: &[u64], nodes: &mut Vec<Split>) -> Child {
-    if sources.len() == 1 {
-        return Child::Source(sources[0]);
-    }
-    let total: u64 = sources.iter().map(|&s| q[s]).sum();
-    let (mut best, mut best_gap, mut prefix) = (1, u64::MAX, 0u64);
-    for (i, &s) in sources[..sources.len() - 1].iter().enumerate() {
-        prefix += q[s];
-        let gap = (2 * prefix as u128).abs_diff(total as u128) as u64;
-        if gap < best_gap {
-            (best, best_gap) = (i + 1, gap);
-        }
-    }
-    let left_weight: u64 = sources[..best].iter().map(|&s| q[s]).sum();
-    let left = build(&sources[..best], q, nodes);
-    let right = build(&sources[best..], q, nodes);
-    nodes.push(Split {
-        left_weight,
-        total,
-        left,
-        right,
-    });
-    Child::Node(nodes.len() - 1)
-}
-
-fn record_paths(
-    child: Child,
-    nodes: &[Split],
-    path: &mut Vec<(usize, bool)>,
-    out: &mut [Vec<(usize, bool)>],
-) {
-    match child {
-        Child::Source(s) => out[s] = path.clone(),
-        Child::Node(i) => {
-            path.push((i, true));
-            record_paths(nodes[i].left, nodes, path, out);
-            path.pop();
-            path.push((i, false));
-            record_paths(nodes[i].right, nodes, path, out);
-            path.pop();
-        }
-    }
 }
 
 #[cfg(test)]

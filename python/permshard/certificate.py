@@ -1,0 +1,52 @@
+"""``Certificate``: what a proof of sharding established."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config import Configured, ShardConfig
+
+
+@dataclass(frozen=True)
+class Certificate(Configured):
+    """What a proof established.
+
+    Attributes:
+        config: the configuration proven; its fields (``algorithm``, ``n``,
+            ``num_replicas``, ``seed``, ``epoch``, ``shuffle``, ``drop_last``) read as
+            attributes too.
+        lengths: items per rank.
+        covered: distinct samples yielded, all ranks together.
+        padding: items that repeat a sample to make ranks even.
+        dropped: samples of the epoch that no rank yields (``drop_last``).
+        seconds: time the proof took.
+        method: ``"bitmap"`` (exact) or ``"fingerprint"`` (distributed).
+        start: global positions consumed before the proven pass (a resume point; ``0``
+            for a whole epoch). The proof covers positions ``[start, ...)``.
+        consumed: samples consumed before the pass (``min(start, n)``), which the pass
+            must not yield again.
+    """
+
+    config: ShardConfig
+    lengths: tuple[int, ...]
+    covered: int
+    padding: int
+    dropped: int
+    seconds: float
+    method: str = "bitmap"
+    start: int = 0
+    consumed: int = 0
+
+    def __str__(self) -> str:
+        resumed = (
+            f", the pass resumed at position {self.start:,} ({self.consumed:,} consumed before)"
+            if self.start
+            else ""
+        )
+        return (
+            f"PROVEN ({self.method}, {self.algorithm}): n={self.n:,} over {self.num_replicas} "
+            f"ranks x {self.lengths[0]:,} samples (seed={self.seed}, epoch={self.epoch}, "
+            f"shuffle={self.shuffle}, drop_last={self.drop_last}{resumed}): every sample exactly "
+            f"once -- covered {self.covered:,}, padding {self.padding:,}, dropped "
+            f"{self.dropped:,} [{self.seconds:.2f} s]"
+        )

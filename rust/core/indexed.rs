@@ -28,17 +28,18 @@ pub fn check_sequence_layout(lengths: &[u8], pointers: &[u8], itemsize: u64) -> 
         )));
     }
     let mut expected: i64 = 0;
-    for i in 0..lengths.len() / 4 {
-        let (length, pointer) = (i32_at(lengths, i), i64_at(pointers, i));
-        if length < 0 {
-            return Err(Error::Invalid(format!(
-                "sequence {i} has a negative length {length}"
-            )));
-        }
-        if pointer != expected {
-            return Err(Error::Invalid(format!(
-                "sequence {i} starts at byte {pointer}, not {expected} (sequences must lie end to end in the .bin)"
-            )));
+    let pairs = lengths.chunks_exact(4).zip(pointers.chunks_exact(8));
+    for (i, (length, pointer)) in pairs.enumerate() {
+        let length = i32::from_le_bytes(length.try_into().expect("4 bytes"));
+        let pointer = i64::from_le_bytes(pointer.try_into().expect("8 bytes"));
+        if length < 0 || pointer != expected {
+            return Err(if length < 0 {
+                Error::Invalid(format!("sequence {i} has a negative length {length}"))
+            } else {
+                Error::Invalid(format!(
+                    "sequence {i} starts at byte {pointer}, not {expected} (sequences must lie end to end in the .bin)"
+                ))
+            });
         }
         expected += length as i64 * itemsize as i64;
     }
@@ -59,8 +60,8 @@ pub fn check_document_indices(indices: &[u8], sequences: u64) -> Result<(), Erro
         )));
     }
     let mut previous = 0i64;
-    for i in 1..count {
-        let d = i64_at(indices, i);
+    for (i, d) in indices.chunks_exact(8).enumerate().skip(1) {
+        let d = i64::from_le_bytes(d.try_into().expect("8 bytes"));
         if d < previous {
             return Err(Error::Invalid(format!(
                 "document index {i} is {d}, below the one before it ({previous})"

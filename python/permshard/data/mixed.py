@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional, Union
 
 import numpy as np
@@ -148,7 +150,9 @@ class MixedDataset(Dataset[Any]):
                 prefixes = words[1::2]
             except ValueError:
                 weights = None
-        sources = [TokenWindows(p, seq_len, **windows) for p in prefixes]
+        # Each prefix's .idx is validated in Rust with the GIL released: in parallel.
+        with ThreadPoolExecutor(max_workers=min(len(prefixes), os.cpu_count() or 1)) as pool:
+            sources = list(pool.map(lambda p: TokenWindows(p, seq_len, **windows), prefixes))
         if weights is None:
             weights = [float(len(s)) for s in sources]
             weights_in = "samples"

@@ -133,7 +133,7 @@ def test_native_layer_never_panics():
         p.forward(10)
     with pytest.raises(ValueError):
         p.take(3, 2)
-    part = _core.Partition(10, 3)
+    part = _core.Sharding(10, 3).partition()
     with pytest.raises(ValueError, match="Invalid rank 3"):
         part.take(3, 0, 1)
     with pytest.raises(ValueError, match="past its end"):
@@ -141,9 +141,9 @@ def test_native_layer_never_panics():
     with pytest.raises(ValueError, match="batch_size"):
         part.take_batches(0, 0, 4, 0)
     with pytest.raises(ValueError):
-        _core.Partition(10, 0)
+        _core.Sharding(10, 0).partition()
     with pytest.raises(ValueError):
-        _core.Partition(2**64 - 1, 2)
+        _core.Sharding(2**64 - 1, 2).partition()
 
 
 def test_pickle_and_equality():
@@ -214,7 +214,7 @@ def test_take_releases_the_gil():
 def test_coverage_share_releases_the_gil():
     from permshard import _core
 
-    part = _core.Partition(60_000_000, 1)
+    part = _core.Sharding(60_000_000, 1).partition()
     assert releases_the_gil(lambda: part.coverage_share(0))
 
 

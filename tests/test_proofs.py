@@ -143,8 +143,8 @@ def test_sharding_error_is_exported():
     "call",
     [
         lambda: permshard.verify(2**64 - 1, 2),
-        lambda: _core.Partition(10, 3, start=3).take_positions(2, 1),
-        lambda: _core.Partition(10, 3, start=3).sample_at(12),
+        lambda: _core.Sharding(10, 3).partition(3).take_positions(2, 1),
+        lambda: _core.Sharding(10, 3).partition(3).sample_at(12),
     ],
 )
 def test_argument_errors_are_never_sharding_errors(call):

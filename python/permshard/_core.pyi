@@ -71,19 +71,6 @@ class Sharding:
 
 @final
 class Partition:
-    def __new__(
-        cls,
-        n: int,
-        num_replicas: int,
-        *,
-        start: int = 0,
-        drop_last: bool = False,
-        shuffle: bool = True,
-        seed: int = 0,
-        epoch: int = 0,
-        block_size: int = 0,
-        window_blocks: int = 0,
-    ) -> Partition: ...
     @property
     def algorithm(self) -> str: ...
     @property

@@ -6,10 +6,6 @@
 
 use crate::error::Error;
 
-fn i32_at(bytes: &[u8], i: usize) -> i32 {
-    i32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().expect("4 bytes"))
-}
-
 fn i64_at(bytes: &[u8], i: usize) -> i64 {
     i64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().expect("8 bytes"))
 }

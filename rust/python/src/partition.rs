@@ -32,36 +32,6 @@ pub struct Partition {
 
 #[pymethods]
 impl Partition {
-    /// The partition of `Sharding(...).partition(start)`: the order is the core's choice.
-    #[new]
-    #[pyo3(signature = (n, num_replicas, *, start = 0, drop_last = false, shuffle = true, seed = 0, epoch = 0, block_size = 0, window_blocks = 0))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        n: u64,
-        num_replicas: u64,
-        start: u64,
-        drop_last: bool,
-        shuffle: bool,
-        seed: u64,
-        epoch: u64,
-        block_size: u64,
-        window_blocks: u64,
-    ) -> PyResult<Self> {
-        let sharding = permshard_core::Sharding::new(
-            n,
-            num_replicas,
-            seed,
-            epoch,
-            shuffle,
-            drop_last,
-            block_size,
-            window_blocks,
-        )
-        .map_err(to_py)?;
-        let inner = sharding.partition(start).map_err(to_py)?;
-        Ok(Partition { inner })
-    }
-
     #[getter]
     fn n(&self) -> u64 {
         self.inner.n()

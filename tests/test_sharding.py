@@ -101,3 +101,14 @@ def test_step_batches_follow_the_core_step_layout():
             StepBatchSampler(ShardedSampler(n, num_replicas=w, rank=r, seed=5, check_consensus=False), bs)
         )
         assert got == expected[r]
+
+
+def test_the_algorithm_ids_and_epoch_index_are_exported():
+    assert (permshard.IDENTITY_ALGORITHM, permshard.ALGORITHM, permshard.BLOCK_ALGORITHM) == (
+        "identity",
+        "perm-v1",
+        "block-v1",
+    )
+    assert permshard.MIX_ALGORITHM == permshard.Mixture([1], [1.0], 1).algorithm == "mix-v1"
+    assert permshard.EpochIndex(5, 2).epoch == 2 and int(permshard.EpochIndex(5, 2)) == 5
+    assert {"EpochIndex", "IDENTITY_ALGORITHM", "Certificate"} <= set(dir(permshard))

@@ -7,6 +7,9 @@
   ranks) and proofs; :class:`ShardedBatchSampler` yields whole batches.
 * :class:`Mixture` — weighted sources, position → ``(source, index)``, no build step.
 * :func:`verify` — the exact proof; :class:`ShardingError` when sharding is wrong.
+* ``IDENTITY_ALGORITHM``, ``ALGORITHM`` (perm-v1), ``BLOCK_ALGORITHM``, ``MIX_ALGORITHM`` —
+  the orders' ids, as state dicts, plans and certificates record them;
+  :class:`EpochIndex` — an index that carries its epoch to DataLoader workers.
 
 Names are imported on first use, so ``permshard --help`` (and anything else that does
 not touch a sampler) starts without importing torch.
@@ -17,23 +20,26 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._core import ALGORITHM, ShardingError, __version__
+from ._core import ALGORITHM, BLOCK_ALGORITHM, IDENTITY_ALGORITHM, MIX_ALGORITHM, ShardingError, __version__
 
 if TYPE_CHECKING:
     from . import data
     from .block import BlockPermutation
+    from .certificate import Certificate
     from .config import ShardConfig
+    from .epoch_index import EpochIndex
     from .mixture import Mixture
     from .permutation import Permutation
     from .plan import ShardPlan
-    from .proofs import Certificate, check_loader, verify
+    from .proofs import check_loader, verify
     from .sampler import ShardedBatchSampler, ShardedSampler
     from .token_budget import TokenBudgetBatchSampler
 
 #: Public name -> the module that defines it.
 _LAZY = {
     "BlockPermutation": ".block",
-    "Certificate": ".proofs",
+    "Certificate": ".certificate",
+    "EpochIndex": ".epoch_index",
     "Mixture": ".mixture",
     "Permutation": ".permutation",
     "ShardConfig": ".config",
@@ -48,8 +54,12 @@ _LAZY = {
 
 __all__ = [
     "ALGORITHM",
+    "BLOCK_ALGORITHM",
+    "IDENTITY_ALGORITHM",
+    "MIX_ALGORITHM",
     "BlockPermutation",
     "Certificate",
+    "EpochIndex",
     "Mixture",
     "Permutation",
     "ShardConfig",

@@ -222,3 +222,29 @@ def test_the_criterion_flags_a_call_that_holds_the_gil():
     """Power control: the same criterion rejects one long C call that never releases the
     GIL (sum over a range runs in C from start to end, well over 0.1 s)."""
     assert not releases_the_gil(lambda: sum(range(30_000_000)))
+
+
+@pytest.mark.parametrize(
+    "make", [lambda: Permutation(1000, seed=4), lambda: permshard.BlockPermutation(1000, 16, 3, seed=4)]
+)
+def test_slices_are_take_arrays(make):
+    p = make()
+    listed = list(p)  # brute force: every position one by one
+    for s in [
+        slice(None),
+        slice(2, 10),
+        slice(10, 2),
+        slice(-5, None),
+        slice(None, None, 3),
+        slice(900, 5, -7),
+        slice(None, None, -1),
+        slice(3, 999, 250),
+        slice(0, 1000, 999),
+        slice(7, 8, 5),
+    ]:
+        got = p[s]
+        assert isinstance(got, np.ndarray) and got.dtype == np.int64, s
+        assert got.tolist() == listed[s], s
+    assert np.array_equal(p[2:10], p.take(2, 10))
+    with pytest.raises(ValueError, match="slice step cannot be zero"):
+        p[::0]

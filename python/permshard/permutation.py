@@ -4,7 +4,7 @@ every keyed order shares)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, SupportsIndex
+from typing import Any, SupportsIndex, Union, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -44,7 +44,13 @@ class KeyedOrder:
         # len() is limited to sys.maxsize; `n` is not.
         return self.n
 
-    def __getitem__(self, index: SupportsIndex) -> int:
+    @overload
+    def __getitem__(self, index: SupportsIndex) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> npt.NDArray[np.int64]: ...
+    def __getitem__(self, index: Union[SupportsIndex, slice]) -> Union[int, npt.NDArray[np.int64]]:
+        if isinstance(index, slice):
+            return self._slice(index)
         i = as_int("index", index)
         n = self.n
         if i < 0:
@@ -52,6 +58,20 @@ class KeyedOrder:
         if not 0 <= i < n:
             raise IndexError(f"{type(self).__name__} index {as_int('index', index)} out of range for n={n}")
         return int(self._inner.forward(i))
+
+    def _slice(self, index: slice) -> npt.NDArray[np.int64]:
+        """``p[a:b:c]``: the same int64 array as :meth:`take` (which it is for step 1)."""
+        start, stop, step = index.indices(self.n)
+        positions = range(start, stop, step)
+        if not positions:
+            return np.empty(0, dtype=np.int64)
+        if step == 1:
+            return self.take(start, stop)
+        lo, hi = min(positions[0], positions[-1]), max(positions[0], positions[-1]) + 1
+        if len(positions) * 8 >= hi - lo:  # dense: one batched take of the span, strided
+            return self.take(lo, hi)[positions[0] - lo :: step].copy()
+        forward = self._inner.forward
+        return np.fromiter((forward(p) for p in positions), dtype=np.int64, count=len(positions))
 
     def index_of(self, sample: int) -> int:
         """Position of ``sample``: the inverse permutation, O(1).

@@ -67,12 +67,16 @@ def test_sampler_verify_and_progress():
         ((0, 2), ValueError, "n must be in"),
         ((10, 0), ValueError, "num_replicas should be a positive integer"),
         ((10, 2.0), TypeError, "num_replicas must be an integer"),
-        ((10, 2, -1), ValueError, "seed must be in"),
     ],
 )
 def test_verify_errors(args, exc, text):
     with pytest.raises(exc, match=text):
         verify(*args)
+    with pytest.raises(ValueError, match="seed must be in"):
+        verify(10, 2, seed=-1)
+    # Never a silently reinterpreted positional: seed, epoch, shuffle are keywords only.
+    with pytest.raises(TypeError):
+        verify(10, 2, 1)  # type: ignore[misc]
 
 
 def test_presharded_subset_without_a_group_warns_and_is_not_refused():

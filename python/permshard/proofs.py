@@ -79,11 +79,11 @@ def verify_partition(
 def verify(
     n: int,
     num_replicas: int,
+    *,
     seed: int = 0,
     epoch: int = 0,
     shuffle: bool = True,
     drop_last: bool = False,
-    *,
     threads: int = 0,
     on_progress: Optional[Callable[[int], None]] = None,
 ) -> Certificate:
@@ -96,7 +96,7 @@ def verify(
     Args:
         n (int): dataset length.
         num_replicas (int): number of ranks.
-        seed, epoch, shuffle, drop_last: as for :class:`ShardedSampler`.
+        seed, epoch, shuffle, drop_last (keyword-only): as for :class:`ShardedSampler`.
         threads (int, optional): worker threads; ``0`` uses every core. Default: ``0``.
         on_progress (callable, optional): called with the number of items checked so far.
 
@@ -111,5 +111,7 @@ def verify(
         >>> print(permshard.verify(1000, 8, seed=1))  # doctest: +ELLIPSIS
         PROVEN (bitmap, perm-v1): n=1,000 over 8 ranks x 125 samples ...
     """
-    config = ShardConfig(n, num_replicas, seed, epoch, shuffle, drop_last)
+    config = ShardConfig(
+        n=n, num_replicas=num_replicas, seed=seed, epoch=epoch, shuffle=shuffle, drop_last=drop_last
+    )
     return verify_partition(config.partition(), config, threads=threads, on_progress=on_progress)

@@ -25,6 +25,12 @@ class Certificate(Configured):
             for a whole epoch). The proof covers positions ``[start, ...)``.
         consumed: samples consumed before the pass (``min(start, n)``), which the pass
             must not yield again.
+
+    Example::
+
+        >>> cert = permshard.verify(1000, 8, seed=1)
+        >>> cert.covered, cert.padding, cert.dropped, cert.method, cert.algorithm
+        (1000, 0, 0, 'bitmap', 'perm-v1')
     """
 
     config: ShardConfig

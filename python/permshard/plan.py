@@ -25,6 +25,12 @@ class ShardPlan(Configured):
         padding_positions: global positions ``>= n`` dealt out to make ranks even.
         padding_samples: the samples those positions repeat.
         dropped_samples: samples no rank yields this epoch (``drop_last``).
+
+    Example::
+
+        >>> plan = ShardedSampler(1000, num_replicas=3, rank=0).plan()
+        >>> plan.num_samples, plan.lengths, plan.padding_positions
+        (334, (334, 334, 334), (1000, 1001))
     """
 
     config: ShardConfig

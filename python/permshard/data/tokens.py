@@ -26,7 +26,17 @@ PathLike = Union[str, "os.PathLike[str]"]
 class WindowBatch(list[torch.Tensor]):
     """The windows of one batch: views of one ``(batch, seq_len + 1)`` int64 tensor,
     kept as ``.tensor`` so :meth:`TokenWindows.collate` needs no copy. A plain list to
-    everything else (the default collation stacks it)."""
+    everything else (the default collation stacks it).
+
+    Args:
+        tensor (torch.Tensor): the ``(batch, seq_len + 1)`` int64 windows.
+
+    Example::
+
+        >>> batch = windows.__getitems__([4, 9, 2])
+        >>> batch.tensor.shape, len(batch), TokenWindows.collate(batch) is batch.tensor
+        (torch.Size([3, 1025]), 3, True)
+    """
 
     def __init__(self, tensor: torch.Tensor) -> None:
         super().__init__(tensor.unbind(0))

@@ -415,3 +415,15 @@ def test_cli_show_names_what_the_sampler_yields(tmp_path, capsys):
         assert line + f"doc {doc:,} tokens [{a:,}, {b:,})" in out
     assert main(args + ["--step", "10000", "--batch-size", "5"]) == 2
     assert "is past the epoch" in capsys.readouterr().err
+
+
+def test_documents_of_in_a_concatenation_of_one_prefixs_parts(tmp_path):
+    docs = corpus(tmp_path / "c", n_docs=100, max_len=30)
+    valid = TokenWindows(tmp_path / "c", 20, split="9,1", part="valid")
+    train = TokenWindows(tmp_path / "c", 20, split="9,1", part="train")
+    both = TokenWindows.concatenate([valid, train])  # one file path twice, two parts
+    for i in (3, len(valid) + 5):
+        window = both[i].tolist()
+        rebuilt = sum((docs[s][a:b].tolist() for s, a, b in both.documents_of(i)), [])
+        assert rebuilt == window, i
+    assert both.documents_of(len(valid) + 5) == train.documents_of(5)

@@ -136,7 +136,8 @@ class ShardConfig:
             f.name: state.get(f.name, _OPTIONAL_KEYS.get(f.name)) for f in dataclasses.fields(cls) if f.init
         }
         config = cls(**arguments)
-        if not config.sharding().accepts_algorithm(str(state["algorithm"])):
+        core = config.sharding()
+        if not core.accepts_algorithm(str(state["algorithm"])):
             raise ValueError(
                 f"state_dict is for algorithm {state['algorithm']!r}, but its fields (shuffle="
                 f"{config.shuffle}, block_size={config.block_size}) mean {config.algorithm!r}: this "
@@ -144,7 +145,7 @@ class ShardConfig:
                 "state was edited)"
             )
         consumed = as_int("state_dict['consumed']", state["consumed"])
-        limit = config.sharding().max_consumed
+        limit = core.max_consumed
         if not 0 <= consumed <= limit:
             raise ValueError(
                 f"state_dict['consumed'] must be in [0, {limit}] (global positions of an epoch "

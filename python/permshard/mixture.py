@@ -16,7 +16,9 @@ from ._validation import as_int, as_u64
 MIX_ALGORITHM: str = _core.MIX_ALGORITHM
 
 
-def _weights(weights: Sequence[Any], k: int, name: str = "weights") -> list[float]:
+def checked_weights(weights: Sequence[Any], k: int, name: str = "weights") -> list[float]:
+    """``weights`` as ``k`` finite floats ``>= 0``, not all zero; TypeError/ValueError naming
+    the bad one otherwise."""
     if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
         raise TypeError(f"{name} must be a sequence of numbers, got {type(weights).__name__}")
     if len(weights) != k:
@@ -52,7 +54,7 @@ def _stages(stages: Sequence[Any], k: int) -> list[tuple[int, list[float]]]:
                 f"stage starts must increase after 0 (the weights= stage): stages[{j}] starts "
                 f"at {start}, not after {previous}"
             )
-        out.append((start, _weights(stage[1], k, f"stages[{j}] weights")))
+        out.append((start, checked_weights(stage[1], k, f"stages[{j}] weights")))
         previous = start
     return out
 
@@ -111,7 +113,7 @@ class Mixture:
             self._sizes = tuple(sizes)  # the common case, checked in bulk
         else:
             self._sizes = tuple(as_u64(f"sizes[{s}]", n, minimum=1) for s, n in enumerate(sizes))
-        self._weights = tuple(_weights(weights, len(self._sizes)))
+        self._weights = tuple(checked_weights(weights, len(self._sizes)))
         self._stages = tuple((start, tuple(w)) for start, w in _stages(stages, len(self._sizes)))
         if num_samples is not None:
             num_samples = as_u64("num_samples", num_samples, minimum=1)

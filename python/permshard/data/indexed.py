@@ -152,8 +152,8 @@ class MegatronIndex:
             )
         self._document_count = int(count)
         self._arrays: Optional[tuple[npt.NDArray[Any], ...]] = None
+        # Validated through a map of its own, unmapped after: the pages read leave the RSS.
         self.num_tokens = self._validate()
-        self._arrays = None  # unmapped: the pages read to validate leave this process's RSS
 
     # Offsets in the .idx of the three arrays (none is aligned: the header is 34 bytes).
     def _layout(self) -> tuple[int, int, int]:

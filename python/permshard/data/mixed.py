@@ -10,7 +10,7 @@ from typing import Any, Optional, Union
 import numpy as np
 from torch.utils.data import Dataset
 
-from ..mixture import Mixture
+from ..mixture import Mixture, checked_weights
 
 _WEIGHTS_IN = ("samples", "tokens")
 
@@ -92,12 +92,8 @@ class MixedDataset(Dataset[Any]):
 
     def _per_sample(self, weights: Sequence[float]) -> list[float]:
         """Token shares as sample shares: each weight divided by its source's tokens."""
-        if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
-            raise TypeError(f"weights must be a sequence of numbers, got {type(weights).__name__}")
-        if len(weights) != len(self.datasets):
-            raise ValueError(f"{len(self.datasets)} datasets but {len(weights)} weights: give one per source")
         out = []
-        for s, (w, dataset) in enumerate(zip(weights, self.datasets)):
+        for s, (w, dataset) in enumerate(zip(checked_weights(weights, len(self.datasets)), self.datasets)):
             tokens = getattr(dataset, "tokens_per_sample", None)
             if not isinstance(tokens, (int, float)) or isinstance(tokens, bool) or tokens <= 0:
                 raise TypeError(
@@ -105,7 +101,7 @@ class MixedDataset(Dataset[Any]):
                     f"datasets[{s}] ({type(dataset).__name__}) has none: set the attribute, or use "
                     'weights_in="samples"'
                 )
-            out.append(float(w) / float(tokens))
+            out.append(w / float(tokens))
         return out
 
     @classmethod

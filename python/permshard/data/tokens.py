@@ -130,7 +130,7 @@ class TokenWindows(Dataset[Any]):
         self.split, self.part = split, part
         prefixes = [find_prefix(p) for p in paths]
         self.indexes = [None if prefix is None else MegatronIndex(prefix) for prefix in prefixes]
-        self.dtype = self._resolve_dtype(paths, dtype)
+        self.dtype = self._resolve_dtype(dtype)
         self.paths = [os.fspath(p) if ix is None else ix.bin_path for p, ix in zip(paths, self.indexes)]
         if split is not None and any(ix is None for ix in self.indexes):
             flat = next(p for p, ix in zip(self.paths, self.indexes) if ix is None)
@@ -188,7 +188,7 @@ class TokenWindows(Dataset[Any]):
         self._views: Optional[list[npt.NDArray[Any]]] = None
         self._coarse: dict[int, tuple[npt.NDArray[np.int64], int]] = {}
 
-    def _resolve_dtype(self, paths: Sequence[PathLike], dtype: Optional[npt.DTypeLike]) -> np.dtype[Any]:
+    def _resolve_dtype(self, dtype: Optional[npt.DTypeLike]) -> np.dtype[Any]:
         """The one token dtype of all files: given, or the ``.idx``'s, else uint16."""
         found = {ix.dtype for ix in self.indexes if ix is not None}
         if dtype is not None:
@@ -369,26 +369,39 @@ class TokenWindows(Dataset[Any]):
     def locate(self, index: int, epoch: Optional[int] = None) -> tuple[str, int]:
         """``(path, token offset)`` of window ``index`` in ``epoch`` (default: the epoch
         the index carries, else the one of :meth:`set_epoch`)."""
+        f, offset = self._located(index, epoch)
+        return self.paths[f], offset
+
+    def _located(self, index: int, epoch: Optional[int]) -> tuple[int, int]:
+        """``(file, token offset in it)`` of window ``index`` (see :meth:`locate`)."""
         i = self._check(index)
-        f = int(np.searchsorted(self.starts, i, side="right")) - 1
         shift = self._shift_of(index) if epoch is None else self.shift_for(as_u64("epoch", epoch))
-        return self.paths[f], self.first_tokens[f] + shift + (i - int(self.starts[f])) * self.seq_len
+        return self._window_at(i, shift)
+
+    def _window_at(self, i: int, shift: int) -> tuple[int, int]:
+        """``(file, token offset in it)`` of window ``i`` (in range) under ``shift``."""
+        f = int(np.searchsorted(self.starts, i, side="right")) - 1
+        return f, self.first_tokens[f] + shift + (i - int(self.starts[f])) * self.seq_len
+
+    def _part_pointers(self, f: int) -> tuple[MegatronIndex, int, int, npt.NDArray[np.int64]]:
+        """``(index, lo, hi, byte pointers of sequences [lo, hi))`` of Megatron file ``f``."""
+        ix, part = self.indexes[f], self.sequence_ranges[f]
+        assert ix is not None and part is not None  # a Megatron file has both
+        lo, hi = part
+        return ix, lo, hi, ix.arrays()[1][lo:hi]
 
     def documents_of(self, index: int, epoch: Optional[int] = None) -> list[tuple[int, int, int]]:
         """The documents window ``index`` holds: ``(sequence, first token, stop token)``
         per document, token offsets inside that sequence of the ``.idx`` (Megatron files
         only; a flat file's window is one ``(-1, offset, offset + seq_len + 1)``)."""
-        path, offset = self.locate(index, epoch)
-        f = self.paths.index(path)
-        ix, stop = self.indexes[f], offset + self.seq_len + 1
-        if ix is None:
+        f, offset = self._located(index, epoch)
+        stop = offset + self.seq_len + 1
+        if self.indexes[f] is None:
             return [(-1, offset, stop)]
-        pointers = ix.arrays()[1]
-        lo, hi = self.sequence_ranges[f] or (0, ix.num_sequences)
+        ix, lo, hi, pointers = self._part_pointers(f)
         coarse, step = self._coarse_of(f)
-        isz = self.dtype.itemsize
-        q = np.array([offset * isz], dtype=np.int64)
-        first = lo + int(search_sorted(pointers[lo:hi], coarse, step, q, "right")[0]) - 1
+        q = np.array([offset * self.dtype.itemsize], dtype=np.int64)
+        first = lo + int(search_sorted(pointers, coarse, step, q, "right")[0]) - 1
         out = []
         for seq in range(first, hi):
             begin = ix.token_offset(seq)
@@ -403,11 +416,9 @@ class TokenWindows(Dataset[Any]):
         most 2^16 sequence pointers that narrows every search to ``step`` entries."""
         found = self._coarse.get(f)
         if found is None:
-            ix = self.indexes[f]
-            assert ix is not None
-            lo, hi = self.sequence_ranges[f] or (0, ix.num_sequences)
+            _, lo, hi, pointers = self._part_pointers(f)
             step = 1 << max(0, int(hi - lo - 1).bit_length() - 16)
-            found = (np.array(ix.arrays()[1][lo:hi:step], dtype=np.int64), step)
+            found = (np.array(pointers[::step], dtype=np.int64), step)
             self._coarse[f] = found
         return found
 
@@ -419,10 +430,7 @@ class TokenWindows(Dataset[Any]):
         seq, isz = self.seq_len, self.dtype.itemsize
         starts = np.zeros((offsets.size, seq), dtype=np.bool_)
         for f in np.unique(files):
-            ix = self.indexes[int(f)]
-            assert ix is not None
-            lo, hi = self.sequence_ranges[int(f)] or (0, ix.num_sequences)
-            pointers = ix.arrays()[1][lo:hi]
+            pointers = self._part_pointers(int(f))[3]
             coarse, step = self._coarse_of(int(f))
             rows = np.flatnonzero(files == f)
             o = offsets[rows]
@@ -447,12 +455,11 @@ class TokenWindows(Dataset[Any]):
         return i
 
     def __getitem__(self, index: int) -> Any:
-        i = self._check(index)
         if self.documents:
+            i = self._check(index)
             keep = index if epoch_of(index) is not None else i
             return self.__getitems__([keep])[0]
-        f = int(np.searchsorted(self.starts, i, side="right")) - 1
-        offset = self.first_tokens[f] + self._shift_of(index) + (i - int(self.starts[f])) * self.seq_len
+        f, offset = self._located(index, None)
         window = self._open()[f][offset : offset + self.seq_len + 1]
         return torch.from_numpy(window.astype(np.int64))
 

@@ -431,8 +431,11 @@ def token_budget(rank: int, world: int, n: int) -> dict:
     batches = [batch.tolist() for batch in loader]
     bad = TokenBudgetBatchSampler(lengths, 8192 if rank == world - 1 else 16384, seed=2)
     disagree = expect_error(lambda: next(iter(bad)), ShardingError)
+    other = lengths.copy()
+    other[-1] += rank == world - 1  # one length differs on one rank
+    differ = expect_error(lambda: next(iter(TokenBudgetBatchSampler(other, 16384, seed=2))), ShardingError)
     dist.barrier()
-    return {"batches": batches, "disagree": disagree}
+    return {"batches": batches, "disagree": disagree, "lengths": differ}
 
 
 def accelerate_token_budget(rank: int, world: int, n: int, folder: str, steps) -> list:

@@ -1,22 +1,87 @@
-"""TokenBudgetBatchSampler: the budget, equal batch counts, exactly once, padding, load
-balance, order, epochs, resume (also onto other world sizes), bad input, a 1e8-entry
+"""TokenBudgetBatchSampler: the plan against an independent budget-v1 planner, the budget,
+equal batch counts, exactly once, padding, load balance, order, epochs, resume (also onto
+other world sizes and from a 0.2 state dict), its Certificate, bad input, a 1e8-entry
 memmap, and real ranks."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
 from collections import Counter
+from pathlib import Path
 
 import dist_workers
 import numpy as np
 import pytest
 from distributed import launch
 
-from permshard.token_budget import TokenBudgetBatchSampler
+from permshard import Certificate, Permutation, ShardedSampler, ShardingError
+from permshard.token_budget import BUDGET_ALGORITHM, BudgetConfig, TokenBudgetBatchSampler
 
 BUDGET = 16384
+GOLDEN = json.loads((Path(__file__).parent / "golden" / "budget_state_0.2.json").read_text())
+
+
+def reference_plan(
+    lengths,
+    max_tokens,
+    world,
+    *,
+    seed=0,
+    epoch=0,
+    shuffle=True,
+    drop_last=False,
+    window=1 << 16,
+    start=(0, None, 0),
+):
+    """budget-v1 written from its definition, one sample at a time in plain Python: for
+    each window of the epoch's order, its samples (minus those taken before a resume)
+    sorted by length (ties: window order), cut greedily under the padded budget; batches
+    split (largest first, halves), dropped or repeated until they fill whole steps; sorted
+    by padded load; rank r of step s takes the (r + s) % world-th of the step's batches;
+    steps shuffled by perm-v1 keyed per window. Returns every rank's batches."""
+    n = len(lengths)
+    order = Permutation(n, seed, epoch) if shuffle else range(n)
+    first_window, taken, first_step = start
+    ranks = [[] for _ in range(world)]
+    for k in range(first_window, -(-n // window)):
+        samples = [order[p] for p in range(k * window, min(n, (k + 1) * window))]
+        if k == first_window and taken is not None:
+            samples = [x for x, t in zip(samples, taken) if not t]
+        samples = sorted(samples, key=lambda x: int(lengths[x]))  # sorted() is stable
+        batches = []
+        for x in samples:
+            if batches and (len(batches[-1]) + 1) * int(lengths[x]) <= max_tokens:
+                batches[-1].append(x)
+            else:
+                batches.append([x])
+        repeats = 0
+        while len(batches) % world:
+            sizes = [len(b) for b in batches]
+            big = sizes.index(max(sizes))
+            if sizes[big] > 1:
+                half = sizes[big] // 2
+                batches.append(batches[big][half:])
+                batches[big] = batches[big][:half]
+            elif drop_last:
+                batches.pop()
+            else:
+                batches.append(list(batches[repeats % len(batches)]))
+                repeats += 1
+        batches.sort(key=lambda b: -len(b) * int(lengths[b[-1]]))
+        steps = [
+            [batches[s * world + (r + s) % world] for r in range(world)] for s in range(len(batches) // world)
+        ]
+        if shuffle and steps:
+            key = (seed * 0x9E3779B97F4A7C15 + epoch * 0xBF58476D1CE4E5B9 + k + 1) % 2**64
+            shuffled = Permutation(len(steps), key, 0)
+            steps = [steps[shuffled[i]] for i in range(len(steps))]
+        for step in steps[first_step if k == first_window else 0 :]:
+            for r in range(world):
+                ranks[r].append(step[r])
+    return ranks
 
 
 def lognormal(n: int, seed: int = 0) -> np.ndarray:
@@ -29,6 +94,139 @@ def run_ranks(lengths, world, **kwargs) -> list[list[list[int]]]:
     for rank in range(world):
         out.append(list(TokenBudgetBatchSampler(lengths, BUDGET, world, rank, **kwargs)))
     return out
+
+
+@pytest.mark.parametrize(
+    "n, world, kwargs",
+    [
+        (3000, 1, {"seed": 1, "window": 512}),
+        (3000, 3, {"seed": 2, "window": 700, "epoch": 4}),
+        (2500, 4, {"seed": 3, "window": 1000, "shuffle": False}),
+        (2049, 4, {"seed": 4, "window": 256, "drop_last": True}),
+        (37, 8, {"seed": 5, "window": 16}),
+        (5, 4, {"window": 4}),
+        (5, 4, {"window": 4, "drop_last": True}),
+    ],
+)
+def test_plans_match_an_independent_planner(n, world, kwargs):
+    lengths = lognormal(n, seed=n) if n > 100 else np.full(n, 7000)  # tiny: 2 per batch
+    epoch = kwargs.pop("epoch", 0)
+    expected = reference_plan(lengths, BUDGET, world, epoch=epoch, **kwargs)
+    for rank in range(world):
+        s = TokenBudgetBatchSampler(lengths, BUDGET, world, rank, **kwargs)
+        s.set_epoch(epoch)
+        assert list(s) == expected[rank]
+        assert len(s) == len(expected[rank])
+
+
+def test_a_resume_continues_as_the_independent_planner_says():
+    lengths = lognormal(3000, seed=8)
+    s = TokenBudgetBatchSampler(lengths, BUDGET, 3, 2, seed=6, window=800)
+    it = iter(s)
+    [next(it) for _ in range(10)]
+    state = s.state_dict(consumed_steps=7)
+    k, steps = state["window_index"], state["steps"]
+    resumed = TokenBudgetBatchSampler(lengths, BUDGET, 3, 2, seed=6, window=800)
+    resumed.load_state_dict(state)
+    assert list(resumed) == reference_plan(lengths, BUDGET, 3, seed=6, window=800, start=(k, None, steps))[2]
+
+
+def test_a_state_dict_of_0_2_loads_and_continues_its_plan():
+    spec, kw = GOLDEN["lengths"], dict(GOLDEN["sampler"])
+    rng = np.random.default_rng(spec["seed"])
+    lengths = np.clip(rng.lognormal(spec["mean"], spec["sigma"], size=spec["size"]), 1, 4096).astype(np.int64)
+    world, rank = kw.pop("num_replicas"), kw.pop("rank")
+    s = TokenBudgetBatchSampler(lengths, kw.pop("max_tokens"), world, rank, **kw)
+    s.load_state_dict(GOLDEN["state"])
+    rest = list(s)
+    assert rest[: len(GOLDEN["next_batches"])] == GOLDEN["next_batches"]
+    assert len(rest) == GOLDEN["batches_left"]
+    state = GOLDEN["state"]
+    reference = reference_plan(
+        lengths, BUDGET, world, seed=7, window=1024, start=(state["window_index"], None, state["steps"])
+    )
+    assert rest == reference[rank]
+    # Saved again, the state holds every configuration field, as ShardedSampler's does.
+    assert set(s.state_dict()) == set(BudgetConfig(n=10, num_replicas=1, max_tokens=1).as_dict()) | {
+        "window_index",
+        "steps",
+        "taken",
+    }
+
+
+def test_verify_returns_a_certificate_of_the_pass():
+    lengths = lognormal(6000, seed=4)
+    ranks = run_ranks(lengths, 3, seed=2, window=1000)
+    s = TokenBudgetBatchSampler(lengths, BUDGET, 3, 0, seed=2, window=1000)
+    cert = s.verify()
+    assert isinstance(cert, Certificate) and cert.algorithm == BUDGET_ALGORITHM == s.state_dict()["algorithm"]
+    assert cert.lengths == tuple(sum(map(len, r)) for r in ranks)
+    assert cert.batches == len(ranks[0]) == len(s)
+    assert (cert.covered, cert.padding, cert.dropped, cert.consumed) == (6000, 0, 0, 0)
+    assert (cert.max_tokens, cert.window) == (BUDGET, 1000)  # the budget's own fields read too
+    # After a resume: the rest of the epoch, what came before counted as consumed.
+    it = iter(s)
+    done = [next(it) for _ in range(25)]
+    resumed = TokenBudgetBatchSampler(lengths, BUDGET, 3, 0, seed=2, window=1000)
+    resumed.load_state_dict(s.state_dict())
+    cert = resumed.verify()
+    consumed = sum(len(b) for r in ranks for b in r[:25])
+    assert done == ranks[0][:25] and (cert.consumed, cert.covered) == (consumed, 6000 - consumed)
+    assert "resumed" in str(cert) and "budget-v1" in str(cert)
+
+
+@pytest.mark.parametrize("broken", ["a repeat", "over the budget"])
+def test_verify_catches_a_broken_plan(monkeypatch, broken):
+    lengths = lognormal(3000, seed=5)
+    s = TokenBudgetBatchSampler(lengths, BUDGET, 2, 0, seed=1, window=1000)
+    plan = s._plan
+
+    def break_it(k, taken, world):
+        bad = plan(k, taken, world)
+        if k == 1:
+            batch = bad.steps[0][0]
+            if broken == "a repeat":  # the window's shortest sample twice, another missing
+                shortest = min((x for step in bad.steps for b in step for x in b), key=lambda x: lengths[x])
+                batch[batch.index(next(x for x in batch if x != shortest))] = shortest
+            else:
+                batch.append(bad.steps[1][0][0])
+        return bad
+
+    monkeypatch.setattr(s, "_plan", break_it)
+    message = (
+        r"misses 1 samples \(declared dropped: 0\) and repeats 1"
+        if broken == "a repeat"
+        else "a batch of window 1 exceeds max_tokens=16384"
+    )
+    with pytest.raises(ShardingError, match=message):
+        s.verify()
+
+
+def test_state_dicts_are_checked_as_shardedsampler_s():
+    lengths = lognormal(2000)
+    s = TokenBudgetBatchSampler(lengths, BUDGET, 2, 0, seed=1, window=512)
+    state = s.state_dict()
+    with pytest.raises(
+        ValueError, match="state_dict has max_tokens=16384 but this sampler has max_tokens=8192"
+    ):
+        TokenBudgetBatchSampler(lengths, 8192, 2, 0, seed=1, window=512).load_state_dict(state)
+    with pytest.raises(ValueError, match="state_dict has seed=1 but this sampler has seed=2"):
+        TokenBudgetBatchSampler(lengths, BUDGET, 2, 0, seed=2, window=512).load_state_dict(state)
+    with pytest.raises(
+        ValueError,
+        match=r"state_dict \(of algorithm 'perm-v1'\) is missing \['max_tokens', 'window', 'window_index'",
+    ):
+        s.load_state_dict(ShardedSampler(2000, 2, 0).state_dict())
+    with pytest.raises(ValueError, match=r"missing \['taken'\]"):
+        s.load_state_dict({k: v for k, v in state.items() if k != "taken"})
+    with pytest.raises(TypeError, match="must be a mapping"):
+        s.load_state_dict([1, 2])
+    with pytest.raises(ValueError, match=r"window_index'\] must be in \[0, 4\]"):
+        s.load_state_dict(dict(state, window_index=9))
+    with pytest.raises(ValueError, match="holds 8 bits for a window of 512 positions"):
+        s.load_state_dict(dict(state, taken="AA=="))
+    with pytest.raises(ValueError, match="not valid base64"):
+        s.load_state_dict(dict(state, taken="%%%"))
 
 
 @pytest.mark.parametrize("world", [1, 2, 4])
@@ -67,9 +265,10 @@ def test_tiny_datasets_pad_or_drop_as_declared(n, world, drop_last):
     assert len({len(r) for r in ranks}) == 1
     cert = TokenBudgetBatchSampler(lengths, BUDGET, world, 0, drop_last=drop_last).verify()
     seen = Counter(x for r in ranks for b in r for x in b)
-    assert sum(seen.values()) - len(seen) == cert["padding"]
-    assert n - len(seen) == cert["dropped"]
-    assert (cert["dropped"] == 0) if not drop_last else (cert["padding"] == 0)
+    assert sum(seen.values()) - len(seen) == cert.padding
+    assert n - len(seen) == cert.dropped
+    assert (cert.dropped == 0) if not drop_last else (cert.padding == 0)
+    assert cert.covered == len(seen) and cert.batches == len(ranks[0])
 
 
 def test_bad_input_names_the_fix():
@@ -164,7 +363,9 @@ def test_real_ranks_with_a_dataloader(world):
     )
     assert np.median(loads.max(1) / loads.min(1)) <= 1.05
     for r in results:
-        assert "ranks disagree on max_tokens" in r["disagree"]
+        assert "ranks disagree on max_tokens: rank 0 has max_tokens=16384" in r["disagree"]
+        assert f"(process {world - 1}) has max_tokens=8192" in r["disagree"]
+        assert "ranks disagree on lengths" in r["lengths"] and "same lengths on every rank" in r["lengths"]
 
 
 def test_device_mesh_gives_the_data_parallel_rank():

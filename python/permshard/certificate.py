@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from .config import Configured, ShardConfig
 
@@ -12,10 +13,11 @@ class Certificate(Configured):
     """What a proof established.
 
     Attributes:
-        config: the configuration proven; its fields (``algorithm``, ``n``,
+        config: the configuration proven (a :class:`ShardConfig`, or a sampler's extension
+            of it such as ``BudgetConfig``); its fields (``algorithm``, ``n``,
             ``num_replicas``, ``seed``, ``epoch``, ``shuffle``, ``drop_last``) read as
             attributes too.
-        lengths: items per rank.
+        lengths: items (samples) per rank.
         covered: distinct samples yielded, all ranks together.
         padding: items that repeat a sample to make ranks even.
         dropped: samples of the epoch that no rank yields (``drop_last``).
@@ -23,8 +25,10 @@ class Certificate(Configured):
         method: ``"bitmap"`` (exact) or ``"fingerprint"`` (distributed).
         start: global positions consumed before the proven pass (a resume point; ``0``
             for a whole epoch). The proof covers positions ``[start, ...)``.
-        consumed: samples consumed before the pass (``min(start, n)``), which the pass
-            must not yield again.
+        consumed: samples consumed before the pass (``min(start, n)`` for round-robin
+            orders), which the pass must not yield again.
+        batches: batches per rank, the same on every rank, for samplers that plan batches
+            (``None`` otherwise).
 
     Example::
 
@@ -42,16 +46,21 @@ class Certificate(Configured):
     method: str = "bitmap"
     start: int = 0
     consumed: int = 0
+    batches: Optional[int] = None
 
     def __str__(self) -> str:
         resumed = (
             f", the pass resumed at position {self.start:,} ({self.consumed:,} consumed before)"
-            if self.start
+            if self.start or self.consumed
             else ""
         )
+        low, high = min(self.lengths), max(self.lengths)
+        each = f"{low:,} samples" if low == high else f"{low:,}-{high:,} samples"
+        if self.batches is not None:
+            each = f"{self.batches:,} batches ({each})"
         return (
             f"PROVEN ({self.method}, {self.algorithm}): n={self.n:,} over {self.num_replicas} "
-            f"ranks x {self.lengths[0]:,} samples (seed={self.seed}, epoch={self.epoch}, "
+            f"ranks x {each} (seed={self.seed}, epoch={self.epoch}, "
             f"shuffle={self.shuffle}, drop_last={self.drop_last}{resumed}): every sample exactly "
             f"once -- covered {self.covered:,}, padding {self.padding:,}, dropped "
             f"{self.dropped:,} [{self.seconds:.2f} s]"

@@ -4,11 +4,12 @@ its dataset (one fixed-size all-gather), and sampler ranks are laid out evenly."
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 from collections import Counter
-from typing import Any, Optional
+from collections.abc import Sequence
+from typing import Any, NamedTuple, Optional
 
+import numpy as np
 from torch.utils.data import Subset
 
 from ._core import ShardingError
@@ -59,75 +60,119 @@ def dataset_fingerprint(dataset: Any) -> dict[str, Any]:
     return {"type": kind, "len": len(dataset), "content": content}
 
 
-def _digest(value: Any) -> int:
-    """A 64-bit digest of ``repr(value)`` (plain data only), for fixed-size collectives."""
-    return int.from_bytes(hashlib.blake2b(repr(value).encode(), digest_size=8).digest(), "little")
-
+#: The fix for a resume point that differs between processes.
+FIX_RESUME = "load the same state dict on every rank (saved by any one rank) before iterating"
 
 _FIXES = {
     "n": f"the ranks see datasets of different lengths; if each rank's dataset is a "
     f"per-rank slice, the data is split twice: {FIX_DOUBLE_SPLIT}",
-    "seed": "pass the same seed=... to ShardedSampler on every rank",
+    "seed": "pass the same seed=... on every rank",
     "epoch": "call sampler.set_epoch(epoch) on every rank before each epoch",
     "num_replicas": "every rank must use the same num_replicas (the world size)",
     "shuffle": "pass the same shuffle=... on every rank",
     "drop_last": "pass the same drop_last=... on every rank",
     "block_size": "pass the same block_size=... on every rank",
     "window_blocks": "pass the same window_blocks=... on every rank",
-    "start": "load the same state dict on every rank (saved by any one rank) before iterating",
-    "algorithm": "install the same permshard version on every rank",
+    "max_tokens": "pass the same max_tokens=... on every rank",
+    "window": "pass the same window=... on every rank",
+    "algorithm": "install the same permshard version on every rank, and build the same sampler",
     "dataset": f"the ranks hold different datasets of the same length; if each rank's "
     f"dataset is a per-rank slice, the data is split twice: {FIX_DOUBLE_SPLIT}",
 }
 
-_CONFIG_KEYS = tuple(f.name for f in dataclasses.fields(ShardConfig))
-#: What every process of a pass must agree on, in the order consensus checks it: the
-#: configuration (algorithm first), the pass's resume point and the dataset.
-_AGREED = ("algorithm", *(k for k in _CONFIG_KEYS if k != "algorithm"), "start", "dataset")
-#: Sent along for the messages: the sampler rank and a Subset's progression (first, step).
-_RECORD = _AGREED + ("rank", "subset_first", "subset_step")
+
+class Agreed(NamedTuple):
+    """A value of the pass, beside the configuration, that every process must share.
+
+    Attributes:
+        name: its name in messages (``start``, ``lengths``).
+        value: an unsigned 64-bit integer (a digest for values that are not numbers).
+        fix: what to do when the processes differ.
+        digest: whether ``value`` is a digest (shown as such, not as a number).
+    """
+
+    name: str
+    value: int
+    fix: str
+    digest: bool = False
 
 
-def _consensus_record(config: ShardConfig, rank: int, dataset: Any, start: int) -> list[int]:
-    """This process's consensus record: one int64 per key of ``_RECORD``."""
-    record = dict(config.as_dict(), start=start, rank=rank)
-    record["algorithm"] = _digest(config.algorithm)
-    record["dataset"] = _digest(dataset_fingerprint(dataset if dataset is not None else config.n))
+def digest(value: Any) -> int:
+    """A 64-bit digest of ``repr(value)`` (plain data only), or of the bytes of an array,
+    for fixed-size collectives."""
+    data = value.tobytes() if isinstance(value, np.ndarray) else repr(value).encode()
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
+#: Sent along after the agreed values, for the messages: the sampler rank and a Subset's
+#: progression (first, step).
+_SENT_ALONG = ("rank", "subset_first", "subset_step")
+
+
+def _consensus_record(
+    config: ShardConfig, rank: int, dataset: Any, agreed: Sequence[Agreed]
+) -> dict[str, Agreed]:
+    """This process's consensus record, in the order consensus checks it: the
+    configuration (algorithm first), the pass's ``agreed`` values, the dataset, then what
+    is sent along for the messages."""
+    fields = config.as_dict()
+    record = {"algorithm": Agreed("algorithm", digest(config.algorithm), _FIXES["algorithm"], True)}
+    record.update((k, Agreed(k, int(v), _FIXES[k])) for k, v in fields.items() if k != "algorithm")
+    record.update((a.name, a) for a in agreed)
+    fingerprint = dataset_fingerprint(dataset if dataset is not None else config.n)
+    record["dataset"] = Agreed("dataset", digest(fingerprint), _FIXES["dataset"], True)
     progression = subset_progression(dataset)
     first, step = progression if progression is not None else (0, 0)
-    record.update(subset_first=first, subset_step=step)
-    return [int(record[key]) for key in _RECORD]
+    for name, value in zip(_SENT_ALONG, (rank, first, step)):
+        record[name] = Agreed(name, value, "")
+    return record
 
 
 def check_consensus(
-    config: ShardConfig, rank: int, dataset: Any = None, *, start: int = 0, group: Any = None
+    config: ShardConfig,
+    rank: int,
+    dataset: Any = None,
+    *,
+    agreed: Sequence[Agreed] = (),
+    group: Any = None,
 ) -> None:
     """Gathers every process's configuration (fixed-size int64 tensors, any backend) and
     raises ShardingError naming the first process and value that differ, and the fix.
 
     Args:
-        config: this process's configuration.
-        rank: its sampler (data-parallel) rank.
-        dataset: its dataset, fingerprinted (default: ``config.n`` only).
-        start: the first global position of the pass being checked (a resume point).
-        group: the process group (default: the world).
+        config (ShardConfig): this process's configuration (any sampler's).
+        rank (int): its sampler (data-parallel) rank.
+        dataset (optional): its dataset, fingerprinted (default: ``config.n`` only).
+        agreed (sequence of Agreed): the pass's other values every process must share:
+            its resume point (``Agreed("start", ...)``), a lengths fingerprint.
+        group (ProcessGroup, optional): the process group (default: the world).
+
+    Example::
+
+        >>> check_consensus(sampler.config, sampler.rank, dataset,
+        ...                 agreed=[Agreed("start", 0, FIX_RESUME)])
     """
-    rows = all_gather_u64(_consensus_record(config, rank, dataset, start), group)
-    everyone = [dict(zip(_RECORD, row)) for row in rows]
+    mine = _consensus_record(config, rank, dataset, agreed)
+    rows = all_gather_u64([a.value for a in mine.values()], group)
+    everyone = [dict(zip(mine, row)) for row in rows]
     double = double_split(everyone)
     if double is not None:
         raise ShardingError(double)
     reference = everyone[0]
-    for key in _AGREED:
+    for key, field in mine.items():
+        if key in _SENT_ALONG:
+            continue
         for proc, other in enumerate(everyone):
             if other[key] != reference[key]:
-                shown = {"algorithm": "<digest>", "dataset": "<fingerprint>"}
-                mine = shown.get(key, repr(_as_python(key, reference[key])))
-                theirs = shown.get(key, repr(_as_python(key, other[key])))
+                first, this = (
+                    ("<digest>", "<digest>")
+                    if field.digest
+                    else (repr(_as_python(key, reference[key])), repr(_as_python(key, other[key])))
+                )
                 raise ShardingError(
-                    f"ranks disagree on {key}: rank {reference['rank']} has {key}={mine}, "
-                    f"rank {other['rank']} (process {proc}) has {key}={theirs}. "
-                    f"Fix: {_FIXES[key]}"
+                    f"ranks disagree on {key}: rank {reference['rank']} has {key}={first}, "
+                    f"rank {other['rank']} (process {proc}) has {key}={this}. "
+                    f"Fix: {field.fix}"
                 )
     check_layout([c["rank"] for c in everyone], reference["num_replicas"])
 

@@ -14,7 +14,7 @@ from ._core import ShardingError
 from .certificate import Certificate
 from .collectives import all_gather_u64
 from .config import ShardConfig
-from .consensus import check_consensus
+from .consensus import FIX_RESUME, Agreed, check_consensus
 
 
 def _merge(a: Sequence[int], b: Sequence[int]) -> tuple[int, int, int, int]:
@@ -43,7 +43,7 @@ def verify_distributed(
     if not (dist.is_available() and dist.is_initialized()):
         raise ValueError("verify_distributed needs torch.distributed to be initialized")
     began = time.perf_counter()
-    check_consensus(config, rank, dataset, start=part.start, group=group)
+    check_consensus(config, rank, dataset, agreed=[Agreed("start", part.start, FIX_RESUME)], group=group)
     yielded, padding, consumed, dropped, reference = part.coverage_share(rank)
     mine = [rank, part.num_samples, *yielded, *padding, *consumed, *dropped, *reference]
     totals = [(0, 0, 0, 0)] * 5

@@ -295,7 +295,12 @@ class ShardedSampler(DistributedSampler[int]):
                 )
         if self.check_consensus and self._agreed_epoch != self.epoch:
             if dist.is_available() and dist.is_initialized():
-                consensus.check_consensus(self.config, self.rank, self.dataset, start=self._start)
+                consensus.check_consensus(
+                    self.config,
+                    self.rank,
+                    self.dataset,
+                    agreed=[consensus.Agreed("start", self._start, consensus.FIX_RESUME)],
+                )
             self._agreed_epoch = self.epoch
         part = self._partition(self.epoch, self._start)
         self._pass = _Pass(self.epoch, self._start, part)

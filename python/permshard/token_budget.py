@@ -4,11 +4,11 @@ planned a window of the perm-v1 order at a time (budget-v1)."""
 from __future__ import annotations
 
 import base64
-import hashlib
+import time
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 import numpy as np
 import numpy.typing as npt
@@ -17,13 +17,104 @@ from torch.utils.data import Sampler
 
 from . import _core
 from ._validation import as_int, as_positive, as_u64
-from .collectives import all_gather_u64
+from .certificate import Certificate
+from .config import ShardConfig
+from .consensus import FIX_RESUME, Agreed, check_consensus, digest
 from .mesh import MeshDim, resolve_world
 
 #: The algorithm id of the token-budget plan, recorded in state dicts.
 BUDGET_ALGORITHM = "budget-v1"
 
 _MASK64 = 2**64 - 1
+
+#: The keys of a saved resume point, beside the configuration.
+_RESUME_KEYS = ("window_index", "steps", "taken")
+
+
+@dataclass(frozen=True, init=False)
+class BudgetConfig(ShardConfig):
+    """The configuration of :class:`TokenBudgetBatchSampler`: a :class:`ShardConfig` (the
+    perm-v1 order the windows are read from, or the identity without ``shuffle``) and the
+    budget's fields. Its ``algorithm`` is ``budget-v1``; state dicts, the consensus and
+    certificates read it as they read any configuration.
+
+    Args:
+        n (int): number of samples.
+        num_replicas (int): data-parallel ranks.
+        max_tokens (int, keyword-only): the padded token budget of a batch.
+        window (int, keyword-only): positions planned together, ``>= num_replicas``.
+        seed, epoch, shuffle, drop_last (keyword-only): as in :class:`ShardConfig`.
+
+    Example::
+
+        >>> BudgetConfig(n=1000, num_replicas=2, max_tokens=4096).algorithm
+        'budget-v1'
+    """
+
+    max_tokens: int = 1
+    window: int = 1 << 16
+
+    resume_keys: ClassVar[tuple[str, ...]] = (
+        "algorithm",
+        "n",
+        "seed",
+        "shuffle",
+        "drop_last",
+        "max_tokens",
+        "window",
+    )
+
+    def __init__(
+        self,
+        n: int,
+        num_replicas: int,
+        *,
+        max_tokens: int,
+        window: int = 1 << 16,
+        seed: int = 0,
+        epoch: int = 0,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        block_size: int = 0,
+        window_blocks: int = 0,
+    ) -> None:
+        if block_size or window_blocks:
+            raise ValueError(
+                "token-budget batches are planned over the perm-v1 order: block_size and "
+                "window_blocks must be 0"
+            )
+        super().__init__(n, num_replicas, seed=seed, epoch=epoch, shuffle=shuffle, drop_last=drop_last)
+        checked = {
+            "max_tokens": as_positive("max_tokens", max_tokens),
+            "window": as_positive("window", window),
+        }
+        if checked["window"] < self.num_replicas:
+            raise ValueError(
+                f"window ({checked['window']}) must be at least num_replicas ({self.num_replicas})"
+            )
+        self._set(dict(checked, algorithm=BUDGET_ALGORITHM))
+
+    def accepts_algorithm(self, algorithm: str) -> bool:
+        """Whether a state saved under ``algorithm`` continues here: ``budget-v1`` only.
+
+        Args:
+            algorithm (str): the algorithm id a state dict recorded.
+        """
+        return algorithm == BUDGET_ALGORITHM
+
+    def partition(self, start: int = 0) -> _core.Partition:
+        """Not available: token-budget batches are dealt by their plan, not round-robin.
+
+        Args:
+            start (int, optional): unused.
+
+        Raises:
+            TypeError: always.
+        """
+        raise TypeError(
+            "token-budget batches are dealt by their plan (budget-v1), not round-robin: use "
+            "TokenBudgetBatchSampler's iteration, len() and verify()"
+        )
 
 
 @dataclass(frozen=True)
@@ -102,16 +193,21 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         if array.size == 0:
             raise ValueError("lengths is empty: a sampler needs at least one sample")
         self.lengths = array
-        self.max_tokens = as_positive("max_tokens", max_tokens)
         self.num_replicas, self.rank = resolve_world(num_replicas, rank, device_mesh, mesh_dim)
-        self.seed = as_u64("seed", seed)
-        self.shuffle = bool(shuffle)
-        self.drop_last = bool(drop_last)
-        self.window = as_positive("window", window)
-        if self.window < self.num_replicas:
-            raise ValueError(f"window ({self.window}) must be at least num_replicas ({self.num_replicas})")
-        self.check_consensus = bool(check_consensus)
         self.epoch = 0
+        # The configuration checks every field (the core those of the order).
+        config = BudgetConfig(
+            n=int(array.shape[0]),
+            num_replicas=self.num_replicas,
+            max_tokens=max_tokens,
+            window=window,
+            seed=seed,
+            shuffle=shuffle,
+            drop_last=drop_last,
+        )
+        self.max_tokens, self.window, self.seed = config.max_tokens, config.window, config.seed
+        self.shuffle, self.drop_last = config.shuffle, config.drop_last
+        self.check_consensus = bool(check_consensus)
         # The resume point: window index, samples of that window already consumed, steps of
         # its plan done (under `_resume_replicas` ranks).
         self._resume: tuple[int, Optional[npt.NDArray[np.bool_]], int, int] = (0, None, 0, self.num_replicas)
@@ -125,7 +221,22 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
 
     @property
     def n(self) -> int:
+        """Number of samples (``len(lengths)``)."""
         return int(self.lengths.shape[0])
+
+    @property
+    def config(self) -> BudgetConfig:
+        """The configuration of the current epoch, as every rank must agree on it."""
+        return BudgetConfig(
+            n=self.n,
+            num_replicas=self.num_replicas,
+            max_tokens=self.max_tokens,
+            window=self.window,
+            seed=self.seed,
+            epoch=self.epoch,
+            shuffle=self.shuffle,
+            drop_last=self.drop_last,
+        )
 
     def _num_windows(self) -> int:
         return -(-self.n // self.window)
@@ -223,7 +334,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
 
     def __iter__(self) -> Iterator[list[int]]:
         if self.check_consensus and dist.is_available() and dist.is_initialized():
-            self._agree()
+            check_consensus(self.config, self.rank, agreed=self._agreed())
         k, taken, first_step = self._start()
         self._progress.clear()
         self._handed = 0
@@ -248,59 +359,35 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             self._lengths_cache = {key: total}
         return self._lengths_cache[key]
 
-    def _agree(self) -> None:
-        """Every process of the group must plan the same epoch (model-parallel peers share a
-        rank); raises ShardingError naming the first difference."""
-        from .consensus import check_layout
-
-        digest = hashlib.blake2b(digest_size=8)
-        for part in (self.lengths[: min(self.n, 1024)], self.lengths[max(0, self.n - 1024) :]):
-            digest.update(np.asarray(part, dtype=np.int64).tobytes())
-        k, _, steps, world = self._resume
-        keys = (
-            "n",
-            "max_tokens",
-            "num_replicas",
-            "seed",
-            "epoch",
-            "shuffle",
-            "drop_last",
-            "window",
-            "resume window",
-            "resume steps",
-            "resume num_replicas",
-            "lengths",
-        )
-        mine = [
-            self.n,
-            self.max_tokens,
-            self.num_replicas,
-            self.seed,
-            self.epoch,
-            int(self.shuffle),
-            int(self.drop_last),
-            self.window,
-            k,
-            steps,
-            world,
-            int.from_bytes(digest.digest(), "little"),
+    def _agreed(self) -> list[Agreed]:
+        """What every process of the group must share beside the configuration: the resume
+        point and the lengths (model-parallel peers share a rank)."""
+        k, taken, steps, world = self._resume
+        probe = np.concatenate([self.lengths[: min(self.n, 1024)], self.lengths[max(0, self.n - 1024) :]])
+        return [
+            Agreed("window_index", k, FIX_RESUME),
+            Agreed("steps", steps, FIX_RESUME),
+            Agreed("saved num_replicas", world, FIX_RESUME),
+            Agreed("taken", digest(_encode_taken(taken)), FIX_RESUME, digest=True),
+            Agreed(
+                "lengths",
+                digest(np.asarray(probe, dtype=np.int64)),
+                "build the sampler from the same lengths on every rank",
+                digest=True,
+            ),
         ]
-        rows = all_gather_u64([*mine, self.rank], None)
-        for key, values in zip(keys, zip(*rows)):
-            if len(set(values)) > 1:
-                raise _core.ShardingError(
-                    f"ranks disagree on {key} of TokenBudgetBatchSampler ({list(values)} across the "
-                    "processes): build it with the same lengths, max_tokens, seed and window on every "
-                    "rank and call set_epoch(epoch) everywhere"
-                )
-        check_layout([row[-1] for row in rows], self.num_replicas)
 
     # -- state and proofs -------------------------------------------------------------------------
 
     def state_dict(self, consumed_steps: Optional[int] = None) -> dict[str, Any]:
-        """The resume point, O(window): after ``consumed_steps`` steps of the pass being
-        run (default: the batches this rank handed out; pass the training loop's count when
-        a DataLoader prefetches)."""
+        """The resume point, O(window): the configuration, the window being planned, its
+        samples taken before (``taken``, base64 bits) and the steps of its plan done.
+
+        Args:
+            consumed_steps (int, optional): steps of the pass being run that the training
+                loop consumed (default: the batches this rank handed out; pass the loop's
+                count when a DataLoader prefetches).
+        """
         done = self._handed if consumed_steps is None else as_int("consumed_steps", consumed_steps)
         oldest = self._handed - len(self._progress)
         if done == 0:
@@ -312,89 +399,115 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
                 f"consumed_steps must be in [{max(oldest + 1, 0) if oldest else 0}, {self._handed}] (batches "
                 f"this rank handed out in this pass, the last {len(self._progress)} remembered), got {done}"
             )
-        return {
-            "algorithm": BUDGET_ALGORITHM,
-            "n": self.n,
-            "max_tokens": self.max_tokens,
-            "window": self.window,
-            "seed": self.seed,
-            "epoch": self.epoch,
-            "shuffle": self.shuffle,
-            "drop_last": self.drop_last,
-            "num_replicas": self.num_replicas,
-            "window_index": k,
-            "steps": steps,
-            "taken": "" if taken is None else base64.b64encode(np.packbits(taken).tobytes()).decode(),
-        }
+        return dict(self.config.as_dict(), window_index=k, steps=steps, taken=_encode_taken(taken))
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restores a resume point, possibly saved with another number of ranks: the rest
-        of that window is re-planned, every sample still exactly once."""
-        if not isinstance(state, Mapping) or state.get("algorithm") != BUDGET_ALGORITHM:
-            raise ValueError("state_dict was not saved by TokenBudgetBatchSampler.state_dict()")
-        for key, mine in (
-            ("n", self.n),
-            ("max_tokens", self.max_tokens),
-            ("window", self.window),
-            ("seed", self.seed),
-            ("shuffle", self.shuffle),
-            ("drop_last", self.drop_last),
-        ):
-            if state[key] != mine:
-                raise ValueError(f"state_dict has {key}={state[key]!r} but this sampler has {key}={mine!r}")
+        of that window is re-planned, every sample still exactly once.
+
+        Args:
+            state (Mapping): a dict saved by :meth:`state_dict` (0.2's load too).
+
+        Raises:
+            TypeError: ``state`` is not a mapping.
+            ValueError: it was saved by another sampler or configuration, or edited.
+        """
+        saved = BudgetConfig.read_state(state, _RESUME_KEYS)
+        self.config.check_resumable(saved)
         k = as_int("window_index", state["window_index"])
         if not 0 <= k <= self._num_windows():
             raise ValueError(f"state_dict['window_index'] must be in [0, {self._num_windows()}], got {k}")
-        taken = None
-        if state["taken"]:
-            size = min(self.n, (k + 1) * self.window) - k * self.window
-            bits = np.frombuffer(base64.b64decode(state["taken"]), dtype=np.uint8)
-            taken = np.unpackbits(bits)[:size].astype(bool)
-        self.epoch = as_u64("epoch", state["epoch"])
-        self._resume = (
-            k,
-            taken,
-            as_int("steps", state["steps"]),
-            as_positive("num_replicas", state["num_replicas"]),
-        )
+        size = min(self.n, (k + 1) * self.window) - k * self.window
+        taken = _decode_taken(state["taken"], size)
+        self.epoch = saved.epoch
+        self._resume = (k, taken, as_int("steps", state["steps"]), saved.num_replicas)
         self._progress.clear()
         self._handed = 0
 
-    def verify(self) -> dict[str, int]:
-        """Plans the pass for every rank and checks it: each sample of the epoch (after a
-        resume: of its rest) exactly once, plus declared padding, minus declared drops;
-        every batch under the budget; every rank the same number of batches. O(n) time,
-        O(n / 8) memory. Returns counts; raises ShardingError otherwise."""
-        seen = np.zeros(self.n, dtype=np.uint8)
-        k, taken, first = self._start()
-        start_k = k
-        padding = dropped = steps = 0
-        while k < self._num_windows():
-            if k == start_k and taken is not None:  # taken before the resume: not this pass
-                seen[self._samples(k)[taken]] = 1
-            plan = self._plan(k, taken, self.num_replicas)
-            if k == start_k:
-                for step in plan.steps[:first]:
-                    for batch in step:
-                        seen[batch] = 1
-            padding, dropped = padding + plan.padding, dropped + plan.dropped
-            for step in plan.steps[first:]:
-                steps += 1
+    def verify(self) -> Certificate:
+        """Exact proof of the pass being run (from its resume point, if any): plans it for
+        every rank and checks each sample of the epoch's rest exactly once, plus declared
+        padding, minus declared drops; every batch under the budget; every rank the same
+        number of batches. O(n) time, O(n) bytes.
+
+        Returns:
+            Certificate: ``lengths`` (samples per rank), ``batches`` (per rank), coverage,
+            padding and drops, ``consumed`` (samples consumed before the pass).
+
+        Raises:
+            ShardingError: with what is missing, repeated or over the budget.
+        """
+        began = time.perf_counter()
+        seen = np.zeros(self.n, dtype=np.uint8)  # times each sample is consumed or yielded
+        first_window, taken, first_step = self._start()
+        windows = self._num_windows()
+        for j in range(min(first_window, windows)):  # consumed in the windows before the pass
+            seen[self._samples(j)] = 1
+        if first_window < windows:  # and in its first window, before the resume point
+            if taken is not None:
+                seen[self._samples(first_window)[taken]] = 1
+            first_plan = self._plan(first_window, taken, self.num_replicas)
+            for step in first_plan.steps[:first_step]:
                 for batch in step:
+                    seen[batch] = 1
+        consumed = int(np.count_nonzero(seen))
+        padding = dropped = batches = 0
+        per_rank = [0] * self.num_replicas
+        for k in range(first_window, windows):
+            plan = first_plan if k == first_window else self._plan(k, None, self.num_replicas)
+            padding, dropped = padding + plan.padding, dropped + plan.dropped
+            for step in plan.steps[first_step if k == first_window else 0 :]:
+                batches += 1
+                if len(step) != self.num_replicas:
+                    raise _core.ShardingError(
+                        f"a step of window {k} has {len(step)} batches, not one per rank"
+                    )
+                for r, batch in enumerate(step):
                     if len(batch) * int(np.max(self.lengths[batch])) > self.max_tokens:
                         raise _core.ShardingError(
                             f"a batch of window {k} exceeds max_tokens={self.max_tokens}"
                         )
+                    per_rank[r] += len(batch)
                     np.add.at(seen, batch, 1)
-            k, taken, first = k + 1, None, 0
-        before = np.zeros(self.n, dtype=bool)  # consumed in windows before the pass
-        for j in range(min(start_k, self._num_windows())):
-            before[self._samples(j)] = True
-        missing = int(np.sum((seen == 0) & ~before))
+        missing = int(np.sum(seen == 0))
         repeated = int(np.sum(np.maximum(seen.astype(np.int64) - 1, 0)))
         if missing != dropped or repeated != padding:
             raise _core.ShardingError(
                 f"the plan misses {missing} samples (declared dropped: {dropped}) and repeats {repeated} "
                 f"(declared padding: {padding})"
             )
-        return {"steps": steps, "covered": int(np.sum(seen > 0)), "padding": padding, "dropped": dropped}
+        return Certificate(
+            config=self.config,
+            lengths=tuple(per_rank),
+            covered=self.n - consumed - missing,
+            padding=padding,
+            dropped=dropped,
+            seconds=time.perf_counter() - began,
+            start=min(first_window * self.window, self.n),
+            consumed=consumed,
+            batches=batches,
+        )
+
+
+def _encode_taken(taken: Optional[npt.NDArray[np.bool_]]) -> str:
+    """The samples of the resume window taken before it, as base64 bits (``""``: none)."""
+    return "" if taken is None else base64.b64encode(np.packbits(taken).tobytes()).decode()
+
+
+def _decode_taken(text: Any, size: int) -> Optional[npt.NDArray[np.bool_]]:
+    """:func:`_encode_taken`'s bits back, for a window of ``size`` positions."""
+    if not text:
+        return None
+    if not isinstance(text, str):
+        raise TypeError(f"state_dict['taken'] must be a base64 string, got {type(text).__name__}")
+    try:
+        bits = np.frombuffer(base64.b64decode(text, validate=True), dtype=np.uint8)
+    except ValueError:
+        raise ValueError("state_dict['taken'] is not valid base64: the state was edited") from None
+    if bits.size != -(-size // 8):
+        raise ValueError(
+            f"state_dict['taken'] holds {bits.size * 8} bits for a window of {size} positions: the "
+            "state was saved with another window or edited"
+        )
+    taken: npt.NDArray[np.bool_] = np.unpackbits(bits)[:size].astype(bool)
+    return taken

@@ -139,10 +139,11 @@ def test_default_length_is_the_longest_without_repeats():
         (([10, 10], [1.0, -1.0]), ValueError, "finite and >= 0"),
         (([10, 10], [float("nan"), 1.0]), ValueError, "finite and >= 0"),
         (([10, 10], [0.0, 0.0]), ValueError, "all weights are 0"),
-        (([10, 0], [1.0, 1.0]), ValueError, "sizes\\[1\\] must be in \\[1"),
+        (([10, 0], [1.0, 1.0]), ValueError, "source 1 is empty \\(size 0\\)"),
+        (([10, -1], [1.0, 1.0]), ValueError, "sizes\\[1\\] must be in \\[0"),
         (([10, 10], [1.0]), ValueError, "one weight per source"),
         (([], []), ValueError, "at least one source"),
-        (([10], [1.0], 0), ValueError, "num_samples must be in \\[1"),
+        (([10], [1.0], 0), ValueError, "num_samples must be at least 1 \\(or None for one pass\\)"),
         (([10], ["1"]), TypeError, "weights\\[0\\] must be a number"),
         (([10.5], [1.0]), TypeError, "sizes\\[0\\] must be an integer"),
         ((10, [1.0]), TypeError, "sizes must be a sequence"),
@@ -229,10 +230,15 @@ def test_a_schedule_changes_the_weights_at_given_positions():
 @pytest.mark.parametrize(
     "stages, exc, text",
     [
-        ([(0, [1.0, 1.0])], ValueError, "must increase after 0"),
+        (
+            [(0, [1.0, 1.0])],
+            ValueError,
+            "must increase: 0 is not after 0 \\(the first stage starts at position 0",
+        ),
         ([(10, [1.0, 1.0]), (10, [1.0, 0.0])], ValueError, "must increase"),
-        ([(10, [1.0])], ValueError, "one weight per source"),
-        ([(10, [0.0, 0.0])], ValueError, "all stages\\[0\\] weights are 0"),
+        ([(10, [0.0, 0.0])], ValueError, "all weights are 0 \\(in the stage from position 10\\)"),
+        ([(10, [1.0, -2.0])], ValueError, "got weights\\[1\\] = -2 \\(in the stage from position 10\\)"),
+        ([(10, [1.0])], ValueError, "2 sizes but 1 weights \\(in the stage from position 10\\)"),
         ([10], TypeError, "must be a \\(start, weights\\) pair"),
     ],
 )

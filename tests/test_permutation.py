@@ -114,8 +114,10 @@ def test_bad_arguments_are_clear_errors(kwargs, exc, text):
 
 def test_index_of_errors():
     p = Permutation(10)
-    with pytest.raises(ValueError, match=r"sample 10 is not in range\(10\)"):
+    with pytest.raises(ValueError, match=r"sample 10 is out of range: expected 0 <= sample < 10"):
         p.index_of(10)
+    with pytest.raises(ValueError, match=r"sample must be in \[0, 2\*\*64 - 1\], got -1"):
+        p.index_of(-1)
     with pytest.raises(TypeError):
         p.index_of(1.0)
 
@@ -133,13 +135,16 @@ def test_native_layer_never_panics():
         p.forward(10)
     with pytest.raises(ValueError):
         p.take(3, 2)
-    part = _core.Sharding(10, 3).partition()
+    part = _core.Sharding(10, 3, shuffle=False).partition()
     with pytest.raises(ValueError, match="Invalid rank 3"):
         part.take(3, 0, 1)
-    with pytest.raises(ValueError, match="past its end"):
-        part.take(0, 2, 5)
-    with pytest.raises(ValueError, match="batch_size"):
-        part.take_batches(0, 0, 4, 0)
+    with pytest.raises(ValueError, match=r"invalid range \[2, 7\): expected 0 <= start <= stop <= 4"):
+        part.take_list(0, 2, 7)
+    with pytest.raises(ValueError, match=r"invalid range \[3, 2\)"):
+        part.take(0, 3, 2)
+    assert part.take(1, 1, 3).tolist() == part.take_list(1, 1, 3) == [4, 7]  # positions 1 + 3k
+    with pytest.raises(ValueError, match=r"invalid range \[5, 4\)"):
+        part.take_positions_list(5, 4)
     with pytest.raises(ValueError):
         _core.Sharding(10, 0).partition()
     with pytest.raises(ValueError):

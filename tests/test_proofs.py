@@ -147,7 +147,7 @@ def test_sharding_error_is_exported():
     "call",
     [
         lambda: permshard.verify(2**64 - 1, 2),
-        lambda: _core.Sharding(10, 3).partition(3).take_positions(2, 1),
+        lambda: _core.Sharding(10, 3).partition(3).take_positions_list(2, 3),
         lambda: _core.Sharding(10, 3).partition(3).sample_at(12),
     ],
 )

@@ -313,7 +313,7 @@ def _show(args: argparse.Namespace) -> int:
             f"step {args.step} is past the epoch: rank {args.rank} has {part.num_samples:,} samples"
         )
     count = min(args.batch_size, part.num_samples - first)
-    positions = part.take(args.rank, first, count)
+    positions = part.take_list(args.rank, first, first + count)
     print(f"{blend!r}\nrank {args.rank} of {args.world}, epoch {args.epoch}, step {args.step}:")
     for k, position in enumerate(positions):
         source, window = blend.mixture[position]

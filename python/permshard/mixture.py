@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any, Optional, SupportsIndex
 
@@ -16,46 +15,28 @@ from ._validation import as_int, as_u64
 MIX_ALGORITHM: str = _core.MIX_ALGORITHM
 
 
-def checked_weights(weights: Sequence[Any], k: int, name: str = "weights") -> list[float]:
-    """``weights`` as ``k`` finite floats ``>= 0``, not all zero; TypeError/ValueError naming
-    the bad one otherwise."""
+def as_floats(weights: Sequence[Any], name: str = "weights") -> list[float]:
+    """``weights`` as floats (a conversion only: the core checks their values, their
+    count and that one is positive); TypeError naming the first that is not a number."""
     if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
         raise TypeError(f"{name} must be a sequence of numbers, got {type(weights).__name__}")
-    if len(weights) != k:
-        raise ValueError(f"{k} sizes but {len(weights)} {name}: give one weight per source")
-    plain = [w for w in weights if type(w) is float]  # the common case, checked in bulk
-    if len(plain) == k and all(math.isfinite(w) and w >= 0 for w in plain) and any(plain):
-        return plain
-    out = []
+    if all(type(w) is float for w in weights):  # the common case
+        return list(weights)
     for s, w in enumerate(weights):
         if isinstance(w, bool) or not isinstance(w, (int, float, np.integer, np.floating)):
             raise TypeError(f"{name}[{s}] must be a number, got {type(w).__name__} {w!r}")
-        value = float(w)
-        if not math.isfinite(value) or value < 0:
-            raise ValueError(f"weights must be finite and >= 0, got {name}[{s}] = {w!r}")
-        out.append(value)
-    if not any(out):
-        raise ValueError(f"all {name} are 0: give at least one source a positive weight")
-    return out
+    return [float(w) for w in weights]
 
 
-def _stages(stages: Sequence[Any], k: int) -> list[tuple[int, list[float]]]:
-    """``[(start, weights), ...]`` checked: starts strictly increasing, after 0."""
+def _stages(stages: Sequence[Any]) -> list[tuple[int, list[float]]]:
+    """``[(start, weights), ...]`` converted (the core checks that the starts increase)."""
     if isinstance(stages, (str, bytes)) or not isinstance(stages, Sequence):
         raise TypeError(f"stages must be a sequence of (start, weights) pairs, got {type(stages).__name__}")
     out: list[tuple[int, list[float]]] = []
-    previous = 0
     for j, stage in enumerate(stages):
         if not isinstance(stage, Sequence) or len(stage) != 2:
             raise TypeError(f"stages[{j}] must be a (start, weights) pair, got {stage!r}")
-        start = as_u64(f"stages[{j}] start", stage[0])
-        if start <= previous:
-            raise ValueError(
-                f"stage starts must increase after 0 (the weights= stage): stages[{j}] starts "
-                f"at {start}, not after {previous}"
-            )
-        out.append((start, checked_weights(stage[1], k, f"stages[{j}] weights")))
-        previous = start
+        out.append((as_u64(f"stages[{j}] start", stage[0]), as_floats(stage[1], f"stages[{j}] weights")))
     return out
 
 
@@ -109,14 +90,14 @@ class Mixture:
             raise TypeError(f"sizes must be a sequence of ints, got {type(sizes).__name__}")
         if not sizes:
             raise ValueError("a mixture needs at least one source: sizes is empty")
-        if all(type(n) is int for n in sizes) and 1 <= min(sizes) and max(sizes) < 2**64:
-            self._sizes = tuple(sizes)  # the common case, checked in bulk
+        if all(type(n) is int for n in sizes) and 0 <= min(sizes) and max(sizes) < 2**64:
+            self._sizes = tuple(sizes)  # the common case, converted in bulk
         else:
-            self._sizes = tuple(as_u64(f"sizes[{s}]", n, minimum=1) for s, n in enumerate(sizes))
-        self._weights = tuple(checked_weights(weights, len(self._sizes)))
-        self._stages = tuple((start, tuple(w)) for start, w in _stages(stages, len(self._sizes)))
+            self._sizes = tuple(as_u64(f"sizes[{s}]", n) for s, n in enumerate(sizes))
+        self._weights = tuple(as_floats(weights))
+        self._stages = tuple((start, tuple(w)) for start, w in _stages(stages))
         if num_samples is not None:
-            num_samples = as_u64("num_samples", num_samples, minimum=1)
+            num_samples = as_u64("num_samples", num_samples)
         self._seed = as_u64("seed", seed)
         schedule = [(0, list(self._weights))] + [(start, list(w)) for start, w in self._stages]
         self._inner = _core.Mixture(list(self._sizes), schedule, num_samples, self._seed)
@@ -163,32 +144,27 @@ class Mixture:
     def take(self, start: int, stop: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """``(sources, indices)`` of positions ``[start, stop)`` as int64 arrays, computed
         in Rust with the GIL released."""
-        start, stop = as_int("start", start), as_int("stop", stop)
-        if not 0 <= start <= stop <= self._inner.num_samples:
-            raise ValueError(
-                f"invalid range [{start}, {stop}): expected 0 <= start <= stop <= {self._inner.num_samples}"
-            )
-        return self._inner.take(start, stop - start)
+        return self._inner.take(as_u64("start", start), as_u64("stop", stop))
 
     def at_positions(self, positions: Sequence[int]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        """``(sources, indices)`` of the given positions (any order), batched."""
-        n = self._inner.num_samples
+        """``(sources, indices)`` of the given positions (any order), batched.
+
+        Args:
+            positions (sequence of int or 1-D integer array): positions in
+                ``[0, num_samples)``.
+        """
+        plain: list[int]
         if type(positions) is list and all(type(p) is int for p in positions):  # a sampler's batch
-            if positions and (min(positions) < 0 or max(positions) >= n):
-                bad = next(p for p in positions if not 0 <= p < n)
-                raise IndexError(f"mixture position {bad} out of range for {n} positions")
-            return self._inner.at_positions(positions)
-        array = np.asarray(positions)
-        if array.ndim == 1 and array.dtype.kind in "iu":  # an array, checked in bulk
-            if array.size and (int(array.min()) < 0 or int(array.max()) >= n):
-                bad = next(int(p) for p in array if not 0 <= p < n)
-                raise IndexError(f"mixture position {bad} out of range for {n} positions")
-            return self._inner.at_positions(array.tolist())
-        checked = [as_int("position", p) for p in positions]
-        bad = next((p for p in checked if not 0 <= p < self._inner.num_samples), None)
-        if bad is not None:
-            raise IndexError(f"mixture position {bad} out of range for {self._inner.num_samples} positions")
-        return self._inner.at_positions(checked)
+            plain = positions
+        else:
+            array = np.asarray(positions)
+            if array.ndim == 1 and array.dtype.kind in "iu":  # an array: converted in bulk
+                plain = array.tolist()
+            else:
+                plain = [as_int("position", p) for p in positions]
+        if plain and min(plain) < 0:
+            raise ValueError(f"positions must be >= 0, got {min(plain)}")
+        return self._inner.at_positions(plain)
 
     def counts(self, n: int) -> list[int]:
         """How many of the positions ``[0, n)`` each source takes; O(sources) for any
@@ -204,12 +180,7 @@ class Mixture:
     def locate(self, source: int, index: int) -> list[int]:
         """Every position at which sample ``index`` of ``source`` appears (one per pass
         over the source the mixture reaches), in increasing order."""
-        source, index = as_int("source", source), as_int("index", index)
-        if not 0 <= source < len(self._sizes):
-            raise ValueError(f"source {source} does not exist: there are {len(self._sizes)} sources")
-        if not 0 <= index < self._sizes[source]:
-            raise ValueError(f"index {index} is not in range({self._sizes[source]}) of source {source}")
-        return self._inner.locate(source, index)
+        return self._inner.locate(as_u64("source", source), as_u64("index", index))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Mixture):

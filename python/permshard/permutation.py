@@ -79,10 +79,7 @@ class KeyedOrder:
         Raises:
             ValueError: if ``sample`` is not in ``range(n)``.
         """
-        x = as_int("sample", sample)
-        if not 0 <= x < self.n:
-            raise ValueError(f"sample {x} is not in range({self.n})")
-        return int(self._inner.inverse(x))
+        return int(self._inner.inverse(as_u64("sample", sample)))
 
     def take(self, start: int, stop: int) -> npt.NDArray[np.int64]:
         """``p[start:stop]`` as a new int64 array, computed in Rust with the GIL released.
@@ -91,10 +88,7 @@ class KeyedOrder:
             start (int): first position, ``0 <= start <= stop``.
             stop (int): one past the last position, ``stop <= n``.
         """
-        start, stop = as_int("start", start), as_int("stop", stop)
-        if not 0 <= start <= stop <= self.n:
-            raise ValueError(f"invalid range [{start}, {stop}): expected 0 <= start <= stop <= {self.n}")
-        result: npt.NDArray[np.int64] = self._inner.take(start, stop)
+        result: npt.NDArray[np.int64] = self._inner.take(as_u64("start", start), as_u64("stop", stop))
         return result
 
     def __iter__(self) -> Iterator[int]:

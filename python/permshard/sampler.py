@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import itertools
-import operator
 import warnings
 from collections.abc import Iterator, Mapping, Sized
-from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 import torch.distributed as dist
@@ -16,9 +14,10 @@ from . import _core, consensus, coverage, guards, proofs
 from ._validation import as_int, as_positive, as_u64
 from .certificate import Certificate
 from .config import ShardConfig
-from .epoch_index import tag, wants_epoch
+from .epoch_index import wants_epoch
 from .mesh import MeshDim, resolve_world
 from .plan import ShardPlan, build_plan
+from .sampler_pass import SamplerPass, WindowPrefetch
 
 #: Items computed per call into Rust while iterating (GIL released for each chunk).
 _CHUNK = 1 << 13
@@ -43,49 +42,6 @@ def dataset_length(dataset: Any) -> int:
     if n > 2**63:
         raise ValueError(f"dataset length {n} exceeds 2**63, the largest index torch can hold")
     return n
-
-
-@dataclass
-class _Pass:
-    """One iteration over the sampler: where it started and how far it got."""
-
-    epoch: int
-    start: int
-    partition: _core.Partition
-    chunk_base: int = 0
-    chunk_len: int = 0
-    chunk: Optional[Iterator[int]] = None
-
-    def yielded(self) -> int:
-        """Items this rank has handed out in this pass (exact, even mid-chunk)."""
-        if self.chunk is None:
-            return self.chunk_base
-        return self.chunk_base + self.chunk_len - operator.length_hint(self.chunk)
-
-
-class _WindowPrefetch:
-    """Tells a dataset with ``prefetch(indices)`` the samples this rank reads in each window
-    of a block order, as the iteration enters the window (see ``ShardedSampler``)."""
-
-    def __init__(self, dataset: Any, part: _core.Partition, rank: int, window_len: int) -> None:
-        self.dataset, self.part, self.rank, self.window_len = dataset, part, rank, window_len
-        self.announced = 0  # local items announced so far
-
-    def window_end(self, local: int) -> int:
-        """One past the last local item in the window of local item ``local``."""
-        part, w = self.part, self.part.num_replicas
-        position = part.start + self.rank + local * w
-        if position >= part.n:  # padding wraps around: announce what is left at once
-            return part.num_samples
-        end = min((position // self.window_len + 1) * self.window_len, part.n)
-        return min(part.num_samples, -(-(end - part.start - self.rank) // w))
-
-    def upto(self, local_end: int) -> None:
-        """Announces every window holding a local item below ``local_end``."""
-        while self.announced < min(local_end, self.part.num_samples):
-            end = self.window_end(self.announced)
-            self.dataset.prefetch(self.part.take(self.rank, self.announced, end - self.announced))
-            self.announced = end
 
 
 class ShardedSampler(DistributedSampler[int]):
@@ -188,7 +144,7 @@ class ShardedSampler(DistributedSampler[int]):
             dataset.block_order = True  # the locality protocol: reads come in blocks
         self._partitions: dict[tuple[ShardConfig, int], _core.Partition] = {}
         self._start = 0  # global positions consumed before the next pass (a resume)
-        self._pass: Optional[_Pass] = None
+        self._pass: Optional[SamplerPass] = None
         self._iterated_epoch: Optional[int] = None
         self._warned_repeat = False
         self._agreed_epoch: Optional[int] = None
@@ -278,7 +234,15 @@ class ShardedSampler(DistributedSampler[int]):
                 "built; build a new ShardedSampler for the new dataset"
             )
 
-    def _begin_pass(self) -> _Pass:
+    def begin_pass(self) -> SamplerPass:
+        """Starts a pass over this epoch (from a loaded resume point, if any): checks the
+        dataset, warns on a repeated epoch, runs the consensus once per epoch. Iterating
+        the sampler calls it; a batch sampler built on this sampler calls it to deal the
+        items its own way (see :class:`~permshard.sampler_pass.SamplerPass`).
+
+        Returns:
+            SamplerPass: the pass's partition, rank and item counter.
+        """
         self._check_dataset_unchanged()
         guards.check_not_wrapped_by_accelerate(self.num_replicas)
         if self._iterated_epoch == self.epoch and self._start == 0:
@@ -303,10 +267,20 @@ class ShardedSampler(DistributedSampler[int]):
                 )
             self._agreed_epoch = self.epoch
         part = self._partition(self.epoch, self._start)
-        self._pass = _Pass(self.epoch, self._start, part)
+        prefetch = None
+        if self.block_size and callable(getattr(self.dataset, "prefetch", None)):
+            prefetch = WindowPrefetch(self.dataset, part, self.rank, self.block_size * self.window_blocks)
+        self._pass = SamplerPass(
+            self.epoch,
+            part,
+            self.rank,
+            epoch_dependent=wants_epoch(self.dataset),
+            prefetch=prefetch,
+            on_first_item=self._first_item,
+        )
         return self._pass
 
-    def _first_item(self, current: _Pass) -> None:
+    def _first_item(self, current: SamplerPass) -> None:
         """Called when a pass hands out its first item. Only then does the pass count as
         an iteration of the epoch and use up a loaded resume point: loaders that create
         an iterator and drop it unused (torchdata does) neither warn nor lose the point."""
@@ -314,33 +288,21 @@ class ShardedSampler(DistributedSampler[int]):
         if self._start == current.start:
             self._start = 0
 
-    def _prefetcher(self, current: _Pass) -> Optional[_WindowPrefetch]:
-        """For a block order over a dataset with ``prefetch``: what announces its windows."""
-        if not self.block_size or not callable(getattr(self.dataset, "prefetch", None)):
-            return None
-        window_len = self.block_size * self.window_blocks
-        return _WindowPrefetch(self.dataset, current.partition, self.rank, window_len)
-
-    def _chunks(self, current: _Pass) -> Iterator[Iterator[int]]:
-        total = current.partition.num_samples
-        prefetch = self._prefetcher(current)
+    def _chunks(self, current: SamplerPass) -> Iterator[Iterator[int]]:
+        total = current.num_samples
         base, size = 0, _FIRST_CHUNK
         while base < total:
-            count = min(size, total - base)
-            if prefetch is not None:  # chunks stop at window ends; each window announced first
-                count = min(count, prefetch.window_end(base) - base)
-                prefetch.upto(base + count)
-            chunk = iter(self._for_dataset(current.partition.take(self.rank, base, count), current))
-            current.chunk_base, current.chunk_len, current.chunk = base, count, chunk
-            if base == 0:
-                self._first_item(current)
-            yield chunk
+            # Chunks stop at block-order window ends; each window is announced first.
+            count = min(size, total - base, current.window_end(base) - base)
+            current.announce(base + count)
+            chunk = current.for_dataset(current.partition.take_list(self.rank, base, base + count))
+            yield current.follow(base, iter(chunk), count)
             base += count
             size = min(2 * size, _CHUNK)  # small first chunk: the first index comes at once
 
     def __iter__(self) -> Iterator[int]:
-        current = self._begin_pass()
-        # chain() hands out the ints at C speed; _Pass.yielded() still counts exactly.
+        current = self.begin_pass()
+        # chain() hands out the ints at C speed; SamplerPass.yielded() still counts exactly.
         return itertools.chain.from_iterable(self._chunks(current))
 
     def iter_with_padding(self) -> Iterator[tuple[int, bool]]:
@@ -349,7 +311,7 @@ class ShardedSampler(DistributedSampler[int]):
         ``is_padding`` marks the items that repeat a sample only to make ranks even: drop
         them from metrics for an exact evaluation.
         """
-        current = self._begin_pass()
+        current = self.begin_pass()
         first_padding = current.partition.first_padding(self.rank)
         for k, index in enumerate(itertools.chain.from_iterable(self._chunks(current))):
             yield index, k >= first_padding
@@ -380,11 +342,6 @@ class ShardedSampler(DistributedSampler[int]):
             epoch = as_u64("epoch", epoch)
             start = self._pass_start() if epoch == self.epoch else 0
         return [tuple(hit) for hit in self._partition(epoch, start).locate(sample)]  # type: ignore[misc]
-
-    def _for_dataset(self, indices: list[int], current: _Pass) -> list[int]:
-        """``indices`` as the dataset receives them: tagged with the pass's epoch when the
-        dataset is epoch-dependent (the epoch travels with the index to every worker)."""
-        return tag(indices, current.epoch) if wants_epoch(self.dataset) else indices
 
     def _pass_start(self) -> int:
         """First global position of the pass being run (or last run) in this epoch; the
@@ -537,24 +494,21 @@ class ShardedBatchSampler(BatchSampler):
         self.drop_last = drop_last
 
     def __iter__(self) -> Iterator[list[int]]:
-        current = self._sharded._begin_pass()
-        part, rank = current.partition, self._sharded.rank
-        total = part.num_samples
+        current = self._sharded.begin_pass()
+        part, rank, bs = current.partition, current.rank, self.batch_size
+        total = current.num_samples
         if self.drop_last:
-            total -= total % self.batch_size
+            total -= total % bs
         # Whole batches per call into Rust, about _CHUNK items at a time.
-        step = max(1, _CHUNK // self.batch_size) * self.batch_size
-        prefetch = self._sharded._prefetcher(current)
+        step = max(1, _CHUNK // bs) * bs
         for base in range(0, total, step):
-            count = min(step, total - base)
-            batches = part.take_batches(rank, base, count, self.batch_size)
-            for i, batch in enumerate(batches):
-                if prefetch is not None:  # the windows this batch enters, before it is read
-                    prefetch.upto(base + i * self.batch_size + len(batch))
-                batch = self._sharded._for_dataset(batch, current)
-                current.chunk_base = min(base + (i + 1) * self.batch_size, base + count)
-                if base == 0 and i == 0:
-                    self._sharded._first_item(current)
+            stop = min(base + step, total)
+            items = part.take_list(rank, base, stop)
+            for i in range(0, stop - base, bs):
+                end = min(base + i + bs, stop)
+                current.announce(end)  # the windows this batch enters, before it is read
+                batch = current.for_dataset(items[i : i + bs])
+                current.handed(end)
                 yield batch
 
     def _batches(self, num_samples: int) -> int:
@@ -603,14 +557,11 @@ class StepBatchSampler(ShardedBatchSampler):
         self.split_batches = False
 
     def __iter__(self) -> Iterator[list[int]]:
-        sampler = self._sharded
-        current = sampler._begin_pass()
-        part, rank, bs = current.partition, sampler.rank, self.batch_size
-        layout = sampler.config.sharding()  # the core's step layout
-        for step in range(self._batches(part.num_samples)):
-            first, b = layout.step_positions(current.start, part.num_samples, rank, step, bs)
-            batch = sampler._for_dataset(part.take_positions(first, b), current)
-            current.chunk_base = step * bs + b
-            if step == 0:
-                sampler._first_item(current)
+        current = self._sharded.begin_pass()
+        part, bs = current.partition, self.batch_size
+        layout = self._sharded.config.sharding()  # the core's step layout
+        for step in range(self._batches(current.num_samples)):
+            first, b = layout.step_positions(current.start, current.num_samples, current.rank, step, bs)
+            batch = current.for_dataset(part.take_positions_list(first, first + b))
+            current.handed(step * bs + b)
             yield batch

@@ -108,23 +108,6 @@ impl BlockPermutation {
         Ok(self.at(position))
     }
 
-    /// `out[i]` = the sample at position `start + i`. Batched per window.
-    pub fn fill(&self, start: u64, out: &mut [u64]) -> Result<(), Error> {
-        let len = out.len() as u64;
-        if start > self.n || len > self.n - start {
-            return Err(Error::SliceOutOfRange {
-                start,
-                len,
-                n: self.n,
-            });
-        }
-        for (i, slot) in out.iter_mut().enumerate() {
-            *slot = start + i as u64;
-        }
-        self.map_positions(out);
-        Ok(())
-    }
-
     /// Positions in a full window: `window_blocks · block_size`.
     pub fn window_len(&self) -> u64 {
         self.window_blocks * self.block_size

@@ -41,6 +41,15 @@ pub enum Error {
         /// The number of ranks.
         num_replicas: u64,
     },
+    /// A range `[start, stop)` with `stop < start` or past its limit.
+    InvalidRange {
+        /// First position of the range.
+        start: u64,
+        /// One past its last position.
+        stop: u64,
+        /// The largest `stop` allowed.
+        limit: u64,
+    },
     /// A rank's local slice `[start, start + len)` past its `num_samples`.
     LocalOutOfRange {
         /// The rank.
@@ -80,6 +89,10 @@ impl fmt::Display for Error {
                 "slice [{start}, {start} + {len}) does not fit in [0, {n}); \
                  pass 0 <= start <= stop <= {n}"
             ),
+            Error::InvalidRange { start, stop, limit } => write!(
+                f,
+                "invalid range [{start}, {stop}): expected 0 <= start <= stop <= {limit}"
+            ),
             Error::InvalidReplicas { num_replicas } => write!(
                 f,
                 "Invalid num_replicas {num_replicas}, num_replicas should be at least 1"
@@ -107,6 +120,14 @@ impl fmt::Display for Error {
             Error::Invalid(msg) | Error::Violation(msg) => f.write_str(msg),
         }
     }
+}
+
+/// The length of the range `[start, stop)`, which must lie in `[0, limit]`.
+pub fn range_len(start: u64, stop: u64, limit: u64) -> Result<u64, Error> {
+    if stop < start || stop > limit {
+        return Err(Error::InvalidRange { start, stop, limit });
+    }
+    Ok(stop - start)
 }
 
 impl Error {

@@ -29,7 +29,7 @@ mod sharding;
 mod verify;
 
 pub use block::{BlockPermutation, BLOCK_ALGORITHM};
-pub use error::Error;
+pub use error::{range_len, Error};
 pub use fingerprint::Fingerprint;
 pub use indexed::{check_document_indices, check_sequence_layout};
 pub use mix::splitmix64;

@@ -36,6 +36,20 @@ pub trait SampleOrder: Debug + Send + Sync {
             *p = self.at(*p);
         }
     }
+
+    /// `out[i]` = the sample at position `start + i`, batched; an error when the slice
+    /// does not fit in `[0, len)`.
+    fn fill(&self, start: u64, out: &mut [u64]) -> Result<(), Error> {
+        let (len, n) = (out.len() as u64, self.len());
+        if start > n || len > n - start {
+            return Err(Error::SliceOutOfRange { start, len, n });
+        }
+        for (i, slot) in out.iter_mut().enumerate() {
+            *slot = start + i as u64;
+        }
+        self.map_in_place(out);
+        Ok(())
+    }
 }
 
 /// A shared, thread-safe order: what a [`Partition`](crate::Partition) holds.
@@ -103,6 +117,10 @@ impl SampleOrder for Permutation {
 
     fn map_in_place(&self, positions: &mut [u64]) {
         Permutation::map_in_place(self, positions)
+    }
+
+    fn fill(&self, start: u64, out: &mut [u64]) -> Result<(), Error> {
+        Permutation::fill(self, start, out) // a small order copies its table
     }
 }
 

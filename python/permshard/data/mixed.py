@@ -10,7 +10,7 @@ from typing import Any, Optional, Union
 import numpy as np
 from torch.utils.data import Dataset
 
-from ..mixture import Mixture, checked_weights
+from ..mixture import Mixture, as_floats
 
 _WEIGHTS_IN = ("samples", "tokens")
 
@@ -93,7 +93,12 @@ class MixedDataset(Dataset[Any]):
     def _per_sample(self, weights: Sequence[float]) -> list[float]:
         """Token shares as sample shares: each weight divided by its source's tokens."""
         out = []
-        for s, (w, dataset) in enumerate(zip(checked_weights(weights, len(self.datasets)), self.datasets)):
+        floats = as_floats(weights)
+        if len(floats) != len(self.datasets):  # zip below would drop the extra ones
+            raise ValueError(
+                f"{len(self.datasets)} datasets but {len(floats)} weights: give one weight per source"
+            )
+        for s, (w, dataset) in enumerate(zip(floats, self.datasets)):
             tokens = getattr(dataset, "tokens_per_sample", None)
             if not isinstance(tokens, (int, float)) or isinstance(tokens, bool) or tokens <= 0:
                 raise TypeError(

@@ -97,20 +97,25 @@ impl Mixture {
         }
         if let Some(w) = stages.windows(2).find(|w| w[1].0 <= w[0].0) {
             return Err(Error::Invalid(format!(
-                "stage starts must increase: {} is not after {}",
+                "stage starts must increase: {} is not after {} (the first stage starts at \
+                 position 0, each next one after the one before)",
                 w[1].0, w[0].0
             )));
         }
         let mut built: Vec<Stage> = Vec::with_capacity(stages.len());
         for (start, weights) in stages {
+            let stage = match built.len() {
+                0 if stages.len() == 1 => String::new(),
+                _ => format!(" (in the stage from position {start})"),
+            };
             if weights.len() != sizes.len() {
                 return Err(Error::Invalid(format!(
-                    "{} sizes but {} weights: give one weight per source",
+                    "{} sizes but {} weights{stage}: give one weight per source",
                     sizes.len(),
                     weights.len()
                 )));
             }
-            let q = integer_weights(weights)?;
+            let q = integer_weights(weights, &stage)?;
             let before = match built.last() {
                 None => vec![0; sizes.len()],
                 Some(last) => {
@@ -395,11 +400,9 @@ impl Mixture {
         }
         let size = self.sizes[source];
         if index >= size {
-            return Err(Error::OutOfRange {
-                what: "sample",
-                value: index,
-                n: size,
-            });
+            return Err(Error::Invalid(format!(
+                "index {index} is not in range({size}) of source {source}"
+            )));
         }
         let taken = self.counts(self.num_samples)[source];
         let mut out = Vec::new();
@@ -609,14 +612,17 @@ mod tests {
 
     #[test]
     fn weights_are_exact_when_they_share_a_scale() {
-        assert_eq!(integer_weights(&[0.25, 0.75]).unwrap(), vec![1, 3]);
-        assert_eq!(integer_weights(&[3.0, 1.0, 0.0]).unwrap(), vec![3, 1, 0]);
+        assert_eq!(integer_weights(&[0.25, 0.75], "").unwrap(), vec![1, 3]);
         assert_eq!(
-            integer_weights(&[0.1, 0.2]).unwrap()[1],
-            2 * integer_weights(&[0.1, 0.2]).unwrap()[0]
+            integer_weights(&[3.0, 1.0, 0.0], "").unwrap(),
+            vec![3, 1, 0]
+        );
+        assert_eq!(
+            integer_weights(&[0.1, 0.2], "").unwrap()[1],
+            2 * integer_weights(&[0.1, 0.2], "").unwrap()[0]
         );
         // Scales 2^-1000 apart cannot share 63 bits: scaled instead, the tiny one to 0.
-        let q = integer_weights(&[1.0, 1e-300]).unwrap();
+        let q = integer_weights(&[1.0, 1e-300], "").unwrap();
         assert_eq!(q[1], 0);
         assert!(q[0] > 1 << 61);
     }

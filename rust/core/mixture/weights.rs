@@ -5,21 +5,22 @@ use crate::error::Error;
 /// The weights' total when they must be scaled (they do not share a 63-bit scale).
 const SCALED_TOTAL: f64 = (1u64 << 62) as f64;
 
-/// Exact integer weights proportional to `weights` (see the module docs).
-pub(super) fn integer_weights(weights: &[f64]) -> Result<Vec<u64>, Error> {
+/// Exact integer weights proportional to `weights` (see the module docs); `stage` names
+/// the weights in messages (empty for a mixture's only weights).
+pub(super) fn integer_weights(weights: &[f64], stage: &str) -> Result<Vec<u64>, Error> {
     if let Some((s, w)) = weights
         .iter()
         .enumerate()
         .find(|(_, w)| !w.is_finite() || **w < 0.0)
     {
         return Err(Error::Invalid(format!(
-            "weights must be finite and >= 0, got weights[{s}] = {w}"
+            "weights must be finite and >= 0, got weights[{s}] = {w}{stage}"
         )));
     }
     if weights.iter().all(|&w| w == 0.0) {
-        return Err(Error::Invalid(
-            "all weights are 0: give at least one source a positive weight".into(),
-        ));
+        return Err(Error::Invalid(format!(
+            "all weights are 0{stage}: give at least one source a positive weight"
+        )));
     }
     // w = mantissa · 2^exponent, exactly.
     let parts: Vec<(u64, i32)> = weights

@@ -1,13 +1,12 @@
 //! `_core.BlockPermutation`: block-v1 over `[0, n)`.
 
 use numpy::PyArray1;
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use permshard_core::SampleOrder;
 
+use crate::convert::{int64_array, take_order};
 use crate::errors::to_py;
-use crate::permutation::{alloc, check_int64, compute, int64_array};
 
 #[pyclass(frozen, module = "permshard._core", name = "BlockPermutation")]
 pub struct BlockPermutation {
@@ -70,27 +69,12 @@ impl BlockPermutation {
         start: u64,
         stop: u64,
     ) -> PyResult<Bound<'py, PyArray1<i64>>> {
-        check_int64(self.inner.len())?;
-        Ok(int64_array(py, self.fill(py, start, stop)?))
+        let values = take_order(py, &self.inner, start, stop)?;
+        int64_array(py, self.inner.len(), values)
     }
 
     /// The samples at positions `[start, stop)` as a list of Python ints (any n).
     fn take_list(&self, py: Python<'_>, start: u64, stop: u64) -> PyResult<Vec<u64>> {
-        self.fill(py, start, stop)
-    }
-}
-
-impl BlockPermutation {
-    fn fill(&self, py: Python<'_>, start: u64, stop: u64) -> PyResult<Vec<u64>> {
-        if stop < start {
-            return Err(PyValueError::new_err(format!(
-                "invalid range [{start}, {stop}): expected start <= stop"
-            )));
-        }
-        let mut out = alloc(stop - start)?;
-        compute(py, stop - start, || {
-            self.inner.fill(start, &mut out).map(|_| out)
-        })
-        .map_err(to_py)
+        take_order(py, &self.inner, start, stop)
     }
 }

@@ -4,8 +4,8 @@
 use numpy::PyReadonlyArray1;
 use pyo3::prelude::*;
 
+use crate::convert::compute;
 use crate::errors::to_py;
-use crate::permutation::compute;
 
 /// The byte where the last sequence ends, or ValueError naming the first bad sequence.
 #[pyfunction]

@@ -4,6 +4,7 @@
 use pyo3::prelude::*;
 
 mod block;
+mod convert;
 mod errors;
 mod indexed;
 mod mixture;

@@ -3,8 +3,10 @@
 use numpy::PyArray1;
 use pyo3::prelude::*;
 
+use permshard_core::range_len;
+
+use crate::convert::{alloc, compute, int64_array};
 use crate::errors::to_py;
-use crate::permutation::{alloc, compute, int64_array};
 
 /// Two int64 arrays: the sources and the indices.
 type Pairs<'py> = (Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>);
@@ -41,14 +43,15 @@ impl Mixture {
         self.inner.at(position).map_err(to_py)
     }
 
-    /// Sources and indices at positions `[start, start + count)`.
-    fn take<'py>(&self, py: Python<'py>, start: u64, count: u64) -> PyResult<Pairs<'py>> {
+    /// Sources and indices at positions `[start, stop)`.
+    fn take<'py>(&self, py: Python<'py>, start: u64, stop: u64) -> PyResult<Pairs<'py>> {
+        let count = range_len(start, stop, self.inner.num_samples()).map_err(to_py)?;
         let (mut sources, mut indices) = (alloc(count)?, alloc(count)?);
         compute(py, count, || {
             self.inner.fill(start, &mut sources, &mut indices)
         })
         .map_err(to_py)?;
-        Ok(as_arrays(py, sources, indices))
+        as_arrays(py, sources, indices)
     }
 
     /// Sources and indices at the given positions (any order).
@@ -59,7 +62,7 @@ impl Mixture {
             self.inner.fill_at(&positions, &mut sources, &mut indices)
         })
         .map_err(to_py)?;
-        Ok(as_arrays(py, sources, indices))
+        as_arrays(py, sources, indices)
     }
 
     /// The shortest length that reads every weighted source in full.
@@ -79,7 +82,11 @@ impl Mixture {
     }
 }
 
-/// Sources and sample indices (below 2^63 for int64-sized datasets) as int64 arrays.
-fn as_arrays(py: Python<'_>, sources: Vec<u64>, indices: Vec<u64>) -> Pairs<'_> {
-    (int64_array(py, sources), int64_array(py, indices))
+/// Sources and sample indices as int64 arrays (sources are fewer than 2^63, and so are
+/// the samples of the datasets they index).
+fn as_arrays(py: Python<'_>, sources: Vec<u64>, indices: Vec<u64>) -> PyResult<Pairs<'_>> {
+    Ok((
+        int64_array(py, 1 << 63, sources)?,
+        int64_array(py, 1 << 63, indices)?,
+    ))
 }

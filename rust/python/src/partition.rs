@@ -1,13 +1,12 @@
 //! `_core.Partition`: one epoch's split across ranks.
 
-use numpy::{IntoPyArray, PyArray1};
-use pyo3::exceptions::PyValueError;
+use numpy::PyArray1;
 use pyo3::prelude::*;
 
-use permshard_core::Fingerprint;
+use permshard_core::{range_len, Fingerprint};
 
+use crate::convert::{alloc, compute, int64_array};
 use crate::errors::to_py;
-use crate::permutation::{alloc, compute};
 
 /// The four columns of a fingerprint, as Python receives them.
 pub type FingerprintTuple = (u64, u64, u64, u64);
@@ -93,59 +92,32 @@ impl Partition {
         self.inner.checked_sample_at(position).map_err(to_py)
     }
 
-    /// Items `[local_start, local_start + count)` of `rank` as a list of Python ints.
-    fn take(&self, py: Python<'_>, rank: u64, local_start: u64, count: u64) -> PyResult<Vec<u64>> {
-        self.fill(py, rank, local_start, count)
-    }
-
-    /// As `take`, as a new int64 array.
-    fn take_array<'py>(
+    /// `rank`'s items `[start, stop)` (local positions) as a new int64 array.
+    fn take<'py>(
         &self,
         py: Python<'py>,
         rank: u64,
-        local_start: u64,
-        count: u64,
+        start: u64,
+        stop: u64,
     ) -> PyResult<Bound<'py, PyArray1<i64>>> {
-        if self.inner.n() > 1 << 63 {
-            return Err(PyValueError::new_err(
-                "int64 cannot hold samples of n > 2**63",
-            ));
-        }
-        let values = self.fill(py, rank, local_start, count)?;
-        let values: Vec<i64> = values.into_iter().map(|v| v as i64).collect();
-        Ok(values.into_pyarray(py))
+        let values = self.fill(py, rank, start, stop)?;
+        int64_array(py, self.inner.n(), values)
     }
 
-    /// Samples at global positions `[first, first + count)` (a contiguous block).
-    fn take_positions(&self, py: Python<'_>, first: u64, count: u64) -> PyResult<Vec<u64>> {
-        self.inner.check_positions(first, count).map_err(to_py)?;
+    /// As `take`, as a list of Python ints.
+    fn take_list(&self, py: Python<'_>, rank: u64, start: u64, stop: u64) -> PyResult<Vec<u64>> {
+        self.fill(py, rank, start, stop)
+    }
+
+    /// The samples at global positions `[start, stop)` of the pass (a contiguous block,
+    /// padding wrapped around), as a list of Python ints.
+    fn take_positions_list(&self, py: Python<'_>, start: u64, stop: u64) -> PyResult<Vec<u64>> {
+        let count = range_len(start, stop, self.inner.end()).map_err(to_py)?;
         let mut out = alloc(count)?;
         compute(py, count, || {
-            self.inner.fill_positions(first, &mut out).map(|_| out)
+            self.inner.fill_positions(start, &mut out).map(|_| out)
         })
         .map_err(to_py)
-    }
-
-    /// Items `[local_start, local_start + count)` of `rank`, cut into lists of
-    /// `batch_size` (the last one may be shorter).
-    fn take_batches(
-        &self,
-        py: Python<'_>,
-        rank: u64,
-        local_start: u64,
-        count: u64,
-        batch_size: u64,
-    ) -> PyResult<Vec<Vec<u64>>> {
-        if batch_size == 0 {
-            return Err(PyValueError::new_err(
-                "batch_size should be a positive integer, got 0",
-            ));
-        }
-        let values = self.fill(py, rank, local_start, count)?;
-        Ok(values
-            .chunks(batch_size as usize)
-            .map(<[u64]>::to_vec)
-            .collect())
     }
 
     /// Every `(rank, local_position)` that yields `sample`.
@@ -170,15 +142,11 @@ impl Partition {
 }
 
 impl Partition {
-    fn fill(&self, py: Python<'_>, rank: u64, local_start: u64, count: u64) -> PyResult<Vec<u64>> {
-        self.inner
-            .check_slice(rank, local_start, count)
-            .map_err(to_py)?;
+    fn fill(&self, py: Python<'_>, rank: u64, start: u64, stop: u64) -> PyResult<Vec<u64>> {
+        let count = range_len(start, stop, self.inner.num_samples()).map_err(to_py)?;
         let mut out = alloc(count)?;
         compute(py, count, || {
-            self.inner
-                .fill_rank(rank, local_start, &mut out)
-                .map(|_| out)
+            self.inner.fill_rank(rank, start, &mut out).map(|_| out)
         })
         .map_err(to_py)
     }

@@ -1,0 +1,165 @@
+"""``SamplerPass``: one iteration over a :class:`~permshard.ShardedSampler`, the public
+handle through which batch samplers deal its items."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterator
+from typing import Any, Callable, Optional
+
+from . import _core
+from .epoch_index import tag
+
+
+class WindowPrefetch:
+    """Tells a dataset with ``prefetch(indices)`` the samples this rank reads in each window
+    of a block order, as the iteration enters the window (see ``ShardedSampler``).
+
+    Args:
+        dataset: the dataset, with a ``prefetch(indices)`` method.
+        part (Partition): the pass's partition.
+        rank (int): this rank.
+        window_len (int): positions per window of the block order.
+    """
+
+    def __init__(self, dataset: Any, part: _core.Partition, rank: int, window_len: int) -> None:
+        self.dataset, self.part, self.rank, self.window_len = dataset, part, rank, window_len
+        self.announced = 0  # local items announced so far
+
+    def window_end(self, local: int) -> int:
+        """One past the last local item in the window of local item ``local``.
+
+        Args:
+            local (int): a local item of this rank in the pass.
+        """
+        part, w = self.part, self.part.num_replicas
+        position = part.start + self.rank + local * w
+        if position >= part.n:  # padding wraps around: announce what is left at once
+            return part.num_samples
+        end = min((position // self.window_len + 1) * self.window_len, part.n)
+        return min(part.num_samples, -(-(end - part.start - self.rank) // w))
+
+    def upto(self, local_end: int) -> None:
+        """Announces every window holding a local item below ``local_end``.
+
+        Args:
+            local_end (int): one past the last local item about to be read.
+        """
+        while self.announced < min(local_end, self.part.num_samples):
+            end = self.window_end(self.announced)
+            self.dataset.prefetch(self.part.take_list(self.rank, self.announced, end))
+            self.announced = end
+
+
+class SamplerPass:
+    """One iteration over a sampler: which positions it deals and how many items it has
+    handed out. ``ShardedSampler.begin_pass()`` returns one; a batch sampler deals this
+    rank's items ``[0, num_samples)`` of ``partition`` (in any layout), passes each group
+    through :meth:`for_dataset`, calls :meth:`announce` before reading a group (block
+    orders prefetch) and :meth:`handed` after handing it out (state dicts count it).
+
+    Args:
+        epoch (int): the epoch of the pass.
+        partition (Partition): the split of the pass's positions across the ranks.
+        rank (int): this rank.
+        epoch_dependent (bool): tag indices with the epoch (see ``EpochIndex``).
+        prefetch (WindowPrefetch, optional): announces a block order's windows.
+        on_first_item (callable): called once, when the pass hands out its first item.
+
+    Example::
+
+        >>> current = sampler.begin_pass()
+        >>> for i in range(0, current.num_samples, 4):
+        ...     count = min(4, current.num_samples - i)
+        ...     current.announce(i + count)
+        ...     batch = current.for_dataset(current.partition.take_list(current.rank, i, i + count))
+        ...     current.handed(i + count)
+    """
+
+    def __init__(
+        self,
+        epoch: int,
+        partition: _core.Partition,
+        rank: int,
+        *,
+        epoch_dependent: bool = False,
+        prefetch: Optional[WindowPrefetch] = None,
+        on_first_item: Callable[[SamplerPass], None] = lambda _: None,
+    ) -> None:
+        self.epoch, self.partition, self.rank = epoch, partition, rank
+        self._epoch_dependent = epoch_dependent
+        self._prefetch = prefetch
+        self._on_first_item = on_first_item
+        self._base = 0  # items handed out before the chunk being followed
+        self._chunk: Optional[Iterator[int]] = None
+        self._chunk_len = 0
+
+    @property
+    def start(self) -> int:
+        """Global positions consumed before the pass (its resume point)."""
+        return self.partition.start
+
+    @property
+    def num_samples(self) -> int:
+        """Items this rank deals in the pass."""
+        return self.partition.num_samples
+
+    def for_dataset(self, indices: list[int]) -> list[int]:
+        """``indices`` as the dataset receives them: tagged with the pass's epoch when the
+        dataset is epoch-dependent (the epoch travels with the index to every worker).
+
+        Args:
+            indices (list of int): samples about to be handed out.
+        """
+        return tag(indices, self.epoch) if self._epoch_dependent else indices
+
+    def window_end(self, local: int) -> int:
+        """One past the last local item in the block-order window of local item ``local``
+        (``num_samples`` without prefetch): groups that stop there read one window at a time.
+
+        Args:
+            local (int): a local item of this rank in the pass.
+        """
+        return self.num_samples if self._prefetch is None else self._prefetch.window_end(local)
+
+    def announce(self, local_end: int) -> None:
+        """Before reading local items below ``local_end``: a dataset with ``prefetch`` is told
+        the samples of each window they enter (block orders only; else nothing happens).
+
+        Args:
+            local_end (int): one past the last local item about to be read.
+        """
+        if self._prefetch is not None:
+            self._prefetch.upto(local_end)
+
+    def handed(self, count: int) -> None:
+        """Records that this rank has handed out its first ``count`` items of the pass.
+
+        Args:
+            count (int): local items handed out so far, all groups together.
+        """
+        first = self._base == 0 and self._chunk is None and count > 0
+        self._base, self._chunk = count, None
+        if first:
+            self._on_first_item(self)
+
+    def follow(self, base: int, chunk: Iterator[int], count: int) -> Iterator[int]:
+        """Counts the items of ``chunk`` (local items ``[base, base + count)``) as they are
+        consumed, for a sampler that yields items one by one at C speed.
+
+        Args:
+            base (int): local items handed out before the chunk.
+            chunk (iterator of int): the chunk's items.
+            count (int): how many it holds.
+        """
+        first = base == 0 and self._base == 0 and self._chunk is None
+        self._base, self._chunk, self._chunk_len = base, chunk, count
+        if first:
+            self._on_first_item(self)
+        return chunk
+
+    def yielded(self) -> int:
+        """Items this rank has handed out in this pass (exact, even mid-chunk)."""
+        if self._chunk is None:
+            return self._base
+        return self._base + self._chunk_len - operator.length_hint(self._chunk)

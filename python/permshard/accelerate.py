@@ -86,6 +86,9 @@ def data_parallel_world(accelerator: Any) -> tuple[int, int]:
     ``ParallelismConfig`` (tensor, context or sequence parallel dims), the coordinate along
     its data-parallel dims (``dp_replicate``, ``dp_shard``) of ``accelerator.torch_device_mesh``:
     model-parallel peers read the same batches.
+
+    Args:
+        accelerator (accelerate.Accelerator): the accelerator of this process.
     """
     config = getattr(accelerator, "parallelism_config", None)
     mesh = getattr(accelerator, "torch_device_mesh", None)

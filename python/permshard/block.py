@@ -58,7 +58,11 @@ class BlockPermutation(KeyedOrder):
         return int(self._inner.window_blocks)
 
     def window_range(self, window: int) -> tuple[int, int]:
-        """Positions ``[start, stop)`` of window ``window`` (the last one may be shorter)."""
+        """Positions ``[start, stop)`` of window ``window`` (the last one may be shorter).
+
+        Args:
+            window (int): a window index, ``0 <= window < ceil(n / (block_size * window_blocks))``.
+        """
         start, stop = self._inner.window_range(as_u64("window", window))
         return int(start), int(stop)
 

@@ -26,6 +26,9 @@ def collective_device(group: Any = None) -> torch.device:
     Otherwise a CUDA device: the one the group is bound to (``init_process_group(device_id=
     ...)``), else ``cuda:LOCAL_RANK`` (set by torchrun and accelerate), else the current
     device.
+
+    Args:
+        group (ProcessGroup, optional): the group (default: the world).
     """
     backend = str(dist.get_backend(group)).lower()
     if "gloo" in backend or "mpi" in backend:
@@ -41,7 +44,12 @@ def collective_device(group: Any = None) -> torch.device:
 
 def all_gather_u64(values: Sequence[int], group: Any = None) -> list[list[int]]:
     """Every process's ``values`` (the same count on each, unsigned 64-bit), in process
-    order of ``group``."""
+    order of ``group``.
+
+    Args:
+        values (sequence of int): this process's values, each in ``[0, 2**64 - 1]``.
+        group (ProcessGroup, optional): the group (default: the world).
+    """
     signed = [v - _U64 if v > _I64_MAX else v for v in values]
     if any(not -(1 << 63) <= v <= _I64_MAX for v in signed):
         raise ValueError(f"values must be unsigned 64-bit integers, got {list(values)}")

@@ -233,7 +233,14 @@ class ShardConfig:
 
 class Configured:
     """Reads a result's configuration fields by name (``plan.n``, ``cert.seed``) from its
-    ``config``: a field added to :class:`ShardConfig` is readable here without more code."""
+    ``config``: a field added to :class:`ShardConfig` is readable here without more code.
+
+    Example::
+
+        >>> cert = permshard.verify(100, 4, seed=3)
+        >>> cert.seed == cert.config.seed == 3
+        True
+    """
 
     config: ShardConfig
 

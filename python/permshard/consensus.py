@@ -32,7 +32,11 @@ def _plain(value: Any, depth: int = 0) -> bool:
 
 def dataset_fingerprint(dataset: Any) -> dict[str, Any]:
     """A cheap identity of ``dataset``: its type, length and, when cheap, a content hash
-    (Subset indices, range bounds, a sequence's first and last items, an HF fingerprint)."""
+    (Subset indices, range bounds, a sequence's first and last items, an HF fingerprint).
+
+    Args:
+        dataset: a dataset, or an int (a length).
+    """
     if isinstance(dataset, int):
         return {"type": "int", "len": dataset, "content": None}
     kind = f"{type(dataset).__module__}.{type(dataset).__qualname__}"
@@ -66,15 +70,8 @@ FIX_RESUME = "load the same state dict on every rank (saved by any one rank) bef
 _FIXES = {
     "n": f"the ranks see datasets of different lengths; if each rank's dataset is a "
     f"per-rank slice, the data is split twice: {FIX_DOUBLE_SPLIT}",
-    "seed": "pass the same seed=... on every rank",
     "epoch": "call sampler.set_epoch(epoch) on every rank before each epoch",
     "num_replicas": "every rank must use the same num_replicas (the world size)",
-    "shuffle": "pass the same shuffle=... on every rank",
-    "drop_last": "pass the same drop_last=... on every rank",
-    "block_size": "pass the same block_size=... on every rank",
-    "window_blocks": "pass the same window_blocks=... on every rank",
-    "max_tokens": "pass the same max_tokens=... on every rank",
-    "window": "pass the same window=... on every rank",
     "algorithm": "install the same permshard version on every rank, and build the same sampler",
     "dataset": f"the ranks hold different datasets of the same length; if each rank's "
     f"dataset is a per-rank slice, the data is split twice: {FIX_DOUBLE_SPLIT}",
@@ -89,6 +86,10 @@ class Agreed(NamedTuple):
         value: an unsigned 64-bit integer (a digest for values that are not numbers).
         fix: what to do when the processes differ.
         digest: whether ``value`` is a digest (shown as such, not as a number).
+
+    Example::
+
+        >>> Agreed("start", 4096, FIX_RESUME)  # a resume point every rank must share
     """
 
     name: str
@@ -99,7 +100,11 @@ class Agreed(NamedTuple):
 
 def digest(value: Any) -> int:
     """A 64-bit digest of ``repr(value)`` (plain data only), or of the bytes of an array,
-    for fixed-size collectives."""
+    for fixed-size collectives.
+
+    Args:
+        value: plain data (numbers, strings, tuples of them) or a numpy array.
+    """
     data = value.tobytes() if isinstance(value, np.ndarray) else repr(value).encode()
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
 
@@ -117,7 +122,9 @@ def _consensus_record(
     is sent along for the messages."""
     fields = config.as_dict()
     record = {"algorithm": Agreed("algorithm", digest(config.algorithm), _FIXES["algorithm"], True)}
-    record.update((k, Agreed(k, int(v), _FIXES[k])) for k, v in fields.items() if k != "algorithm")
+    # A field without a fix of its own (a new one) gets the generic fix.
+    fix = {k: _FIXES.get(k, f"pass the same {k}=... on every rank") for k in fields}
+    record.update((k, Agreed(k, int(v), fix[k])) for k, v in fields.items() if k != "algorithm")
     record.update((a.name, a) for a in agreed)
     fingerprint = dataset_fingerprint(dataset if dataset is not None else config.n)
     record["dataset"] = Agreed("dataset", digest(fingerprint), _FIXES["dataset"], True)
@@ -180,7 +187,12 @@ def check_consensus(
 def check_layout(ranks: list[int], num_replicas: int) -> None:
     """Each sampler rank ``0..num_replicas-1`` must appear equally often among the
     processes: once each in pure data parallelism, ``world / num_replicas`` times when
-    model-parallel peers (tensor, pipeline, context) share a data-parallel rank."""
+    model-parallel peers (tensor, pipeline, context) share a data-parallel rank.
+
+    Args:
+        ranks (list of int): every process's sampler rank, in process order.
+        num_replicas (int): the data-parallel ranks.
+    """
     world = len(ranks)
     counts = Counter(ranks)
     if world % num_replicas or any(counts[r] != world // num_replicas for r in range(num_replicas)):

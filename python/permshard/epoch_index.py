@@ -42,17 +42,30 @@ class EpochIndex(int):
 
 
 def tag(indices: Iterable[int], epoch: int) -> list[int]:
-    """``indices`` as :class:`EpochIndex` values of ``epoch``."""
+    """``indices`` as :class:`EpochIndex` values of ``epoch``.
+
+    Args:
+        indices (iterable of int): sample indices.
+        epoch (int): the epoch they belong to.
+    """
     return [EpochIndex(i, epoch) for i in indices]
 
 
 def wants_epoch(dataset: Any) -> bool:
-    """Whether ``dataset`` declared that its items depend on the epoch."""
+    """Whether ``dataset`` declared that its items depend on the epoch.
+
+    Args:
+        dataset: any dataset (``epoch_dependent = True`` declares it).
+    """
     return bool(getattr(dataset, "epoch_dependent", False))
 
 
 def epoch_of(indices: Any) -> Optional[int]:
-    """The epoch an index (or the first index of a batch) carries; None for plain ints."""
+    """The epoch an index (or the first index of a batch) carries; None for plain ints.
+
+    Args:
+        indices: one index, or a batch (list) of them.
+    """
     if isinstance(indices, EpochIndex):
         return indices.epoch
     if isinstance(indices, (list, tuple)) and indices and isinstance(indices[0], EpochIndex):

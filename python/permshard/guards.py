@@ -42,7 +42,11 @@ def _arithmetic_step(indices: Sequence[int]) -> Optional[tuple[int, int]]:
 
 def subset_progression(dataset: Any) -> Optional[tuple[int, int]]:
     """``(first, step)`` of a Subset whose indices cover ``range(first, N, step)`` of its
-    full dataset with ``first < step`` (what slicing per rank by hand gives), else None."""
+    full dataset with ``first < step`` (what slicing per rank by hand gives), else None.
+
+    Args:
+        dataset: any dataset (only a ``Subset`` can match).
+    """
     if not isinstance(dataset, Subset):
         return None
     progression = _arithmetic_step(dataset.indices)
@@ -63,6 +67,11 @@ def check_not_presharded(dataset: Any, num_replicas: int, *, cross_rank: bool) -
     (the same on every rank). With ``cross_rank`` (a process group and consensus) the
     first iteration decides from every rank's evidence, so nothing is said here; without
     it, a warning.
+
+    Args:
+        dataset: the sampler's dataset.
+        num_replicas (int): the ranks the sampler splits it across.
+        cross_rank (bool): whether the consensus will decide across ranks.
     """
     if num_replicas < 2 or cross_rank:
         return
@@ -87,7 +96,11 @@ def check_not_wrapped_by_accelerate(num_replicas: int) -> None:
     is being iterated by accelerate's ``BatchSamplerShard``, which splits again (what
     ``accelerator.prepare`` does to every map-style loader). Called at the start of each
     pass; looks a few frames up the call stack. This is the one place that knows
-    accelerate's class name; tests fail loudly if accelerate renames it."""
+    accelerate's class name; tests fail loudly if accelerate renames it.
+
+    Args:
+        num_replicas (int): the ranks the sampler already splits across.
+    """
     if num_replicas < 2:
         return
     frame: Optional[FrameType] = sys._getframe(1)
@@ -109,7 +122,11 @@ def check_not_wrapped_by_accelerate(num_replicas: int) -> None:
 
 def double_split(everyone: list[dict[str, int]]) -> Optional[str]:
     """The message for processes whose datasets are per-rank slices of one dataset
-    (``Subset(full, range(rank, N, step))`` on each), or None."""
+    (``Subset(full, range(rank, N, step))`` on each), or None.
+
+    Args:
+        everyone (list of dict): every process's consensus record.
+    """
     steps = {c["subset_step"] for c in everyone}
     firsts = {c["subset_first"] for c in everyone}
     if len(steps) != 1 or len(firsts) < 2:

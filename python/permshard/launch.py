@@ -55,6 +55,11 @@ def launch(worker: Callable[..., Any], world: int, *args: Any) -> list[Any]:
     """Runs ``worker(rank, world, *args)`` on ``world`` gloo ranks; their return values.
 
     ``worker`` and ``args`` must pickle (a module-level function).
+
+    Args:
+        worker (callable): ``worker(rank, world, *args)``, a module-level function.
+        world (int): number of processes.
+        *args: passed to every worker.
     """
     with mp.Manager() as manager:
         results = manager.dict()

@@ -63,7 +63,15 @@ def from_mesh(
 ) -> tuple[Optional[int], Optional[int]]:
     """``(size, rank)`` from ``device_mesh`` when one is given, else as passed; refuses
     both at once, and ``mesh_dim`` without a mesh. ``names`` are the caller's argument
-    names, for the messages."""
+    names, for the messages.
+
+    Args:
+        size (int, optional): the size passed by the caller.
+        rank (int, optional): the rank passed by the caller.
+        device_mesh (DeviceMesh, optional): the mesh.
+        mesh_dim (str or tuple of str, optional): its data-parallel dimension(s).
+        names (tuple of str): the caller's names for size and rank.
+    """
     if device_mesh is None:
         if mesh_dim is not None:
             raise ValueError("mesh_dim=... needs device_mesh=...")
@@ -83,7 +91,14 @@ def resolve_world(
     mesh_dim: Optional[MeshDim] = None,
 ) -> tuple[int, int]:
     """``(num_replicas, rank)`` of a sampler: as passed, else from ``device_mesh``, else
-    torch.distributed's world size and rank, like DistributedSampler."""
+    torch.distributed's world size and rank, like DistributedSampler.
+
+    Args:
+        num_replicas (int, optional): data-parallel ranks.
+        rank (int, optional): this rank.
+        device_mesh (DeviceMesh, optional): a mesh to read both from.
+        mesh_dim (str or tuple of str, optional): its data-parallel dimension(s).
+    """
     num_replicas, rank = from_mesh(num_replicas, rank, device_mesh, mesh_dim)
     if num_replicas is None or rank is None:
         if not (dist.is_available() and dist.is_initialized()):

@@ -17,7 +17,12 @@ MIX_ALGORITHM: str = _core.MIX_ALGORITHM
 
 def as_floats(weights: Sequence[Any], name: str = "weights") -> list[float]:
     """``weights`` as floats (a conversion only: the core checks their values, their
-    count and that one is positive); TypeError naming the first that is not a number."""
+    count and that one is positive); TypeError naming the first that is not a number.
+
+    Args:
+        weights (sequence of numbers): one weight per source.
+        name (str, optional): their name in messages.
+    """
     if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
         raise TypeError(f"{name} must be a sequence of numbers, got {type(weights).__name__}")
     if all(type(w) is float for w in weights):  # the common case
@@ -143,7 +148,12 @@ class Mixture:
 
     def take(self, start: int, stop: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """``(sources, indices)`` of positions ``[start, stop)`` as int64 arrays, computed
-        in Rust with the GIL released."""
+        in Rust with the GIL released.
+
+        Args:
+            start (int): first position, ``0 <= start <= stop``.
+            stop (int): one past the last position, ``stop <= num_samples``.
+        """
         return self._inner.take(as_u64("start", start), as_u64("stop", stop))
 
     def at_positions(self, positions: Sequence[int]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
@@ -168,7 +178,11 @@ class Mixture:
 
     def counts(self, n: int) -> list[int]:
         """How many of the positions ``[0, n)`` each source takes; O(sources) for any
-        ``n`` (``n`` may exceed ``num_samples``: the same rule continues)."""
+        ``n`` (``n`` may exceed ``num_samples``: the same rule continues).
+
+        Args:
+            n (int): a number of positions from the start.
+        """
         return self._inner.counts(as_u64("n", n))
 
     def covering_length(self) -> int:
@@ -179,7 +193,12 @@ class Mixture:
 
     def locate(self, source: int, index: int) -> list[int]:
         """Every position at which sample ``index`` of ``source`` appears (one per pass
-        over the source the mixture reaches), in increasing order."""
+        over the source the mixture reaches), in increasing order.
+
+        Args:
+            source (int): a source, ``0 <= source < len(sizes)``.
+            index (int): a sample of it, ``0 <= index < sizes[source]``.
+        """
         return self._inner.locate(as_u64("source", source), as_u64("index", index))
 
     def __eq__(self, other: object) -> bool:

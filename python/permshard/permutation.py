@@ -19,7 +19,18 @@ _CHUNK = 1 << 14
 class KeyedOrder:
     """A bijection of ``range(n)`` computed in Rust, as a read-only sequence: ``p[i]`` is
     the sample at position ``i``, ``p.index_of(x)`` the position of sample ``x``, both O(1).
-    Subclasses set ``_inner`` (a native order) and name their constructor arguments."""
+    Subclasses set ``_inner`` (a native order) and name their constructor arguments.
+
+    One name for the inverse across the package: ``index_of`` where each sample has one
+    position (these bijections); ``locate`` where a sample may be dealt several times or
+    not at all (``ShardedSampler.locate``, ``Mixture.locate``, ``TokenWindows.locate``).
+
+    Example::
+
+        >>> p = permshard.Permutation(10, seed=1)
+        >>> p.index_of(p[3])
+        3
+    """
 
     __slots__ = ("_inner",)
     _inner: Any
@@ -78,6 +89,9 @@ class KeyedOrder:
 
         Raises:
             ValueError: if ``sample`` is not in ``range(n)``.
+
+        Args:
+            sample (int): a sample in ``range(n)``.
         """
         return int(self._inner.inverse(as_u64("sample", sample)))
 

@@ -45,13 +45,22 @@ class ShardPlan(Configured):
     dropped_samples: tuple[int, ...]
 
     def steps(self, batch_size: int, drop_last: bool = False) -> int:
-        """Batches per rank for ``batch_size``."""
+        """Batches per rank for ``batch_size``.
+
+        Args:
+            batch_size (int): per-rank batch size.
+            drop_last (bool, optional): drop a last partial batch. Default: ``False``.
+        """
         if drop_last:
             return self.num_samples // batch_size
         return -(-self.num_samples // batch_size)
 
     def table(self, batch_size: Optional[int] = None) -> str:
-        """The per-rank table of ``__str__``, with a ``steps`` column for ``batch_size``."""
+        """The per-rank table of ``__str__``, with a ``steps`` column for ``batch_size``.
+
+        Args:
+            batch_size (int, optional): adds a ``steps`` column for this batch size.
+        """
         head = f"{'rank':>6} {'samples':>14} {'padding':>8}"
         if batch_size:
             head += f" {'steps':>10}"
@@ -83,7 +92,13 @@ class ShardPlan(Configured):
 
 def build_plan(part: _core.Partition, config: ShardConfig, rank: int) -> ShardPlan:
     """The plan of ``part`` (made under ``config``) as seen from ``rank``: O(num_replicas)
-    work and memory plus the padding and dropped samples it lists."""
+    work and memory plus the padding and dropped samples it lists.
+
+    Args:
+        part (Partition): the pass.
+        config (ShardConfig): its configuration.
+        rank (int): the rank the plan is seen from.
+    """
     # The core deals: padding is the last `part.padding` positions of the pass, drops the
     # last `part.dropped` positions of the epoch.
     padding_positions = tuple(range(part.end - part.padding, part.end))

@@ -39,7 +39,14 @@ def verify_partition(
     on_progress: Optional[Callable[[int], None]] = None,
 ) -> Certificate:
     """Runs the exact bitmap proof on ``part``; ``on_progress(done)`` is called about
-    ten times a second from this thread while the proof runs in Rust."""
+    ten times a second from this thread while the proof runs in Rust.
+
+    Args:
+        part (Partition): the pass to prove.
+        config (ShardConfig): its configuration (recorded in the certificate).
+        threads (int, optional): worker threads; ``0`` uses every core.
+        on_progress (callable, optional): called with the number of items checked.
+    """
     began = time.perf_counter()
     progress = _core.Progress()
     result: list[tuple[int, int, int]] = []

@@ -25,7 +25,11 @@ _FIRST_CHUNK = 1 << 6
 
 
 def dataset_length(dataset: Any) -> int:
-    """Length of ``dataset``: an int N, or anything with ``__len__``."""
+    """Length of ``dataset``: an int N, or anything with ``__len__``.
+
+    Args:
+        dataset: a dataset with ``__len__``, or an int.
+    """
     if isinstance(dataset, bool):
         raise TypeError("dataset must be a dataset with __len__ or an int, got a bool")
     if isinstance(dataset, int):
@@ -376,7 +380,11 @@ class ShardedSampler(DistributedSampler[int]):
 
     def verify_distributed(self, group: Any = None) -> Certificate:
         """Consensus and coverage of the pass being run, across the ranks of ``group``;
-        see :func:`permshard.coverage.verify_distributed`."""
+        see :func:`permshard.coverage.verify_distributed`.
+
+        Args:
+            group (ProcessGroup, optional): the process group (default: the world).
+        """
         return coverage.verify_distributed(
             self._current_partition(), self.config, self.rank, self.dataset, group
         )
@@ -436,7 +444,12 @@ class ShardedSampler(DistributedSampler[int]):
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restores a resume point saved by :meth:`state_dict`, possibly with another
         number of replicas: the remaining positions are re-split so every sample of the
-        epoch is yielded exactly once across both runs (plus declared padding)."""
+        epoch is yielded exactly once across both runs (plus declared padding).
+
+        Args:
+            state_dict (Mapping): a dict saved by :meth:`state_dict` (of this release, 0.1
+                or 0.2).
+        """
         saved, consumed = ShardConfig.from_state_dict(state_dict)
         self.config.check_resumable(saved)
         epoch = saved.epoch
@@ -522,11 +535,20 @@ class ShardedBatchSampler(BatchSampler):
 
     def state_dict(self, consumed_samples: Optional[int] = None) -> dict[str, Any]:
         """The sampler's state dict: batches yielded count as consumed, unless
-        ``consumed_samples`` (global samples of the epoch consumed since its start) says
-        otherwise; see :meth:`ShardedSampler.state_dict`."""
+        ``consumed_samples`` says otherwise; see :meth:`ShardedSampler.state_dict`.
+
+        Args:
+            consumed_samples (int, optional): global samples of the epoch consumed since
+                its start.
+        """
         return self._sharded.state_dict(consumed_samples)
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Restores the sampler's resume point; see :meth:`ShardedSampler.load_state_dict`.
+
+        Args:
+            state_dict (Mapping): a dict saved by :meth:`state_dict`.
+        """
         self._sharded.load_state_dict(state_dict)
 
 
@@ -547,6 +569,11 @@ class StepBatchSampler(ShardedBatchSampler):
         sampler (ShardedSampler): gives the epoch's order, rank and world size.
         batch_size (int): per-process batch size ``B``.
         drop_last (bool): drop the last step when it is smaller than ``B``.
+
+    Example::
+
+        >>> sampler = ShardedSampler(dataset, num_replicas=2, rank=1)
+        >>> loader = DataLoader(dataset, batch_sampler=StepBatchSampler(sampler, 32))
     """
 
     def __init__(self, sampler: ShardedSampler, batch_size: int, drop_last: bool = False) -> None:

@@ -20,6 +20,11 @@ class WindowPrefetch:
         part (Partition): the pass's partition.
         rank (int): this rank.
         window_len (int): positions per window of the block order.
+
+    Example::
+
+        >>> prefetch = WindowPrefetch(dataset, part, rank=0, window_len=4096)
+        >>> prefetch.upto(prefetch.window_end(0))  # announces the first window
     """
 
     def __init__(self, dataset: Any, part: _core.Partition, rank: int, window_len: int) -> None:

@@ -310,7 +310,11 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     # -- iteration -----------------------------------------------------------------------------
 
     def set_epoch(self, epoch: int) -> None:
-        """A new plan for ``epoch`` (keeps a loaded resume point of that epoch)."""
+        """A new plan for ``epoch`` (keeps a loaded resume point of that epoch).
+
+        Args:
+            epoch (int): the epoch, in ``[0, 2**64 - 1]``.
+        """
         epoch = as_u64("epoch", epoch)
         if epoch != self.epoch:
             self._resume = (0, None, 0, self.num_replicas)

@@ -114,7 +114,12 @@ class DocumentBatch(Sequence[dict[str, torch.Tensor]]):
 
 def dense_mask(segments: npt.NDArray[np.bool_]) -> torch.Tensor:
     """``(batch, 1, seq, seq)`` bool, True where query ``i`` may NOT attend key ``j``:
-    ``j > i`` or ``j`` in an earlier segment (Megatron's ``attention_mask < 0.5``)."""
+    ``j > i`` or ``j`` in an earlier segment (Megatron's ``attention_mask < 0.5``).
+
+    Args:
+        segments (numpy.ndarray): ``(batch, seq, seq)`` bool, True where positions
+            ``i`` and ``j`` lie in the same segment.
+    """
     seq = segments.shape[1]
     segment_of = np.cumsum(segments, axis=1)  # (batch, seq): segment id of each position
     causal = np.tril(np.ones((seq, seq), dtype=np.bool_))
@@ -123,7 +128,11 @@ def dense_mask(segments: npt.NDArray[np.bool_]) -> torch.Tensor:
 
 
 def collate_items(items: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, Any]:
-    """:meth:`DocumentBatch.collate` for samples fetched one by one (their dicts)."""
+    """:meth:`DocumentBatch.collate` for samples fetched one by one (their dicts).
+
+    Args:
+        items (sequence of dict): the per-item dicts of ``TokenWindows(documents=True)``.
+    """
     out: dict[str, Any] = {
         k: torch.stack([item[k] for item in items]) for k in ("tokens", "labels", "loss_mask", "position_ids")
     }

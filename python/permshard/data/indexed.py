@@ -49,6 +49,9 @@ def find_prefix(path: PathLike) -> Optional[str]:
 
     Raises:
         ValueError: ``path`` is an ``.idx`` itself, or half of a pair is missing.
+
+    Args:
+        path (str or os.PathLike): a prefix, a ``.bin`` or a flat token file.
     """
     p = os.fspath(path)
     if p.endswith(".idx"):
@@ -72,7 +75,11 @@ def find_prefix(path: PathLike) -> Optional[str]:
 
 
 def starts_with_index_magic(path: str) -> bool:
-    """True when ``path`` begins like a Megatron ``.idx`` (a token file never should)."""
+    """True when ``path`` begins like a Megatron ``.idx`` (a token file never should).
+
+    Args:
+        path (str): a file to look at (its first bytes only).
+    """
     try:
         with open(path, "rb") as f:
             return f.read(len(INDEX_MAGIC)) == INDEX_MAGIC
@@ -203,13 +210,23 @@ class MegatronIndex:
 
     def sequence_range(self, split: Union[str, Sequence[float], None], part: str) -> tuple[int, int]:
         """The sequences ``[lo, hi)`` of ``part`` under ``split``, by Megatron's arithmetic
-        (``None``: all of them)."""
+        (``None``: all of them).
+
+        Args:
+            split (str or sequence of float, optional): Megatron's ``--split``
+                (``"969,30,1"``).
+            part (str): ``"train"``, ``"valid"`` or ``"test"``.
+        """
         if split is None:
             return 0, self.num_sequences
         return split_bounds(split, self.num_sequences)[_part(part)]
 
     def token_offset(self, sequence: int) -> int:
-        """Token offset in the ``.bin`` where ``sequence`` starts (``num_sequences``: the end)."""
+        """Token offset in the ``.bin`` where ``sequence`` starts (``num_sequences``: the end).
+
+        Args:
+            sequence (int): a sequence index, ``0 <= sequence <= num_sequences``.
+        """
         if sequence == self.num_sequences:
             return self.num_tokens
         return int(self.arrays()[1][sequence]) // self.dtype.itemsize
@@ -233,7 +250,11 @@ def _part(part: str) -> int:
 
 
 def parse_split(split: Union[str, Sequence[float]]) -> list[float]:
-    """Megatron's ``parse_and_normalize_split``: ``"969,30,1"`` -> normalised ratios."""
+    """Megatron's ``parse_and_normalize_split``: ``"969,30,1"`` -> normalised ratios.
+
+    Args:
+        split (str or sequence of float): ``"969,30,1"``, or the ratios.
+    """
     if isinstance(split, str):
         values = [float(v) for v in re.findall(r"[.0-9]+", split)]
     else:
@@ -252,7 +273,12 @@ def parse_split(split: Union[str, Sequence[float]]) -> list[float]:
 def split_bounds(split: Union[str, Sequence[float]], num: int) -> list[tuple[int, int]]:
     """``[(lo, hi)]`` for train, valid, test over ``num`` sequences, exactly as
     megatron-core: cumulative bounds of the normalised split, ``int(round(bound · num))``
-    (an empty part is ``(0, 0)``)."""
+    (an empty part is ``(0, 0)``).
+
+    Args:
+        split (str or sequence of float): Megatron's ``--split``.
+        num (int): sequences in the corpus.
+    """
     ratios = parse_split(split)
     ends = [0.0]
     for r in ratios:
@@ -275,7 +301,15 @@ def search_sorted(
 ) -> npt.NDArray[np.int64]:
     """``np.searchsorted(values, queries, side)`` for a sorted memmap that numpy would
     copy whole (the ``.idx`` arrays are unaligned): ``coarse = values[::step]`` narrows
-    each query to ``step`` entries, then a vectorised bisection reads only those."""
+    each query to ``step`` entries, then a vectorised bisection reads only those.
+
+    Args:
+        values (numpy.ndarray): the sorted array (a memmap).
+        coarse (numpy.ndarray): ``values[::step]`` as int64.
+        step (int): the sampling step of ``coarse``.
+        queries (numpy.ndarray): int64 values to place.
+        side (str): ``"left"`` or ``"right"``, as numpy's.
+    """
     j = np.searchsorted(coarse, queries, side=side)  # type: ignore[call-overload]
     lo: npt.NDArray[np.int64] = np.maximum(j - 1, 0) * step
     hi: npt.NDArray[np.int64] = np.minimum(j * step, values.size)

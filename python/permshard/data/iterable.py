@@ -54,6 +54,10 @@ def rank_and_world(rank: Optional[int] = None, world_size: Optional[int] = None)
     worker, neither means a single process: ``(0, 1)``. Inside a worker started by spawn
     or forkserver, the rank's process group is invisible and nothing tells a single
     process from one rank of many: that is an error, never a guess of world size 1.
+
+    Args:
+        rank (int, optional): this process's data-parallel rank.
+        world_size (int, optional): the data-parallel ranks.
     """
     if rank is None or world_size is None:
         if dist.is_available() and dist.is_initialized():
@@ -85,7 +89,12 @@ def rank_and_world(rank: Optional[int] = None, world_size: Optional[int] = None)
 
 def consumer(rank: Optional[int] = None, world_size: Optional[int] = None) -> tuple[int, int]:
     """``(index, count)`` of this (rank, DataLoader worker) among all of them; the worker
-    comes from ``torch.utils.data.get_worker_info()``."""
+    comes from ``torch.utils.data.get_worker_info()``.
+
+    Args:
+        rank (int, optional): this process's data-parallel rank.
+        world_size (int, optional): the data-parallel ranks.
+    """
     rank, world_size = rank_and_world(rank, world_size)
     info = get_worker_info()
     workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)

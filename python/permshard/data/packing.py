@@ -76,7 +76,11 @@ class PackedDataset(IterableDataset[torch.Tensor]):
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
-        """The epoch whose document order the next iteration uses."""
+        """The epoch whose document order the next iteration uses.
+
+        Args:
+            epoch (int): the epoch, in ``[0, 2**64 - 1]``.
+        """
         self.epoch = as_u64("epoch", epoch)
 
     def _tokens(self, document: Any) -> list[int]:

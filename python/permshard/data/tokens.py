@@ -296,11 +296,19 @@ class TokenWindows(Dataset[Any]):
         """Moves window boundaries for ``epoch`` when ``shift_per_epoch=True``.
 
         This process only: DataLoader workers keep the copy they started with. Indices
-        from permshard's samplers carry their epoch, which wins over this setting."""
+        from permshard's samplers carry their epoch, which wins over this setting.
+
+        Args:
+            epoch (int): the epoch, in ``[0, 2**64 - 1]``.
+        """
         self.shift = self.shift_for(as_u64("epoch", epoch))
 
     def shift_for(self, epoch: int) -> int:
-        """The token offset of every window boundary in ``epoch`` (0 without shifting)."""
+        """The token offset of every window boundary in ``epoch`` (0 without shifting).
+
+        Args:
+            epoch (int): the epoch.
+        """
         if not self.shift_per_epoch:
             return 0
         shift = self._shifts.get(epoch)
@@ -331,7 +339,11 @@ class TokenWindows(Dataset[Any]):
 
     def byte_ranges(self, indices: Sequence[int]) -> dict[str, list[tuple[int, int]]]:
         """Per file, the merged byte ranges ``(offset, length)`` that windows ``indices``
-        cover (windows of a block are contiguous: a block becomes one range)."""
+        cover (windows of a block are contiguous: a block becomes one range).
+
+        Args:
+            indices (sequence of int): window indices.
+        """
         idx = np.asarray(indices, dtype=np.int64)
         files, offsets = self._offsets(idx, indices)
         width, size = (self.seq_len + 1) * self.dtype.itemsize, self.dtype.itemsize
@@ -354,7 +366,11 @@ class TokenWindows(Dataset[Any]):
         ``ShardedSampler(..., block_size=...)`` calls it from the main process with each
         window of the block order as it enters it; the page cache is shared, so the
         DataLoader workers then find the data in memory. A no-op where the platform has
-        no ``posix_fadvise``."""
+        no ``posix_fadvise``.
+
+        Args:
+            indices (sequence of int): window indices this rank reads next.
+        """
         advise = getattr(os, "posix_fadvise", None)
         if advise is None or len(indices) == 0:
             return
@@ -368,7 +384,12 @@ class TokenWindows(Dataset[Any]):
 
     def locate(self, index: int, epoch: Optional[int] = None) -> tuple[str, int]:
         """``(path, token offset)`` of window ``index`` in ``epoch`` (default: the epoch
-        the index carries, else the one of :meth:`set_epoch`)."""
+        the index carries, else the one of :meth:`set_epoch`).
+
+        Args:
+            index (int): a window index, possibly an ``EpochIndex``.
+            epoch (int, optional): the epoch; overrides the index's.
+        """
         f, offset = self._located(index, epoch)
         return self.paths[f], offset
 
@@ -393,7 +414,12 @@ class TokenWindows(Dataset[Any]):
     def documents_of(self, index: int, epoch: Optional[int] = None) -> list[tuple[int, int, int]]:
         """The documents window ``index`` holds: ``(sequence, first token, stop token)``
         per document, token offsets inside that sequence of the ``.idx`` (Megatron files
-        only; a flat file's window is one ``(-1, offset, offset + seq_len + 1)``)."""
+        only; a flat file's window is one ``(-1, offset, offset + seq_len + 1)``).
+
+        Args:
+            index (int): a window index, possibly an ``EpochIndex``.
+            epoch (int, optional): the epoch; overrides the index's.
+        """
         f, offset = self._located(index, epoch)
         stop = offset + self.seq_len + 1
         if self.indexes[f] is None:
@@ -516,7 +542,11 @@ class TokenWindows(Dataset[Any]):
         parts must share :attr:`batch_layout`.
 
         A blend of such parts reads each batch with one call (see
-        :class:`~permshard.data.MixedDataset`)."""
+        :class:`~permshard.data.MixedDataset`).
+
+        Args:
+            parts (sequence of TokenWindows): datasets of one ``batch_layout``.
+        """
         first = parts[0]
         for k, part in enumerate(parts):
             if part.batch_layout != first.batch_layout:
@@ -574,7 +604,12 @@ class TokenWindows(Dataset[Any]):
         """``collate_fn`` for a DataLoader: the batch tensor of :meth:`__getitems__` as is
         (no copy), or the stacked windows of per-item fetches; with ``documents=True`` one
         dict of batch tensors (see :meth:`DocumentBatch.collate
-        <permshard.data.DocumentBatch.collate>`)."""
+        <permshard.data.DocumentBatch.collate>`).
+
+        Args:
+            batch: what the DataLoader fetched (one ``WindowBatch`` or ``DocumentBatch``
+                from ``__getitems__``, else a list of per-item windows or dicts).
+        """
         if isinstance(batch, WindowBatch):
             return batch.tensor
         if isinstance(batch, DocumentBatch):

@@ -74,6 +74,44 @@ def proofs(rank: int, world: int, n: int) -> dict:
     return out
 
 
+def exact_proofs(rank: int, world: int, n: int, model_parallel: bool) -> dict:
+    """verify_distributed(exact=True) on real ranks: whole epochs of perm-v1 and block-v1,
+    after a resume, and the streams the fingerprint catches (a lying rank), each next to
+    the local bitmap proof of the same pass. With ``model_parallel`` pairs of processes
+    share a sampler rank."""
+    w, r = (world // 2, rank // 2) if model_parallel else (world, rank)
+    out: dict = {}
+
+    def both(s: ShardedSampler) -> tuple:
+        exact, bitmap = s.verify_distributed(exact=True), s.verify(method="bitmap")
+        return (
+            (exact.method, exact.ranks, exact.covered, exact.padding, exact.dropped, exact.consumed),
+            ("inverse", tuple(range(w)), bitmap.covered, bitmap.padding, bitmap.dropped, bitmap.consumed),
+        )
+
+    for name, kwargs in [
+        ("perm", {}),
+        ("perm_drop", {"drop_last": True}),
+        ("block", {"block_size": 64, "window_blocks": 4}),
+    ]:
+        s = ShardedSampler(n, num_replicas=w, rank=r, seed=3, **kwargs)
+        s.set_epoch(2)
+        out[name] = both(s)
+    # Resumed onto this world size from a 3-rank run's state (100 samples consumed).
+    donor = ShardedSampler(n, num_replicas=3, rank=0, seed=3, check_consensus=False)
+    s = ShardedSampler(n, num_replicas=w, rank=r, seed=3)
+    s.load_state_dict(donor.state_dict(consumed_samples=99))
+    out["resumed"] = both(s)
+    # A rank whose stream follows another seed while it announces the agreed one.
+    lying = _Lying(n, num_replicas=w, rank=r)
+    out["lying"] = expect_error(lambda: lying.verify_distributed(exact=True), ShardingError)
+    # A rank with another seed, announced: the consensus the proof starts with refuses it.
+    other = ShardedSampler(n, num_replicas=w, rank=r, seed=1 if rank == world - 1 else 0)
+    out["seed"] = expect_error(lambda: other.verify_distributed(exact=True), ShardingError)
+    dist.barrier()
+    return out
+
+
 def accelerate_double_split(rank: int, world: int, n: int) -> dict:
     from accelerate import Accelerator
 

@@ -66,14 +66,26 @@ def test_locate_agrees_with_the_sampler(capsys):
 
 def test_verify_exit_codes(capsys, monkeypatch):
     assert cli.main(["verify", "-n", "100000", "-w", "4"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("PROVEN (inverse, perm-v1): n=100,000 over 4 ranks")
+    assert "100,000 items checked in" in out  # every item, no position outside the pass
+    assert cli.main(["verify", "-n", "100000", "-w", "4", "--method", "bitmap"]) == 0
     assert capsys.readouterr().out.startswith("PROVEN (bitmap, perm-v1): n=100,000 over 4 ranks")
+    assert cli.main(["verify", "-n", "1e6", "-w", "64", "--rank", "5", "--drop-last"]) == 0
+    out = capsys.readouterr().out
+    # Rank 5's 15,625 items and its 1/64 slice of the 0 dropped positions (1e6 = 64 x 15,625).
+    assert out.startswith("PROVEN (inverse, perm-v1): the share of rank 5 of n=1,000,000 over 64 ranks")
+    assert "15,625 items checked in" in out and "projected cluster wall time" in out
+    assert cli.main(["verify", "-n", "1000", "-w", "8", "--rank", "8"]) == 2
+    assert "rank must be in [0, 8), got 8" in capsys.readouterr().err
 
     def broken(*args, **kwargs):
         raise ShardingError("sample 3 is yielded twice")
 
-    monkeypatch.setattr("permshard._core.verify", broken)
-    assert cli.main(["verify", "-n", "100", "-w", "4"]) == 1
-    assert "NOT PROVEN: sample 3 is yielded twice" in capsys.readouterr().out
+    for method, native in [("bitmap", "verify"), ("inverse", "verify_inverse")]:
+        monkeypatch.setattr(f"permshard._core.{native}", broken)
+        assert cli.main(["verify", "-n", "100", "-w", "4", "--method", method]) == 1
+        assert "NOT PROVEN: sample 3 is yielded twice" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -123,7 +135,12 @@ def test_demo_runs_and_proves():
     out = done.stdout
     assert "exactly once: OK" in out and "exactly once across both runs: OK" in out
     assert "SOME CHECKS FAILED" not in out
-    assert "all checks passed" in out and "PROVEN (fingerprint" in out and "PROVEN (bitmap" in out
+    assert (
+        "all checks passed" in out
+        and "PROVEN (fingerprint" in out
+        and "PROVEN (inverse" in out
+        and "PROVEN (bitmap" in out
+    )
 
 
 def _ddp_train(out: str) -> None:

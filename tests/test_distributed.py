@@ -43,6 +43,27 @@ def test_proofs_on_real_ranks(world, n):
         assert out["check_loader_good"] == per_rank
 
 
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("world, model_parallel", [(2, False), (4, False), (4, True)])
+def test_exact_distributed_proofs_on_real_ranks(world, model_parallel):
+    n = 10_007
+    results = launch(dist_workers.exact_proofs, world, n, model_parallel)
+    sampler_ranks = world // 2 if model_parallel else world
+    for r in results:
+        for name in ("perm", "perm_drop", "block", "resumed"):
+            exact, bitmap = r[name]
+            assert exact == bitmap, name  # the same counts as the local bitmap proof
+            assert exact[1] == tuple(range(sampler_ranks))
+        assert r["perm"][0][2:5] == (n, -n % sampler_ranks, 0)
+        assert r["perm_drop"][0][2:5] == (n - n % sampler_ranks, 0, n % sampler_ranks)
+        assert r["resumed"][0][5] == 99 and r["resumed"][0][2] == n - 99
+        # The lying rank's stream, inverted by the agreed order, fails from its first item.
+        liar = sampler_ranks - 1
+        assert f"rank {liar} at local position 0 (global position {liar}) holds sample" in r["lying"]
+        assert "failures in all" in r["lying"]
+        assert "ranks disagree on seed" in r["seed"]
+
+
 @pytest.mark.parametrize("world", [2, 4])
 def test_accelerate_prepare_double_split_is_caught(world):
     pytest.importorskip("accelerate")

@@ -1,4 +1,5 @@
-"""The exact proof (bitmap) against brute force; the local double-split checks."""
+"""The exact proofs (by the inverse, and the bitmap) against brute force and each other,
+one rank's share; the local double-split checks."""
 
 from __future__ import annotations
 
@@ -35,9 +36,9 @@ def brute_force(n, w, seed, epoch, shuffle, drop_last):
 @pytest.mark.parametrize("w", [1, 3, 8])
 @pytest.mark.parametrize("drop_last", [False, True])
 def test_verify_matches_brute_force(n, w, drop_last):
-    for shuffle in (True, False):
+    for shuffle, method in [(True, "inverse"), (True, "bitmap"), (False, "inverse"), (False, "bitmap")]:
         began = time.perf_counter()
-        cert = verify(n, w, seed=5, epoch=1, shuffle=shuffle, drop_last=drop_last)
+        cert = verify(n, w, seed=5, epoch=1, shuffle=shuffle, drop_last=drop_last, method=method)
         took = time.perf_counter() - began
         lengths, covered, padding, dropped = brute_force(n, w, 5, 1, shuffle, drop_last)
         assert (cert.lengths, cert.covered, cert.padding, cert.dropped) == (
@@ -46,9 +47,51 @@ def test_verify_matches_brute_force(n, w, drop_last):
             padding,
             dropped,
         )
-        assert cert.n == n and cert.num_replicas == w and cert.method == "bitmap"
+        assert cert.n == n and cert.num_replicas == w and cert.method == method
+        assert cert.ranks == tuple(range(w))
         assert 0 < cert.seconds <= took  # the proof's own time, inside the call's
         assert "PROVEN" in str(cert) and cert.config.algorithm == ("perm-v1" if shuffle else "identity")
+
+
+@pytest.mark.parametrize(
+    "n, w, drop_last", [(10_007, 4, False), (10_007, 5, True), (3, 8, False), (2**20 + 1, 7, False)]
+)
+def test_rank_shares_add_up_to_the_whole_proof(n, w, drop_last):
+    whole = verify(n, w, seed=2, drop_last=drop_last, method="bitmap")
+    shares = [verify(n, w, seed=2, drop_last=drop_last, rank=r) for r in range(w)]
+    assert [s.ranks for s in shares] == [(r,) for r in range(w)]
+    assert sum(s.covered for s in shares) == whole.covered
+    assert sum(s.padding for s in shares) == whole.padding
+    assert all(s.dropped == whole.dropped and s.method == "inverse" for s in shares)
+    assert "the share of rank 1" in str(shares[1])
+
+
+def test_block_orders_and_resumed_passes_are_proven_both_ways():
+    for kwargs in [{"block_size": 64, "window_blocks": 4}, {"block_size": 1000, "window_blocks": 2}]:
+        inverse, bitmap = (verify(20_011, 6, seed=4, method=m, **kwargs) for m in ("inverse", "bitmap"))
+        assert (inverse.covered, inverse.padding, inverse.algorithm) == (
+            bitmap.covered,
+            bitmap.padding,
+            "block-v1",
+        )
+    s = ShardedSampler(5000, num_replicas=3, rank=1, seed=8)
+    s.load_state_dict(ShardedSampler(5000, num_replicas=4, rank=0, seed=8).state_dict(consumed_samples=1204))
+    inverse, bitmap = s.verify(), s.verify(method="bitmap")
+    assert (inverse.consumed, inverse.covered, inverse.padding) == (
+        bitmap.consumed,
+        bitmap.covered,
+        bitmap.padding,
+    )
+    assert (inverse.consumed, inverse.covered) == (1204, 5000 - 1204)
+
+
+def test_bad_methods_and_ranks_are_refused():
+    with pytest.raises(ValueError, match="method must be one of \\('inverse', 'bitmap'\\)"):
+        verify(10, 2, method="fast")
+    with pytest.raises(ValueError, match="rank must be in \\[0, 2\\), got 2"):
+        verify(10, 2, rank=2)
+    with pytest.raises(ValueError, match="proven by the inverse"):
+        verify(10, 2, rank=0, method="bitmap")
 
 
 def test_sampler_verify_and_progress():
@@ -159,8 +202,8 @@ def test_argument_errors_are_never_sharding_errors(call):
 
 def test_a_proof_too_large_for_memory_is_a_memory_error():
     # 2**64 - 1 samples over 3 ranks fit in positions, but the bitmap would be 2 EiB.
-    with pytest.raises(MemoryError, match="verify_distributed"):
-        permshard.verify(2**64 - 1, 3)
+    with pytest.raises(MemoryError, match="prove by the inverse instead"):
+        permshard.verify(2**64 - 1, 3, method="bitmap")
 
 
 def test_consensus_device_follows_the_backend(monkeypatch):

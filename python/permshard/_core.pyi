@@ -20,7 +20,10 @@ __all__ = [
     "__version__",
     "check_document_indices",
     "check_sequence_layout",
+    "judge",
+    "prove_ranks",
     "verify",
+    "verify_inverse",
 ]
 
 __version__: str
@@ -109,6 +112,22 @@ class Progress:
 def verify(
     partition: Partition, threads: int = 0, progress: Progress | None = None
 ) -> tuple[int, int, int]: ...
+def verify_inverse(
+    partition: Partition, threads: int = 0, progress: Progress | None = None
+) -> tuple[int, int, int]: ...
+
+_Failure = tuple[int, int, int, int, int]
+_Share = tuple[int, int, int, int, int, _Failure | None]
+
+def prove_ranks(
+    partition: Partition,
+    first_rank: int,
+    stop_rank: int,
+    threads: int = 0,
+    progress: Progress | None = None,
+    reference: Partition | None = None,
+) -> _Share: ...
+def judge(partition: Partition, total: _Share) -> tuple[int, int, int]: ...
 
 MIX_ALGORITHM: str
 

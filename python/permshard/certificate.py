@@ -22,19 +22,23 @@ class Certificate(Configured):
         padding: items that repeat a sample to make ranks even.
         dropped: samples of the epoch that no rank yields (``drop_last``).
         seconds: time the proof took.
-        method: ``"bitmap"`` (exact) or ``"fingerprint"`` (distributed).
+        method: how it was proven: ``"inverse"`` (exact, every item inverted back to
+            its position), ``"bitmap"`` (exact, a bit per sample) or ``"fingerprint"``
+            (distributed sums and a keyed hash).
         start: global positions consumed before the proven pass (a resume point; ``0``
             for a whole epoch). The proof covers positions ``[start, ...)``.
         consumed: samples consumed before the pass (``min(start, n)`` for round-robin
             orders), which the pass must not yield again.
         batches: batches per rank, the same on every rank, for samplers that plan batches
             (``None`` otherwise).
+        ranks: the ranks whose streams were proven (all of them, unless a single rank's
+            share was: then ``covered`` and ``padding`` are that rank's).
 
     Example::
 
         >>> cert = permshard.verify(1000, 8, seed=1)
         >>> cert.covered, cert.padding, cert.dropped, cert.method, cert.algorithm
-        (1000, 0, 0, 'bitmap', 'perm-v1')
+        (1000, 0, 0, 'inverse', 'perm-v1')
     """
 
     config: ShardConfig
@@ -47,6 +51,7 @@ class Certificate(Configured):
     start: int = 0
     consumed: int = 0
     batches: Optional[int] = None
+    ranks: tuple[int, ...] = ()
 
     def __str__(self) -> str:
         resumed = (
@@ -58,6 +63,15 @@ class Certificate(Configured):
         each = f"{low:,} samples" if low == high else f"{low:,}-{high:,} samples"
         if self.batches is not None:
             each = f"{self.batches:,} batches ({each})"
+        if self.ranks and len(self.ranks) < self.num_replicas:
+            shown = ", ".join(map(str, self.ranks))
+            return (
+                f"PROVEN ({self.method}, {self.algorithm}): the share of rank {shown} of n={self.n:,} "
+                f"over {self.num_replicas} ranks x {each} (seed={self.seed}, epoch={self.epoch}): its "
+                f"stream of {self.lengths[0]:,} items ({self.covered:,} samples, {self.padding:,} "
+                f"padding) and its slice of the positions outside the pass invert exactly; the "
+                f"epoch is proven when every rank's share is [{self.seconds:.2f} s]"
+            )
         return (
             f"PROVEN ({self.method}, {self.algorithm}): n={self.n:,} over {self.num_replicas} "
             f"ranks x {each} (seed={self.seed}, epoch={self.epoch}, "

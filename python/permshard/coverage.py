@@ -1,11 +1,12 @@
-"""The distributed proof: consensus, then every rank's coverage fingerprint summed
-across ranks (O(1) memory per rank)."""
+"""The distributed proofs: consensus, then either every rank's coverage fingerprint
+summed across ranks, or (``exact=True``) every rank's own stream proven by the inverse and
+the counts added up. O(1) memory per rank either way."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Optional
 
 import torch.distributed as dist
 
@@ -23,7 +24,13 @@ def _merge(a: Sequence[int], b: Sequence[int]) -> tuple[int, int, int, int]:
 
 
 def verify_distributed(
-    part: _core.Partition, config: ShardConfig, rank: int, dataset: Any = None, group: Any = None
+    part: _core.Partition,
+    config: ShardConfig,
+    rank: int,
+    dataset: Any = None,
+    group: Any = None,
+    *,
+    exact: bool = False,
 ) -> Certificate:
     """Consensus, then coverage of the pass ``part`` (from its resume point, if any): each
     rank fingerprints what it yields (count, sum, keyed-hash sum, XOR), plus a 1/W slice of
@@ -36,14 +43,23 @@ def verify_distributed(
         rank: this process's sampler (data-parallel) rank.
         dataset: its dataset, fingerprinted by the consensus.
         group: the process group (default: the world).
+        exact (bool, optional): prove instead, exactly: each rank proves its own stream
+            by the inverse (see :func:`permshard.verify` with ``rank=``) and its slice of
+            the positions outside the pass, then one fixed-size all-gather adds the counts
+            up (items, failures, the first counter-example). The consensus first makes
+            every rank's order the same one. O(n / W) work per rank. Default: ``False``.
 
     Raises:
-        ShardingError: naming the rank, the value that differs and the fix.
+        ShardingError: naming the rank, the value that differs and the fix; with
+            ``exact=True`` the first counter-example (rank, local position, sample), on
+            every rank.
     """
     if not (dist.is_available() and dist.is_initialized()):
         raise ValueError("verify_distributed needs torch.distributed to be initialized")
     began = time.perf_counter()
     check_consensus(config, rank, dataset, agreed=[Agreed("start", part.start, FIX_RESUME)], group=group)
+    if exact:
+        return _exact(part, config, rank, group, began)
     yielded, padding, consumed, dropped, reference = part.coverage_share(rank)
     mine = [rank, part.num_samples, *yielded, *padding, *consumed, *dropped, *reference]
     totals = [(0, 0, 0, 0)] * 5
@@ -87,4 +103,50 @@ def verify_distributed(
         method="fingerprint",
         start=part.start,
         consumed=total_consumed[0],
+    )
+
+
+#: No counter-example, in a fixed-size row.
+_NONE = (2**64 - 1,) * 5
+
+
+def _exact(part: _core.Partition, config: ShardConfig, rank: int, group: Any, began: float) -> Certificate:
+    """Each process proves its rank's share by the inverse; the shares, one per rank
+    (model-parallel peers prove the same one and must agree), are added up and judged."""
+    # The stream this process yields, inverted by the order every rank agreed on.
+    agreed = config.partition(part.start)
+    items, real, padding, outside, failures, first = _core.prove_ranks(part, rank, rank + 1, reference=agreed)
+    mine = [rank, items, real, padding, outside, failures, *(first or _NONE)]
+    by_rank: dict[int, tuple[int, list[int]]] = {}
+    for proc, row in enumerate(all_gather_u64(mine, group)):
+        if row[0] in by_rank:
+            peer, peer_row = by_rank[row[0]]
+            if row[1:] != peer_row[1:]:
+                raise ShardingError(
+                    f"processes {peer} and {proc} share sampler rank {row[0]} but their proofs "
+                    "differ: model-parallel peers must read identical data. Check that both "
+                    "run the same sampler class and dataset"
+                )
+            continue
+        by_rank[row[0]] = (proc, row)
+    rows = [row for _, row in by_rank.values()]
+    failed = [row for row in rows if row[5]]
+    earliest: Optional[tuple[int, int, int, int, int]] = None
+    if failed:
+        position, r, local, sample, found = min(failed, key=lambda row: row[6])[6:11]
+        earliest = (position, r, local, sample, found)
+    s = [sum(row[k] for row in rows) for k in range(1, 6)]
+    covered, padding_total, not_yielded = _core.judge(part, (s[0], s[1], s[2], s[3], s[4], earliest))
+    consumed = min(part.start, config.n)
+    return Certificate(
+        config=config,
+        lengths=(part.num_samples,) * config.num_replicas,
+        covered=covered,
+        padding=padding_total,
+        dropped=not_yielded - consumed,
+        seconds=time.perf_counter() - began,
+        method="inverse",
+        start=part.start,
+        consumed=consumed,
+        ranks=tuple(sorted(by_rank)),
     )

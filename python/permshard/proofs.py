@@ -1,4 +1,4 @@
-"""The exact proof (a bitmap over the samples, in Rust), and the namespace of every
+"""The exact proofs (by the inverse, or a bitmap over the samples, in Rust), and the namespace of every
 proof and check: :mod:`~permshard.certificate` (what a proof established),
 :mod:`~permshard.consensus` (all ranks agree on the configuration),
 :mod:`~permshard.coverage` (the distributed proof) and :mod:`~permshard.guards` (datasets
@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Optional
+from typing import Callable, Optional, TypeVar
 
 from . import _core
+from ._validation import as_int
 from .certificate import Certificate
 from .config import ShardConfig
 from .consensus import check_consensus, check_layout, dataset_fingerprint
@@ -30,47 +31,84 @@ __all__ = [
     "verify_partition",
 ]
 
+_T = TypeVar("_T")
+
+
+#: The exact methods: by the inverse (O(1) memory, splits across ranks) or a bitmap.
+METHODS = ("inverse", "bitmap")
+
+
+def _run(work: Callable[[_core.Progress], _T], on_progress: Optional[Callable[[int], None]]) -> _T:
+    """``work(progress)`` in Rust; with ``on_progress``, on a thread while this one reports
+    ``progress.done`` about ten times a second."""
+    progress = _core.Progress()
+    if on_progress is None:
+        return work(progress)
+    result: list[_T] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(work(progress))
+        except BaseException as e:  # handed back to the calling thread
+            failure.append(e)
+
+    worker = threading.Thread(target=run, name="permshard-verify")
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.1)
+        on_progress(progress.done)
+    on_progress(progress.done)
+    if failure:
+        raise failure[0]
+    return result[0]
+
 
 def verify_partition(
     part: _core.Partition,
     config: ShardConfig,
     *,
+    method: str = "inverse",
+    rank: Optional[int] = None,
     threads: int = 0,
     on_progress: Optional[Callable[[int], None]] = None,
 ) -> Certificate:
-    """Runs the exact bitmap proof on ``part``; ``on_progress(done)`` is called about
-    ten times a second from this thread while the proof runs in Rust.
+    """Runs an exact proof on ``part``; ``on_progress(done)`` is called about ten times a
+    second from this thread while the proof runs in Rust.
 
     Args:
         part (Partition): the pass to prove.
         config (ShardConfig): its configuration (recorded in the certificate).
+        method (str, optional): ``"inverse"`` (every item's sample must invert to the
+            position it was dealt from: O(1) memory) or ``"bitmap"`` (``n / 8`` bytes).
+        rank (int, optional): prove only this rank's stream and its 1/W slice of the
+            positions outside the pass (``"inverse"`` only); every rank's share passing
+            proves the epoch. Default: every rank.
         threads (int, optional): worker threads; ``0`` uses every core.
         on_progress (callable, optional): called with the number of items checked.
     """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if rank is not None:
+        rank = as_int("rank", rank)
+        if method != "inverse":
+            raise ValueError("a single rank's share is proven by the inverse: pass method='inverse'")
+        if not 0 <= rank < config.num_replicas:
+            raise ValueError(f"rank must be in [0, {config.num_replicas}), got {rank}")
     began = time.perf_counter()
-    progress = _core.Progress()
-    result: list[tuple[int, int, int]] = []
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            result.append(_core.verify(part, threads, progress))
-        except BaseException as e:  # handed back to the calling thread
-            failure.append(e)
-
-    if on_progress is None:
-        run()
-    else:
-        worker = threading.Thread(target=run, name="permshard-verify")
-        worker.start()
-        while worker.is_alive():
-            worker.join(0.1)
-            on_progress(progress.done)
-        on_progress(progress.done)
-    if failure:
-        raise failure[0]
-    covered, padding, not_yielded = result[0]
     consumed = min(part.start, config.n)
+    if rank is None:
+        prove = _core.verify_inverse if method == "inverse" else _core.verify
+        covered, padding, not_yielded = _run(lambda progress: prove(part, threads, progress), on_progress)
+        ranks = tuple(range(config.num_replicas))
+    else:
+        share = _run(lambda progress: _core.prove_ranks(part, rank, rank + 1, threads, progress), on_progress)
+        first = share[5]
+        if first is not None:
+            raise _core.ShardingError(describe_failure(first, share[4]))
+        covered, padding = share[1], share[2]
+        not_yielded = part.dropped + consumed  # declared; proven once every share passes
+        ranks = (rank,)
     return Certificate(
         config=config,
         lengths=(part.num_samples,) * config.num_replicas,
@@ -78,9 +116,28 @@ def verify_partition(
         padding=padding,
         dropped=not_yielded - consumed,
         seconds=time.perf_counter() - began,
+        method=method,
         start=part.start,
         consumed=consumed,
+        ranks=ranks,
     )
+
+
+def describe_failure(first: tuple[int, int, int, int, int], failures: int) -> str:
+    """The message of a share's first counter-example, as the core words it.
+
+    Args:
+        first (tuple): ``(position, rank, local, sample, found)``.
+        failures (int): failures found in all.
+    """
+    try:
+        _core.judge(_EMPTY, (0, 0, 0, 0, failures, first))
+    except _core.ShardingError as e:
+        return str(e)
+    raise AssertionError("a failure always fails the judgement")  # pragma: no cover
+
+
+_EMPTY = _core.Sharding(1, 1).partition()
 
 
 def verify(
@@ -91,24 +148,37 @@ def verify(
     epoch: int = 0,
     shuffle: bool = True,
     drop_last: bool = False,
+    block_size: int = 0,
+    window_blocks: int = 0,
+    method: str = "inverse",
+    rank: Optional[int] = None,
     threads: int = 0,
     on_progress: Optional[Callable[[int], None]] = None,
 ) -> Certificate:
     r"""Proves, exactly, that ``num_replicas`` ShardedSamplers over ``n`` samples yield
     every sample once (plus declared padding, minus declared drops).
 
-    Every rank's indices are streamed through a bitmap of ``n`` bits (``n / 8`` bytes) in
-    Rust, on all cores, with the GIL released.
+    By the inverse (default): for every item a rank yields, the order's inverse of its
+    sample must be the position it was dealt from, and that position must deal back to the
+    same rank and local index; the positions outside the pass are checked the same way.
+    A map with such an inverse is injective, so the epoch is a bijection: O(1) memory at
+    any ``n``, every core, the GIL released. ``rank=r`` proves one rank's share only, so a
+    cluster proves an epoch with each machine doing its part. ``method="bitmap"`` streams
+    every rank's indices through ``n`` bits instead (an independent check).
 
     Args:
         n (int): dataset length.
         num_replicas (int): number of ranks.
-        seed, epoch, shuffle, drop_last (keyword-only): as for :class:`ShardedSampler`.
+        seed, epoch, shuffle, drop_last, block_size, window_blocks (keyword-only): as for
+            :class:`ShardedSampler` (``0`` block fields: perm-v1).
+        method (str, optional): ``"inverse"`` or ``"bitmap"``. Default: ``"inverse"``.
+        rank (int, optional): prove this rank's share only. Default: every rank.
         threads (int, optional): worker threads; ``0`` uses every core. Default: ``0``.
         on_progress (callable, optional): called with the number of items checked so far.
 
     Returns:
-        Certificate: lengths, coverage, padding, drops and the time taken.
+        Certificate: lengths, coverage, padding, drops, the method, the ranks proven and
+        the time taken.
 
     Raises:
         ShardingError: with the first counter-example found.
@@ -116,9 +186,18 @@ def verify(
     Example::
 
         >>> print(permshard.verify(1000, 8, seed=1))  # doctest: +ELLIPSIS
-        PROVEN (bitmap, perm-v1): n=1,000 over 8 ranks x 125 samples ...
+        PROVEN (inverse, perm-v1): n=1,000 over 8 ranks x 125 samples ...
     """
     config = ShardConfig(
-        n=n, num_replicas=num_replicas, seed=seed, epoch=epoch, shuffle=shuffle, drop_last=drop_last
+        n,
+        num_replicas,
+        seed=seed,
+        epoch=epoch,
+        shuffle=shuffle,
+        drop_last=drop_last,
+        block_size=block_size,
+        window_blocks=window_blocks,
     )
-    return verify_partition(config.partition(), config, threads=threads, on_progress=on_progress)
+    return verify_partition(
+        config.partition(), config, method=method, rank=rank, threads=threads, on_progress=on_progress
+    )

@@ -373,20 +373,27 @@ class ShardedSampler(DistributedSampler[int]):
             raise ValueError(f"items must be in [0, {part.num_samples}] (this pass's length), got {items}")
         return part.start + items * self.num_replicas
 
-    def verify(self) -> Certificate:
+    def verify(self, method: str = "inverse") -> Certificate:
         """Exact proof of the pass being run (from its resume point, if any); see
-        :func:`permshard.verify`."""
-        return proofs.verify_partition(self._current_partition(), self.config)
+        :func:`permshard.verify`.
 
-    def verify_distributed(self, group: Any = None) -> Certificate:
-        """Consensus and coverage of the pass being run, across the ranks of ``group``;
-        see :func:`permshard.coverage.verify_distributed`.
+        Args:
+            method (str, optional): ``"inverse"`` (O(1) memory) or ``"bitmap"``.
+        """
+        return proofs.verify_partition(self._current_partition(), self.config, method=method)
+
+    def verify_distributed(self, group: Any = None, *, exact: bool = False) -> Certificate:
+        """Consensus, then a proof of the pass being run across the ranks of ``group``:
+        a coverage fingerprint, or with ``exact=True`` every rank proving its own stream
+        by the inverse; see :func:`permshard.coverage.verify_distributed`. A collective:
+        every process of the group must call it.
 
         Args:
             group (ProcessGroup, optional): the process group (default: the world).
+            exact (bool, optional): the exact proof instead of the fingerprint.
         """
         return coverage.verify_distributed(
-            self._current_partition(), self.config, self.rank, self.dataset, group
+            self._current_partition(), self.config, self.rank, self.dataset, group, exact=exact
         )
 
     def describe(self) -> dict[str, Any]:

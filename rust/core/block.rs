@@ -182,6 +182,40 @@ impl BlockPermutation {
     }
 }
 
+impl BlockPermutation {
+    /// Maps samples (all `< n`) to positions: the blocks' inverse batched, then each
+    /// window's order inverted once per run of samples in the same window.
+    fn invert_samples(&self, samples: &mut [u64]) {
+        let (bs, window_len) = (self.block_size, self.window_len());
+        let mut blocks: Vec<u64> = samples.iter().map(|s| s / bs).collect();
+        self.blocks.invert_in_place(&mut blocks);
+        for (s, &slot) in samples.iter_mut().zip(&blocks) {
+            let start = if slot <= self.last_block_slot {
+                slot * bs
+            } else {
+                (slot - 1) * bs + self.last_block_len
+            };
+            *s = start + *s % bs; // its place in the concatenated block sequence
+        }
+        let mut rest = samples;
+        while let Some(&first) = rest.first() {
+            let w = first / window_len;
+            let run = rest.iter().take_while(|&&q| q / window_len == w).count();
+            let (here, later) = rest.split_at_mut(run);
+            let (start, end) = self.window_range(w);
+            let order = self.window_order(w, run >= 64 || run * 64 >= (end - start) as usize);
+            for q in here.iter_mut() {
+                *q -= w * window_len;
+            }
+            order.invert_in_place(here);
+            for q in here.iter_mut() {
+                *q += w * window_len;
+            }
+            rest = later;
+        }
+    }
+}
+
 impl SampleOrder for BlockPermutation {
     fn algorithm(&self) -> &'static str {
         BLOCK_ALGORITHM
@@ -215,6 +249,10 @@ impl SampleOrder for BlockPermutation {
     fn map_in_place(&self, positions: &mut [u64]) {
         self.map_positions(positions)
     }
+
+    fn invert_in_place(&self, samples: &mut [u64]) {
+        self.invert_samples(samples)
+    }
 }
 
 #[cfg(test)]
@@ -236,6 +274,9 @@ mod tests {
                 assert_eq!(p.position_of(x).unwrap(), i as u64);
             }
         }
+        let mut back = all.clone();
+        p.invert_in_place(&mut back);
+        assert!(back.iter().copied().eq(0..n), "{p:?}: the batched inverse");
     }
 
     /// Blocks touched by each aligned window of `window_blocks · block_size` positions.

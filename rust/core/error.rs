@@ -114,8 +114,8 @@ impl fmt::Display for Error {
             ),
             Error::OutOfMemory { bytes, what } => write!(
                 f,
-                "cannot allocate {bytes} bytes for {what}; use a smaller n, or prove it \
-                 across ranks with verify_distributed (O(1) memory)"
+                "cannot allocate {bytes} bytes for {what}; prove by the inverse instead \
+                 (O(1) memory at any n, and split across the ranks)"
             ),
             Error::Invalid(msg) | Error::Violation(msg) => f.write_str(msg),
         }

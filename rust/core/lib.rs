@@ -25,6 +25,7 @@ mod mixture;
 mod order;
 mod partition;
 mod permutation;
+mod proof;
 mod sharding;
 mod verify;
 
@@ -37,5 +38,6 @@ pub use mixture::{Mixture, MIX_ALGORITHM};
 pub use order::{Explicit, Identity, Order, SampleOrder};
 pub use partition::{CoverageShare, Partition};
 pub use permutation::{Permutation, ALGORITHM};
+pub use proof::{judge, prove_against, prove_ranks, verify_inverse, Failure, Share, OUTSIDE};
 pub use sharding::{Sharding, IDENTITY_ALGORITHM};
 pub use verify::{verify, Certificate};

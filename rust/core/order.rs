@@ -37,6 +37,15 @@ pub trait SampleOrder: Debug + Send + Sync {
         }
     }
 
+    /// Replaces each sample (all `< len`) by its position; `u64::MAX` for a sample that
+    /// has none (only a broken explicit order has such samples). Batched orders override
+    /// this.
+    fn invert_in_place(&self, samples: &mut [u64]) {
+        for s in samples.iter_mut() {
+            *s = self.position_of(*s).unwrap_or(u64::MAX);
+        }
+    }
+
     /// `out[i]` = the sample at position `start + i`, batched; an error when the slice
     /// does not fit in `[0, len)`.
     fn fill(&self, start: u64, out: &mut [u64]) -> Result<(), Error> {
@@ -96,6 +105,8 @@ impl SampleOrder for Identity {
     }
 
     fn map_in_place(&self, _positions: &mut [u64]) {}
+
+    fn invert_in_place(&self, _samples: &mut [u64]) {}
 }
 
 impl SampleOrder for Permutation {
@@ -117,6 +128,10 @@ impl SampleOrder for Permutation {
 
     fn map_in_place(&self, positions: &mut [u64]) {
         Permutation::map_in_place(self, positions)
+    }
+
+    fn invert_in_place(&self, samples: &mut [u64]) {
+        Permutation::invert_in_place(self, samples)
     }
 
     fn fill(&self, start: u64, out: &mut [u64]) -> Result<(), Error> {
@@ -180,6 +195,12 @@ mod tests {
         let n = order.len();
         let mut batched: Vec<u64> = (0..n).collect();
         order.map_in_place(&mut batched);
+        let mut back = batched.clone();
+        order.invert_in_place(&mut back);
+        assert!(
+            back.iter().copied().eq(0..n),
+            "{order:?}: the batched inverse"
+        );
         let mut seen = vec![false; n as usize];
         for (p, &s) in batched.iter().enumerate() {
             assert_eq!(s, order.at(p as u64));

@@ -40,6 +40,9 @@ pub struct Partition {
     drop_last: bool,
     num_samples: u64,
     order: Order,
+    /// A broken dealing, `(rank, local, position)`: what the proofs' tests must catch.
+    #[cfg(test)]
+    misdealt: Option<(u64, u64, u64)>,
 }
 
 impl Partition {
@@ -87,7 +90,17 @@ impl Partition {
             drop_last,
             num_samples,
             order,
+            #[cfg(test)]
+            misdealt: None,
         })
+    }
+
+    /// This partition with item `local` of `rank` dealt from `position` instead (tests of
+    /// the proofs only).
+    #[cfg(test)]
+    pub(crate) fn misdeal(mut self, rank: u64, local: u64, position: u64) -> Self {
+        self.misdealt = Some((rank, local, position));
+        self
     }
 
     /// Samples in the epoch.
@@ -176,6 +189,12 @@ impl Partition {
     /// The global position of the `local`-th item of `rank` (no range check on `local`).
     #[inline]
     pub fn position(&self, rank: u64, local: u64) -> u64 {
+        #[cfg(test)]
+        if let Some((r, l, p)) = self.misdealt {
+            if (r, l) == (rank, local) {
+                return p;
+            }
+        }
         self.start + rank + local * self.num_replicas
     }
 

@@ -341,6 +341,83 @@ impl Permutation {
             count = next;
         }
     }
+
+    /// Replaces every sample in `values` (all `< n`, checked by the caller) by π⁻¹(sample):
+    /// the batched inverse, identical to [`Permutation::inverse`].
+    pub(crate) fn invert_in_place(&self, values: &mut [u64]) {
+        if let Some(t) = &self.table {
+            for v in values.iter_mut() {
+                *v = t.inverse[*v as usize] as u64;
+            }
+            return;
+        }
+        for chunk in values.chunks_mut(BLOCK) {
+            simd::invert_block(self, chunk);
+        }
+    }
+
+    /// `out[i] = π⁻¹(start + i)`, batched; identical to calling [`Permutation::inverse`].
+    pub fn fill_inverse(&self, start: u64, out: &mut [u64]) -> Result<(), Error> {
+        let len = out.len() as u64;
+        if start > self.n || len > self.n - start {
+            return Err(Error::SliceOutOfRange {
+                start,
+                len,
+                n: self.n,
+            });
+        }
+        for (i, slot) in out.iter_mut().enumerate() {
+            *slot = start + i as u64;
+        }
+        self.invert_in_place(out);
+        Ok(())
+    }
+
+    /// The rounds backwards over all lanes, round-major as [`Self::encrypt_block_generic`].
+    #[inline(always)]
+    fn decrypt_block_generic(&self, lanes: &mut [u64]) {
+        for (i, &k) in self.cipher.keys.iter().enumerate().rev() {
+            let (h, l) = if i % 2 == 0 {
+                (self.cipher.hi_bits, self.cipher.lo_bits)
+            } else {
+                (self.cipher.lo_bits, self.cipher.hi_bits)
+            };
+            let mask_h = mask(h);
+            for y in lanes.iter_mut() {
+                let lo = *y >> h;
+                let hi = (*y & mask_h) ^ (round_fn(lo, k) & mask_h);
+                *y = (hi << l) | lo;
+            }
+        }
+    }
+
+    /// As [`Self::map_block_generic`], decrypting: the cycle walk backwards.
+    #[inline(always)]
+    fn invert_block_generic(&self, lanes: &mut [u64]) {
+        let n = self.n;
+        self.decrypt_block_generic(lanes);
+        let mut pending = [0u16; BLOCK];
+        let mut count = 0usize;
+        for (i, &x) in lanes.iter().enumerate() {
+            pending[count] = i as u16;
+            count += (x >= n) as usize;
+        }
+        let mut walk = [0u64; BLOCK];
+        while count > 0 {
+            for j in 0..count {
+                walk[j] = lanes[pending[j] as usize];
+            }
+            self.decrypt_block_generic(&mut walk[..count]);
+            let mut next = 0usize;
+            for j in 0..count {
+                let i = pending[j] as usize;
+                lanes[i] = walk[j];
+                pending[next] = i as u16;
+                next += (walk[j] >= n) as usize;
+            }
+            count = next;
+        }
+    }
 }
 
 /// Runtime CPU-feature dispatch for the batched path. Every variant compiles the same
@@ -423,6 +500,7 @@ mod simd {
 
     dispatch!(map_block, map_block_at, map_block_generic);
     dispatch!(encrypt_block, encrypt_block_at, encrypt_block_generic);
+    dispatch!(invert_block, invert_block_at, invert_block_generic);
 }
 
 #[cfg(test)]
@@ -523,6 +601,41 @@ mod tests {
                 assert_eq!(encrypted, want, "n={n} level={level:?}");
             }
         }
+    }
+
+    #[test]
+    fn batched_inverse_equals_the_scalar_inverse_at_every_simd_level() {
+        let levels = simd::available();
+        let mut sizes = vec![1, 2, 3, 1000, TABLE_MAX_N, TABLE_MAX_N + 1, u64::MAX];
+        for k in [16u32, 17, 20, 31, 32, 33, 40, 63] {
+            sizes.extend([(1u64 << k) - 1, 1 << k, (1 << k) + 1]);
+        }
+        for n in sizes {
+            let p = Permutation::new(n, 11, 2).unwrap();
+            let len = n.min(700);
+            let start = n - len;
+            let scalar: Vec<u64> = (start..n).map(|x| p.inverse(x).unwrap()).collect();
+            let mut batched = vec![0u64; len as usize];
+            p.fill_inverse(start, &mut batched).unwrap();
+            assert_eq!(batched, scalar, "n={n}");
+            if p.table.is_some() {
+                continue; // the table path has no lanes
+            }
+            for &level in &levels {
+                let mut lanes: Vec<u64> = (start..n).collect();
+                for chunk in lanes.chunks_mut(BLOCK) {
+                    simd::invert_block_at(level, &p, chunk);
+                }
+                assert_eq!(lanes, scalar, "n={n} level={level:?}");
+            }
+            // And it undoes the batched forward.
+            let mut forward = vec![0u64; len as usize];
+            p.fill(start, &mut forward).unwrap();
+            p.invert_in_place(&mut forward);
+            assert!(forward.iter().copied().eq(start..n), "n={n}");
+        }
+        let p = Permutation::new(10, 0, 0).unwrap();
+        assert!(p.fill_inverse(5, &mut [0; 6]).is_err());
     }
 
     #[test]

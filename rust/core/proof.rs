@@ -1,0 +1,527 @@
+//! The exact proof by the inverse, in O(1) memory at any `n`, split across the ranks.
+//!
+//! For a map `f` from a set `X` of `n` items into `[0, n)`: if some `g` has `g(f(x)) = x`
+//! for every `x`, then `f` is injective, hence a bijection onto `[0, n)`. Every order has
+//! an O(1) inverse. So each rank proves its own stream: for every item it yields, the
+//! order's inverse of the sample must be the position the item is dealt from by the
+//! dealing's definition (`start + rank + local·W`, computed here, not asked of the
+//! partition under test); distinct items have distinct positions, so distinct samples. The positions outside the pass
+//! (consumed before a resume, or dropped) are checked the same way, each rank a 1/W slice
+//! of them. Together the checks cover `[0, n)`: every sample of the epoch is yielded once,
+//! consumed before or dropped, and padding repeats the sample of its position mod `n`.
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use crate::error::Error;
+use crate::order::{Order, SampleOrder};
+use crate::partition::Partition;
+
+/// Items per unit of work: one batched fill, one batched inverse, one progress tick.
+const CHUNK: u64 = 1 << 16;
+
+/// Marks a failure at a position outside the pass (no rank, no local index).
+pub const OUTSIDE: u64 = u64::MAX;
+
+/// A counter-example: what was found where.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// The global position checked.
+    pub position: u64,
+    /// The rank whose stream holds it ([`OUTSIDE`] for a position outside the pass).
+    pub rank: u64,
+    /// Its local index in that stream ([`OUTSIDE`] outside the pass).
+    pub local: u64,
+    /// The sample found there.
+    pub sample: u64,
+    /// The position the order's inverse gives for that sample (`u64::MAX`: none).
+    pub found: u64,
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Failure {
+            position,
+            rank,
+            local,
+            sample,
+            found,
+        } = *self;
+        let place = if rank == OUTSIDE {
+            format!("position {position} (consumed before the pass, or dropped)")
+        } else {
+            format!("rank {rank} at local position {local} (global position {position})")
+        };
+        if found == u64::MAX {
+            write!(
+                f,
+                "{place} holds sample {sample}, which has no position in the order"
+            )
+        } else {
+            write!(
+                f,
+                "{place} holds sample {sample}, but the order's inverse puts that sample at \
+                 position {found}: a sample twice, or dealt from the wrong position"
+            )
+        }
+    }
+}
+
+/// What a proof of some ranks' streams checked.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Share {
+    /// Items of the streams checked.
+    pub items: u64,
+    /// Of them, items at positions below `n`: each a distinct sample.
+    pub real: u64,
+    /// Of them, padding (positions `>= n`, repeating the sample of position `p mod n`).
+    pub padding: u64,
+    /// Positions outside the pass (consumed before it, or dropped) checked.
+    pub outside: u64,
+    /// Items and positions that failed.
+    pub failures: u64,
+    /// The failure at the smallest global position.
+    pub first: Option<Failure>,
+}
+
+/// The positions outside the pass, `[0, min(start, n))` then `[max(end, start), n)`,
+/// numbered `0..count` so that ranks can take contiguous slices of them.
+struct Outside {
+    consumed: u64,
+    tail_start: u64,
+    count: u64,
+}
+
+impl Outside {
+    fn of(part: &Partition) -> Self {
+        let n = part.n();
+        let consumed = part.start().min(n);
+        let tail_start = part.end().max(part.start()).min(n);
+        Outside {
+            consumed,
+            tail_start,
+            count: consumed + (n - tail_start),
+        }
+    }
+
+    fn position(&self, i: u64) -> u64 {
+        if i < self.consumed {
+            i
+        } else {
+            self.tail_start + (i - self.consumed)
+        }
+    }
+
+    /// The slice `[lo, hi)` of the outside positions that ranks `ranks` check.
+    fn slice(&self, ranks: &Range<u64>, num_replicas: u64) -> (u64, u64) {
+        let cut = |r: u64| ((self.count as u128 * r as u128) / num_replicas as u128) as u64;
+        (cut(ranks.start), cut(ranks.end))
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    real: AtomicU64,
+    padding: AtomicU64,
+    outside: AtomicU64,
+    failures: AtomicU64,
+    first: Mutex<Option<Failure>>,
+}
+
+impl Tally {
+    fn fail(&self, failure: Failure) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        let mut slot = self.first.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_none_or(|f| failure.position < f.position) {
+            *slot = Some(failure);
+        }
+    }
+}
+
+/// Proves the streams of ranks `ranks` of `part` and their slice of the positions outside
+/// the pass, with `threads` threads (`0`: all cores) and O(threads) memory; `progress`
+/// grows by the items and positions checked. Failures are counted and the first kept (not
+/// an error): a distributed proof adds up every rank's share before it judges.
+pub fn prove_ranks(
+    part: &Partition,
+    ranks: Range<u64>,
+    threads: usize,
+    progress: &AtomicU64,
+) -> Result<Share, Error> {
+    prove_against(part, part.order(), ranks, threads, progress)
+}
+
+/// As [`prove_ranks`], inverting with `reference` (the order every rank agreed on) rather
+/// than the order the streams come from: a rank whose stream silently follows another
+/// order (another seed, another build) fails here, although it is consistent with itself.
+pub fn prove_against(
+    part: &Partition,
+    reference: &Order,
+    ranks: Range<u64>,
+    threads: usize,
+    progress: &AtomicU64,
+) -> Result<Share, Error> {
+    if reference.len() != part.n() {
+        return Err(Error::Invalid(format!(
+            "the reference order has {} positions, the partition {}",
+            reference.len(),
+            part.n()
+        )));
+    }
+    let w = part.num_replicas();
+    if ranks.start >= ranks.end || ranks.end > w {
+        return Err(Error::Invalid(format!(
+            "ranks [{}, {}) are not a non-empty range of [0, {w})",
+            ranks.start, ranks.end
+        )));
+    }
+    let (n, start, per_rank) = (part.n(), part.start(), part.num_samples());
+    let order = reference;
+    let outside = Outside::of(part);
+    let (out_lo, out_hi) = outside.slice(&ranks, w);
+    let proved = ranks.end - ranks.start;
+    let item_tasks = per_rank.div_ceil(CHUNK) * proved;
+    let tasks = item_tasks + (out_hi - out_lo).div_ceil(CHUNK);
+    let next = AtomicU64::new(0);
+    let tally = Tally::default();
+    let threads = match threads {
+        0 => std::thread::available_parallelism().map_or(1, |t| t.get()),
+        t => t,
+    }
+    .min(tasks.max(1) as usize);
+
+    let check_items = |rank: u64, lo: u64, samples: &mut [u64], inverse: &mut [u64]| {
+        part.fill_rank(rank, lo, samples)?;
+        inverse.copy_from_slice(samples);
+        order_inverse(order.as_ref(), inverse, n);
+        let (mut real, mut padding) = (0u64, 0u64);
+        // The dealing as specified, `start + rank + local·W`, computed here and not asked
+        // of the partition: the stream under test must match it.
+        let mut dealt = start + rank + lo * w;
+        for (k, (&sample, &found)) in samples.iter().zip(inverse.iter()).enumerate() {
+            let ok = if dealt < n {
+                real += 1;
+                found == dealt
+            } else {
+                padding += 1;
+                found == dealt % n // padding repeats the sample of its position mod n
+            };
+            if !ok {
+                tally.fail(Failure {
+                    position: dealt,
+                    rank,
+                    local: lo + k as u64,
+                    sample,
+                    found,
+                });
+            }
+            dealt += w;
+        }
+        tally.real.fetch_add(real, Ordering::Relaxed);
+        tally.padding.fetch_add(padding, Ordering::Relaxed);
+        Ok::<(), Error>(())
+    };
+
+    let check_outside = |lo: u64, positions: &mut [u64], samples: &mut [u64], found: &mut [u64]| {
+        for (k, p) in positions.iter_mut().enumerate() {
+            *p = outside.position(lo + k as u64);
+        }
+        samples.copy_from_slice(positions);
+        order.map_in_place(samples);
+        found.copy_from_slice(samples);
+        order_inverse(order.as_ref(), found, n);
+        for ((&p, &sample), &f) in positions.iter().zip(samples.iter()).zip(found.iter()) {
+            if f != p {
+                tally.fail(Failure {
+                    position: p,
+                    rank: OUTSIDE,
+                    local: OUTSIDE,
+                    sample,
+                    found: f,
+                });
+            }
+        }
+        tally
+            .outside
+            .fetch_add(positions.len() as u64, Ordering::Relaxed);
+    };
+
+    let error: Mutex<Option<Error>> = Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                let mut a = vec![0u64; CHUNK as usize];
+                let mut b = vec![0u64; CHUNK as usize];
+                let mut c = vec![0u64; CHUNK as usize];
+                loop {
+                    let task = next.fetch_add(1, Ordering::Relaxed);
+                    if task >= tasks {
+                        break;
+                    }
+                    let len = if task < item_tasks {
+                        let (rank, chunk) = (ranks.start + task % proved, task / proved);
+                        let lo = chunk * CHUNK;
+                        let len = CHUNK.min(per_rank - lo) as usize;
+                        if let Err(e) = check_items(rank, lo, &mut a[..len], &mut b[..len]) {
+                            *error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                            break;
+                        }
+                        len
+                    } else {
+                        let lo = out_lo + (task - item_tasks) * CHUNK;
+                        let len = CHUNK.min(out_hi - lo) as usize;
+                        check_outside(lo, &mut a[..len], &mut b[..len], &mut c[..len]);
+                        len
+                    };
+                    progress.fetch_add(len as u64, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    if let Some(e) = error.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        return Err(e);
+    }
+    Ok(Share {
+        items: per_rank * proved,
+        real: tally.real.into_inner(),
+        padding: tally.padding.into_inner(),
+        outside: tally.outside.into_inner(),
+        failures: tally.failures.into_inner(),
+        first: tally.first.into_inner().unwrap_or_else(|e| e.into_inner()),
+    })
+}
+
+/// Samples to positions (batched); a value that is not a sample (`>= n`) becomes
+/// `u64::MAX`, which fails every check.
+fn order_inverse(order: &dyn SampleOrder, values: &mut [u64], n: u64) {
+    if values.iter().all(|&v| v < n) {
+        order.invert_in_place(values);
+        return;
+    }
+    for v in values.iter_mut() {
+        *v = if *v < n {
+            order.position_of(*v).unwrap_or(u64::MAX)
+        } else {
+            u64::MAX
+        };
+    }
+}
+
+/// Judges the shares of every rank (added up): the streams hold exactly the positions
+/// `[min(start, n), min(end, n))` below `n`, every other position of `[0, n)` was checked,
+/// and nothing failed. Returns `(covered, padding, dropped)`.
+pub fn judge(part: &Partition, total: &Share) -> Result<(u64, u64, u64), Error> {
+    if let Some(first) = total.first {
+        return Err(Error::Violation(format!(
+            "{first} ({} failures in all)",
+            total.failures
+        )));
+    }
+    let n = part.n();
+    let lo = part.start().min(n);
+    let hi = part.end().max(part.start()).min(n);
+    let expected = (
+        part.total_size(),
+        hi - lo,
+        part.total_size() - (hi - lo),
+        n - (hi - lo),
+    );
+    let got = (total.items, total.real, total.padding, total.outside);
+    if got != expected {
+        return Err(Error::Violation(format!(
+            "the ranks checked {} items ({} real, {} padding) and {} positions outside the \
+             pass; the partition needs {} items ({} real, {} padding) and {} outside",
+            got.0, got.1, got.2, got.3, expected.0, expected.1, expected.2, expected.3
+        )));
+    }
+    Ok((total.real, total.padding, total.outside))
+}
+
+/// The whole exact proof by the inverse: every rank's stream and every position outside
+/// the pass, judged. O(threads) memory at any `n`.
+pub fn verify_inverse(
+    part: &Partition,
+    threads: usize,
+    progress: &AtomicU64,
+) -> Result<(u64, u64, u64), Error> {
+    let share = prove_ranks(part, 0..part.num_replicas(), threads, progress)?;
+    judge(part, &share)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::block::BlockPermutation;
+    use crate::order::{Explicit, Identity, Order};
+    use crate::permutation::Permutation;
+    use crate::verify::verify;
+    use std::sync::Arc;
+
+    fn partition(order: Order, w: u64, start: u64, drop_last: bool) -> Partition {
+        Partition::new(order.len(), w, start, drop_last, order).unwrap()
+    }
+
+    /// `(covered, padding, dropped)`, or the refusal.
+    type Verdict = Result<(u64, u64, u64), Error>;
+
+    /// Both proofs on one partition: the same verdict, the same counts.
+    fn both(part: &Partition) -> (Verdict, Verdict) {
+        let inverse = verify_inverse(part, 2, &AtomicU64::new(0));
+        let bitmap = verify(part, 2, &AtomicU64::new(0)).map(|c| (c.covered, c.padding, c.dropped));
+        (inverse, bitmap)
+    }
+
+    #[test]
+    fn agrees_with_the_bitmap_on_every_order_start_and_drop() {
+        let orders: Vec<Order> = vec![
+            Arc::new(Identity::new(1000).unwrap()),
+            Arc::new(Permutation::new(1000, 3, 1).unwrap()),
+            Arc::new(Permutation::new(70_001, 3, 1).unwrap()),
+            Arc::new(BlockPermutation::new(1000, 16, 4, 3, 1).unwrap()),
+            Arc::new(BlockPermutation::new(20_001, 64, 8, 3, 1).unwrap()),
+            Arc::new(Identity::new(1).unwrap()),
+        ];
+        for order in orders {
+            let n = order.len();
+            for w in [1, 3, 8] {
+                for start in [0, 1, n / 2, n - 1, n, n + 2] {
+                    for drop_last in [false, true] {
+                        let part = partition(order.clone(), w, start, drop_last);
+                        let (inverse, bitmap) = both(&part);
+                        assert_eq!(
+                            inverse, bitmap,
+                            "n={n} w={w} start={start} drop={drop_last}"
+                        );
+                        assert!(inverse.is_ok());
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn both_catch_an_order_with_a_repeat() {
+        // Sample 2 at positions 1 and 3; sample 1 nowhere.
+        let order: Order = Arc::new(Explicit::new(vec![0, 2, 3, 2, 4]).unwrap());
+        // Position 3 is rank 3 % w's item 3 / w in each of these passes (a resume at 2
+        // deals it to rank 1 as item 0).
+        for (w, start, drop_last, rank, local) in [
+            (2, 0, false, 1, 1),
+            (1, 0, false, 0, 3),
+            (2, 2, false, 1, 0),
+            (2, 0, true, 1, 1),
+        ] {
+            let (inverse, bitmap) = both(&partition(order.clone(), w, start, drop_last));
+            let message = inverse.unwrap_err().to_string();
+            assert!(bitmap.unwrap_err().is_violation());
+            // The inverse of sample 2 is position 1, so position 3 is the counter-example.
+            let place = format!("rank {rank} at local position {local} (global position 3)");
+            assert!(message.starts_with(&format!("{place} holds sample 2, but the order's inverse puts that sample at position 1")), "{message}");
+        }
+        // Outside the pass too: resumed at 4, position 3 was consumed before.
+        let (inverse, _) = both(&partition(order.clone(), 1, 4, false));
+        let message = inverse.unwrap_err().to_string();
+        assert!(
+            message.starts_with("position 3 (consumed before the pass, or dropped) holds sample 2"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn both_catch_a_partition_dealing_a_position_twice() {
+        let order: Order = Arc::new(Permutation::new(1000, 5, 0).unwrap());
+        // Rank 2's item 7 is dealt from rank 0's item 7 (position 21 instead of 23).
+        let part = partition(order, 3, 0, false).misdeal(2, 7, 21);
+        let (inverse, bitmap) = both(&part);
+        let message = inverse.unwrap_err().to_string();
+        assert!(
+            message.starts_with("rank 2 at local position 7 (global position 23)"),
+            "{message}"
+        );
+        assert!(
+            message.contains("puts that sample at position 21"),
+            "{message}"
+        );
+        assert!(bitmap.unwrap_err().to_string().contains("yielded twice"));
+    }
+
+    #[test]
+    fn rank_shares_add_up_to_the_whole_proof() {
+        let order: Order = Arc::new(Permutation::new(10_007, 1, 2).unwrap());
+        for (w, start, drop_last) in [
+            (4, 0, false),
+            (4, 333, false),
+            (5, 20, true),
+            (3, 10_007, false),
+        ] {
+            let part = partition(order.clone(), w, start, drop_last);
+            let whole = prove_ranks(&part, 0..w, 1, &AtomicU64::new(0)).unwrap();
+            let mut total = Share::default();
+            for r in 0..w {
+                let progress = AtomicU64::new(0);
+                let share = prove_ranks(&part, r..r + 1, 2, &progress).unwrap();
+                assert_eq!(share.items, part.num_samples());
+                assert_eq!(progress.into_inner(), share.items + share.outside);
+                total.items += share.items;
+                total.real += share.real;
+                total.padding += share.padding;
+                total.outside += share.outside;
+                total.failures += share.failures;
+            }
+            assert_eq!(total, whole);
+            assert_eq!(judge(&part, &total).unwrap(), both(&part).1.unwrap());
+        }
+    }
+
+    #[test]
+    fn a_stream_following_another_order_fails_against_the_agreed_one() {
+        let agreed: Order = Arc::new(Permutation::new(5000, 0, 0).unwrap());
+        let other: Order = Arc::new(Permutation::new(5000, 1, 0).unwrap());
+        let honest = partition(agreed.clone(), 4, 0, false);
+        let lying = partition(other, 4, 0, false);
+        // Consistent with itself, the lying stream passes alone ...
+        assert_eq!(
+            prove_ranks(&lying, 3..4, 1, &AtomicU64::new(0))
+                .unwrap()
+                .failures,
+            0
+        );
+        // ... and fails against the agreed order, from its first item.
+        let share = prove_against(&lying, &agreed, 3..4, 1, &AtomicU64::new(0)).unwrap();
+        assert!(
+            share.failures > 1000 && share.first.unwrap().position == 3,
+            "{share:?}"
+        );
+        let fine = prove_against(&honest, &agreed, 3..4, 1, &AtomicU64::new(0)).unwrap();
+        assert_eq!(fine.failures, 0);
+    }
+
+    #[test]
+    fn a_missing_share_or_a_bad_rank_range_is_refused() {
+        let part = partition(Arc::new(Permutation::new(1000, 0, 0).unwrap()), 4, 0, false);
+        let half = prove_ranks(&part, 0..2, 1, &AtomicU64::new(0)).unwrap();
+        let message = judge(&part, &half).unwrap_err().to_string();
+        assert!(message.contains("checked 500 items"), "{message}");
+        assert!(prove_ranks(&part, 2..2, 1, &AtomicU64::new(0)).is_err());
+        assert!(prove_ranks(&part, 0..5, 1, &AtomicU64::new(0)).is_err());
+    }
+
+    #[test]
+    fn memory_does_not_grow_with_n() {
+        // n = 2^63 over 2^40 ranks: one rank's 2^23 items, proven without a bitmap.
+        let n = 1u64 << 63;
+        let part = partition(
+            Arc::new(Permutation::new(n, 9, 9).unwrap()),
+            1 << 40,
+            0,
+            false,
+        );
+        let share = prove_ranks(&part, 5..6, 2, &AtomicU64::new(0)).unwrap();
+        assert_eq!(
+            (share.items, share.real, share.failures),
+            (1 << 23, 1 << 23, 0)
+        );
+    }
+}

@@ -69,6 +69,9 @@ bench-megatron: build $(VENV)/.dev  ## megatron-core's blended GPT datasets vs p
 	$(PY) -m pip install -q --no-deps megatron-core==0.16.1
 	$(PY) benches/megatron_corpus.py --markdown docs/megatron.md
 
+bench-proofs: build  ## The exact proofs side by side (inverse vs bitmap, 1e9 over 8 ranks, a rank's share of 1e12); writes docs/proofs.md
+	$(PY) benches/proofs_at_scale.py --n 1e9 --markdown docs/proofs.md
+
 bench-blocks: build  ## block-v1 vs perm-v1 on a cold page cache (writes a 4 GiB file in /tmp) and its quality table
 	$(PY) benches/block_order_cold_cache.py --gib 4 --markdown docs/block_order.md
 	$(PY) benches/block_order_quality.py --markdown docs/block_order.md

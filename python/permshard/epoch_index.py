@@ -13,6 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Optional
 
+import numpy as np
+import numpy.typing as npt
+
 
 class EpochIndex(int):
     """An ``int`` dataset index with the sampler's ``epoch`` attached.
@@ -41,6 +44,42 @@ class EpochIndex(int):
         return f"EpochIndex({int(self)}, epoch={self.epoch})"
 
 
+class EpochIndices(np.ndarray):
+    """An int64 array of dataset indices with the sampler's ``epoch`` attached: the array
+    form of :class:`EpochIndex`, for batch samplers that yield arrays. Slices keep the
+    epoch, and so does pickling to DataLoader workers.
+
+    Example::
+
+        >>> batch = EpochIndices([4, 9, 2], epoch=3)
+        >>> batch[1:].epoch, batch.dtype
+        (3, dtype('int64'))
+    """
+
+    epoch: Optional[int]
+
+    def __new__(cls, values: npt.ArrayLike, epoch: int) -> EpochIndices:
+        array = np.asarray(values, dtype=np.int64).view(cls)
+        array.epoch = epoch
+        return array
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self.epoch = getattr(obj, "epoch", None)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (EpochIndices, (np.asarray(self), self.epoch))
+
+
+def wants_arrays(dataset: Any) -> bool:
+    """Whether ``dataset`` declared that its ``__getitems__`` takes an int64 array of
+    indices (``accepts_arrays = True``): batch samplers then yield arrays by default.
+
+    Args:
+        dataset: any dataset.
+    """
+    return bool(getattr(dataset, "accepts_arrays", False))
+
+
 def tag(indices: Iterable[int], epoch: int) -> list[int]:
     """``indices`` as :class:`EpochIndex` values of ``epoch``.
 
@@ -64,9 +103,9 @@ def epoch_of(indices: Any) -> Optional[int]:
     """The epoch an index (or the first index of a batch) carries; None for plain ints.
 
     Args:
-        indices: one index, or a batch (list) of them.
+        indices: one index, or a batch (list or array) of them.
     """
-    if isinstance(indices, EpochIndex):
+    if isinstance(indices, (EpochIndex, EpochIndices)):
         return indices.epoch
     if isinstance(indices, (list, tuple)) and indices and isinstance(indices[0], EpochIndex):
         epochs = {getattr(i, "epoch", None) for i in indices}

@@ -14,7 +14,7 @@ from . import _core, consensus, coverage, guards, proofs
 from ._validation import as_int, as_positive, as_u64
 from .certificate import Certificate
 from .config import ShardConfig
-from .epoch_index import wants_epoch
+from .epoch_index import wants_arrays, wants_epoch
 from .mesh import MeshDim, resolve_world
 from .plan import ShardPlan, build_plan
 from .sampler_pass import SamplerPass, WindowPrefetch
@@ -482,17 +482,23 @@ class ShardedSampler(DistributedSampler[int]):
 
 
 class ShardedBatchSampler(BatchSampler):
-    r"""Wraps a :class:`ShardedSampler` to yield lists of indices, built in Rust.
+    r"""Wraps a :class:`ShardedSampler` to yield batches of indices, built in Rust.
 
     Same batches, in the same order, as ``BatchSampler(sampler, batch_size, drop_last)``;
     for ``DataLoader(dataset, batch_sampler=...)``, which lets a dataset with
-    ``__getitems__`` fetch a whole batch at once.
+    ``__getitems__`` fetch a whole batch at once. A batch is a ``list[int]``, or one int64
+    ``numpy.ndarray`` (no Python object per index) for datasets that declare
+    ``accepts_arrays = True`` (``TokenWindows`` does) or with ``as_array=True``; for an
+    epoch-dependent dataset the array is an
+    :class:`~permshard.epoch_index.EpochIndices` carrying the epoch.
 
     Args:
         sampler (ShardedSampler): the per-rank sampler.
         batch_size (int): size of mini-batch.
         drop_last (bool): if ``True``, drop the last batch when it is smaller than
             ``batch_size``. Default: ``False``.
+        as_array (bool, optional): yield int64 arrays (``True``) or lists (``False``).
+            Default: ``None``, what the dataset declares (``accepts_arrays``).
 
     Example::
 
@@ -500,7 +506,14 @@ class ShardedBatchSampler(BatchSampler):
         >>> loader = DataLoader(dataset, batch_sampler=ShardedBatchSampler(sampler, 64))
     """
 
-    def __init__(self, sampler: ShardedSampler, batch_size: int, drop_last: bool = False) -> None:
+    def __init__(
+        self,
+        sampler: ShardedSampler,
+        batch_size: int,
+        drop_last: bool = False,
+        *,
+        as_array: Optional[bool] = None,
+    ) -> None:
         if not isinstance(sampler, ShardedSampler):
             raise TypeError(
                 f"sampler must be a ShardedSampler, got {type(sampler).__name__}; wrap other "
@@ -508,14 +521,23 @@ class ShardedBatchSampler(BatchSampler):
             )
         if not isinstance(drop_last, bool):
             raise TypeError(f"drop_last should be a boolean value, but got drop_last={drop_last!r}")
+        if as_array is not None and not isinstance(as_array, bool):
+            raise TypeError(f"as_array must be a bool or None, got {as_array!r}")
         self.sampler = sampler
         self._sharded = sampler
         self.batch_size = as_positive("batch_size", batch_size)
         self.drop_last = drop_last
+        self.as_array = as_array
 
-    def __iter__(self) -> Iterator[list[int]]:
+    @property
+    def yields_arrays(self) -> bool:
+        """Whether batches are int64 arrays: ``as_array``, else the dataset's declaration."""
+        return self.as_array if self.as_array is not None else wants_arrays(self._sharded.dataset)
+
+    def __iter__(self) -> Iterator[Any]:
         current = self._sharded.begin_pass()
         part, rank, bs = current.partition, current.rank, self.batch_size
+        arrays = self.yields_arrays
         total = current.num_samples
         if self.drop_last:
             total -= total % bs
@@ -523,11 +545,12 @@ class ShardedBatchSampler(BatchSampler):
         step = max(1, _CHUNK // bs) * bs
         for base in range(0, total, step):
             stop = min(base + step, total)
-            items = part.take_list(rank, base, stop)
+            items: Any = part.take(rank, base, stop) if arrays else part.take_list(rank, base, stop)
             for i in range(0, stop - base, bs):
                 end = min(base + i + bs, stop)
                 current.announce(end)  # the windows this batch enters, before it is read
-                batch = current.for_dataset(items[i : i + bs])
+                piece = items[i : i + bs]
+                batch = current.for_dataset_array(piece) if arrays else current.for_dataset(piece)
                 current.handed(end)
                 yield batch
 
@@ -583,19 +606,30 @@ class StepBatchSampler(ShardedBatchSampler):
         >>> loader = DataLoader(dataset, batch_sampler=StepBatchSampler(sampler, 32))
     """
 
-    def __init__(self, sampler: ShardedSampler, batch_size: int, drop_last: bool = False) -> None:
-        super().__init__(sampler, batch_size, drop_last)
+    def __init__(
+        self,
+        sampler: ShardedSampler,
+        batch_size: int,
+        drop_last: bool = False,
+        *,
+        as_array: Optional[bool] = None,
+    ) -> None:
+        super().__init__(sampler, batch_size, drop_last, as_array=as_array)
         # Read by accelerate: total_batch_size = batch_size * num_processes.
         self.num_processes = sampler.num_replicas
         self.process_index = 0  # not a splitter: the sampler already holds the rank
         self.split_batches = False
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def __iter__(self) -> Iterator[Any]:
         current = self._sharded.begin_pass()
         part, bs = current.partition, self.batch_size
+        arrays = self.yields_arrays
         layout = self._sharded.config.sharding()  # the core's step layout
         for step in range(self._batches(current.num_samples)):
             first, b = layout.step_positions(current.start, current.num_samples, current.rank, step, bs)
-            batch = current.for_dataset(part.take_positions_list(first, first + b))
+            if arrays:
+                batch: Any = current.for_dataset_array(part.take_positions(first, first + b))
+            else:
+                batch = current.for_dataset(part.take_positions_list(first, first + b))
             current.handed(step * bs + b)
             yield batch

@@ -7,8 +7,11 @@ import operator
 from collections.abc import Iterator
 from typing import Any, Callable, Optional
 
+import numpy as np
+import numpy.typing as npt
+
 from . import _core
-from .epoch_index import tag
+from .epoch_index import EpochIndices, tag
 
 
 class WindowPrefetch:
@@ -117,6 +120,15 @@ class SamplerPass:
             indices (list of int): samples about to be handed out.
         """
         return tag(indices, self.epoch) if self._epoch_dependent else indices
+
+    def for_dataset_array(self, indices: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """As :meth:`for_dataset`, for an int64 array: an :class:`EpochIndices` carrying the
+        pass's epoch when the dataset is epoch-dependent, else the array itself.
+
+        Args:
+            indices (numpy.ndarray): int64 samples about to be handed out.
+        """
+        return EpochIndices(indices, self.epoch) if self._epoch_dependent else indices
 
     def window_end(self, local: int) -> int:
         """One past the last local item in the block-order window of local item ``local``

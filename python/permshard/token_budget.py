@@ -158,6 +158,8 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             balance better, and cost more memory and time per window. Default: ``65536``.
         check_consensus (bool, optional): check across the group at each epoch's first
             batch that every rank has the same configuration (a small all-gather).
+        as_array (bool, optional): yield each batch as one int64 ``numpy.ndarray``
+            instead of a list. Default: ``False``.
         device_mesh, mesh_dim: data-parallel ranks from a DeviceMesh (model parallelism).
 
     Example::
@@ -184,7 +186,9 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         check_consensus: bool = True,
         device_mesh: Any = None,
         mesh_dim: Optional[MeshDim] = None,
+        as_array: bool = False,
     ) -> None:
+        self.as_array = bool(as_array)
         array = lengths if isinstance(lengths, np.ndarray) else np.asarray(lengths)
         if array.ndim != 1 or array.dtype.kind not in "ui":
             raise TypeError(
@@ -336,7 +340,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
                 consumed[[positions[x] for x in batch]] = True
         return k, consumed, 0
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def __iter__(self) -> Iterator[Any]:
         if self.check_consensus and dist.is_available() and dist.is_initialized():
             check_consensus(self.config, self.rank, agreed=self._agreed())
         k, taken, first_step = self._start()
@@ -347,7 +351,8 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             for s in range(first_step, len(plan.steps)):
                 self._handed += 1
                 self._progress.append((self._handed, k, taken, s + 1))
-                yield plan.steps[s][self.rank]
+                batch = plan.steps[s][self.rank]
+                yield np.asarray(batch, dtype=np.int64) if self.as_array else batch
             k, taken, first_step = k + 1, None, 0
 
     def __len__(self) -> int:

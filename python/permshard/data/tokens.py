@@ -105,6 +105,9 @@ class TokenWindows(Dataset[Any]):
         >>> batch = TokenWindows.collate(docs.__getitems__([0, 1]))  # tokens (2, 2048), cu_seqlens
     """
 
+    #: ``__getitems__`` takes an int64 array of indices: batch samplers hand it arrays.
+    accepts_arrays = True
+
     def __init__(
         self,
         paths: Union[PathLike, Sequence[PathLike]],

@@ -110,14 +110,20 @@ impl Partition {
     }
 
     /// The samples at global positions `[start, stop)` of the pass (a contiguous block,
-    /// padding wrapped around), as a list of Python ints.
+    /// padding wrapped around), as a new int64 array.
+    fn take_positions<'py>(
+        &self,
+        py: Python<'py>,
+        start: u64,
+        stop: u64,
+    ) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        let values = self.fill_positions(py, start, stop)?;
+        int64_array(py, self.inner.n(), values)
+    }
+
+    /// As `take_positions`, as a list of Python ints.
     fn take_positions_list(&self, py: Python<'_>, start: u64, stop: u64) -> PyResult<Vec<u64>> {
-        let count = range_len(start, stop, self.inner.end()).map_err(to_py)?;
-        let mut out = alloc(count)?;
-        compute(py, count, || {
-            self.inner.fill_positions(start, &mut out).map(|_| out)
-        })
-        .map_err(to_py)
+        self.fill_positions(py, start, stop)
     }
 
     /// Every `(rank, local_position)` that yields `sample`.
@@ -142,6 +148,15 @@ impl Partition {
 }
 
 impl Partition {
+    fn fill_positions(&self, py: Python<'_>, start: u64, stop: u64) -> PyResult<Vec<u64>> {
+        let count = range_len(start, stop, self.inner.end()).map_err(to_py)?;
+        let mut out = alloc(count)?;
+        compute(py, count, || {
+            self.inner.fill_positions(start, &mut out).map(|_| out)
+        })
+        .map_err(to_py)
+    }
+
     fn fill(&self, py: Python<'_>, rank: u64, start: u64, stop: u64) -> PyResult<Vec<u64>> {
         let count = range_len(start, stop, self.inner.num_samples()).map_err(to_py)?;
         let mut out = alloc(count)?;

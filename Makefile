@@ -69,6 +69,9 @@ bench-megatron: build $(VENV)/.dev  ## megatron-core's blended GPT datasets vs p
 	$(PY) -m pip install -q --no-deps megatron-core==0.16.1
 	$(PY) benches/megatron_corpus.py --markdown docs/megatron.md
 
+bench-loader: build  ## One rank's data path through a real DataLoader: today's pipeline, nanoGPT, permshard lists and arrays, the physical limit; writes docs/loader.md
+	$(PY) benches/loader_end_to_end.py --markdown docs/loader.md
+
 bench-proofs: build  ## The exact proofs side by side (inverse vs bitmap, 1e9 over 8 ranks, a rank's share of 1e12); writes docs/proofs.md
 	$(PY) benches/proofs_at_scale.py --n 1e9 --markdown docs/proofs.md
 

@@ -1,0 +1,170 @@
+"""``MemmapRows``: fixed-size records in a flat file or a ``.npy``, gathered a batch at a
+time with one vectorised read."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from typing import Any, Optional, Union
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from .._validation import as_positive
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class RowBatch(Sequence[torch.Tensor]):
+    """The rows of one batch, held as one ``(batch, *shape)`` tensor (``.tensor``, which
+    :meth:`MemmapRows.collate` returns without a copy); a sequence of rows to everything
+    else, made on demand (no Python object per row until one is asked for).
+
+    Args:
+        tensor (torch.Tensor): the gathered rows.
+
+    Example::
+
+        >>> batch = rows.__getitems__(np.array([4, 9, 2]))
+        >>> batch.tensor.shape[0], len(batch), MemmapRows.collate(batch) is batch.tensor
+        (3, 3, True)
+    """
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+    def __len__(self) -> int:
+        return int(self.tensor.shape[0])
+
+    def __getitem__(self, i: Any) -> Any:
+        return self.tensor[i]
+
+
+class MemmapRows:
+    r"""Fixed-size records (tabular or feature rows, embeddings, short pre-tokenised
+    sequences) in a flat binary file of ``shape``-shaped ``dtype`` records, or in a
+    ``.npy`` (its header gives both), memory-mapped.
+
+    ``__getitems__`` gathers a whole batch with one vectorised read of the memmap into one
+    tensor (``accepts_arrays = True``: permshard's batch samplers hand it int64 arrays,
+    so no Python object is made per index); ``prefetch(indices)`` asks the kernel to read
+    the rows ahead (the block orders' locality protocol); indices carrying an epoch
+    (``EpochIndex``, ``EpochIndices``) are plain indices here. Pickles to DataLoader
+    workers without the map (each worker maps the file again).
+
+    Args:
+        path (str or os.PathLike): the file; ``.npy`` files are read by their header.
+        dtype (numpy dtype, optional): a record's element type (flat files; required).
+        shape (tuple of int, optional): a record's shape (flat files). Default: ``()``,
+            one element per record.
+
+    Example::
+
+        >>> rows = MemmapRows("features.f32", dtype=np.float32, shape=(16,))
+        >>> sampler = ShardedSampler(rows)
+        >>> loader = DataLoader(rows, batch_sampler=ShardedBatchSampler(sampler, 1024),
+        ...                     collate_fn=MemmapRows.collate, pin_memory=True)
+    """
+
+    accepts_arrays = True
+
+    def __init__(
+        self,
+        path: PathLike,
+        dtype: Optional[npt.DTypeLike] = None,
+        shape: Sequence[int] = (),
+    ) -> None:
+        self.path = os.fspath(path)
+        if self.path.endswith(".npy"):
+            array = np.load(self.path, mmap_mode="r")
+            if array.ndim == 0:
+                raise ValueError(f"{self.path} holds a scalar: a .npy of records needs at least one axis")
+            if dtype is not None and np.dtype(dtype) != array.dtype:
+                raise ValueError(f"{self.path} holds {array.dtype}, not {np.dtype(dtype)}; pass dtype=None")
+            self.dtype, self.shape = array.dtype, tuple(array.shape[1:])
+            self._offset, self._rows = int(array.offset), int(array.shape[0])
+        else:
+            if dtype is None:
+                raise TypeError(f"{self.path} is a flat file: pass dtype= (and shape=) of its records")
+            self.dtype = np.dtype(dtype)
+            self.shape = tuple(as_positive("shape", s) for s in shape)
+            size = os.path.getsize(self.path)
+            record = self.dtype.itemsize * math.prod(self.shape)
+            if size % record:
+                raise ValueError(
+                    f"{self.path} has {size} bytes, not a whole number of {record}-byte records "
+                    f"({self.dtype} x {self.shape}): check dtype and shape"
+                )
+            self._offset, self._rows = 0, size // record
+        if self._rows == 0:
+            raise ValueError(f"{self.path} holds no records")
+        self._map: Optional[np.memmap[Any, Any]] = None
+
+    def _records(self) -> np.memmap[Any, Any]:
+        if self._map is None:  # opened in each process that reads
+            self._map = np.memmap(
+                self.path, dtype=self.dtype, mode="r", offset=self._offset, shape=(self._rows, *self.shape)
+            )
+        return self._map
+
+    def __getstate__(self) -> dict[str, Any]:
+        return dict(self.__dict__, _map=None)
+
+    def __len__(self) -> int:
+        return self._rows
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        i = int(index)
+        if not -self._rows <= i < self._rows:
+            raise IndexError(f"row {i} out of range for {self._rows} rows")
+        return torch.from_numpy(np.array(self._records()[i]))
+
+    def __getitems__(self, indices: Any) -> RowBatch:
+        """A whole batch: one vectorised gather from the memmap into one tensor.
+
+        Args:
+            indices (int64 array or sequence of int): rows, in ``[-len, len)``.
+        """
+        idx = np.asarray(indices, dtype=np.int64)
+        if idx.size and (idx.min() < -self._rows or idx.max() >= self._rows):
+            raise IndexError(f"row index out of range for {self._rows} rows")
+        return RowBatch(torch.from_numpy(self._records()[idx]))
+
+    def prefetch(self, indices: Any) -> None:
+        """Asks the kernel to start reading rows ``indices`` (``posix_fadvise(WILLNEED)``
+        on each run of neighbouring rows), without waiting; a no-op where the platform has
+        none.
+
+        Args:
+            indices (int64 array or sequence of int): rows this rank reads next.
+        """
+        advise = getattr(os, "posix_fadvise", None)
+        if advise is None or not len(indices):
+            return
+        record = self.dtype.itemsize * math.prod(self.shape)
+        rows = np.unique(np.asarray(indices, dtype=np.int64))
+        breaks = np.nonzero(np.diff(rows) > 1)[0] + 1  # runs of consecutive rows
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            for run in np.split(rows, breaks):
+                start = self._offset + int(run[0]) * record
+                advise(fd, start, len(run) * record, os.POSIX_FADV_WILLNEED)
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def collate(batch: Any) -> torch.Tensor:
+        """``collate_fn`` for a DataLoader: the batch tensor of :meth:`__getitems__` as is
+        (no copy), or the stacked rows of per-item fetches.
+
+        Args:
+            batch: a :class:`RowBatch`, or a list of row tensors.
+        """
+        if isinstance(batch, RowBatch):
+            return batch.tensor
+        return torch.stack(list(batch))
+
+    def __repr__(self) -> str:
+        return f"MemmapRows({self.path!r}, {self._rows:,} rows of {self.dtype} x {self.shape})"

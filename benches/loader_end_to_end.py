@@ -23,6 +23,8 @@ from permshard import ShardedBatchSampler, ShardedSampler
 from permshard.data import MemmapRows, TokenWindows
 
 WORLD, RANK = 8, 3
+#: Pinned memory needs a CUDA driver; DataLoader(pin_memory=True) skips it without one.
+PIN = torch.cuda.is_available()
 
 
 class ItemRows(Dataset[torch.Tensor]):
@@ -98,7 +100,7 @@ def nanogpt_rate(tokens: np.ndarray, batch: int, *, limit_s: float) -> float:
     while time.perf_counter() - began < limit_s:
         ix = rng.integers(0, len(tokens) - 1025, batch)
         x = torch.stack([torch.from_numpy(tokens[i : i + 1025].astype(np.int64)) for i in ix])
-        seen += len(x.pin_memory())
+        seen += len(x.pin_memory() if PIN else x)
     return seen / (time.perf_counter() - began)
 
 
@@ -173,7 +175,8 @@ def main() -> None:
                     lines.append(f"| {kind} | {name} | {workers} | {r:,.0f} | {r / gathered:.2f} |")
     table = "\n".join(
         [
-            f"One rank ({RANK} of {WORLD}) through `DataLoader(pin_memory=True)`, files in the page cache, "
+            f"One rank ({RANK} of {WORLD}) through `DataLoader(pin_memory=True)` (pinning "
+            f"{'on' if PIN else 'skipped: no CUDA driver here'}), files in the page cache, "
             f"{os.cpu_count()} cores, {limit:.0f} s per row; the last column is the share of the "
             "limit measured in the same run (numpy alone gathering rows by random index).",
             "",

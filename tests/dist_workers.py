@@ -34,7 +34,9 @@ def proofs(rank: int, world: int, n: int) -> dict:
             s.set_epoch(epoch)
             items = list(s)
             cert = s.verify_distributed()
-            out["good"].append((epoch, drop_last, sorted(items), cert.covered, cert.padding, cert.dropped))
+            out["good"].append(
+                (epoch, drop_last, sorted(items), cert.covered, cert.padding, cert.dropped, cert.ranks)
+            )
 
     # A rank with another seed.
     s = ShardedSampler(n, seed=1 if last else 0)

@@ -28,9 +28,10 @@ def test_proofs_on_real_ranks(world, n):
         assert len(union) == (n // world if drop_last else per_rank) * world
         if not drop_last:
             assert set(union) == set(range(n))
-        for _, _, _, covered, padding, dropped in epochs:
+        for _, _, _, covered, padding, dropped, ranks in epochs:
             assert covered + dropped == n
             assert padding == (0 if drop_last else per_rank * world - n)
+            assert ranks == tuple(range(world))  # the fingerprint covered every rank
     for out in results:
         assert "ranks disagree on seed" in out["seed"] and f"rank {world - 1}" in out["seed"]
         assert "same seed" in out["seed"]

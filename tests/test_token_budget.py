@@ -164,6 +164,7 @@ def test_verify_returns_a_certificate_of_the_pass():
     assert cert.batches == len(ranks[0]) == len(s)
     assert (cert.covered, cert.padding, cert.dropped, cert.consumed) == (6000, 0, 0, 0)
     assert (cert.max_tokens, cert.window) == (BUDGET, 1000)  # the budget's own fields read too
+    assert cert.method == "bitmap" and cert.ranks == (0, 1, 2)
     # After a resume: the rest of the epoch, what came before counted as consumed.
     it = iter(s)
     done = [next(it) for _ in range(25)]

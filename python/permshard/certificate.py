@@ -32,7 +32,8 @@ class Certificate(Configured):
         batches: batches per rank, the same on every rank, for samplers that plan batches
             (``None`` otherwise).
         ranks: the ranks whose streams were proven (all of them, unless a single rank's
-            share was: then ``covered`` and ``padding`` are that rank's).
+            share was: then ``covered`` and ``padding`` are that rank's; empty for a
+            certificate built by hand).
 
     Example::
 

@@ -103,6 +103,7 @@ def verify_distributed(
         method="fingerprint",
         start=part.start,
         consumed=total_consumed[0],
+        ranks=tuple(sorted(first_of_rank)),
     )
 
 

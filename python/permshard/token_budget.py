@@ -495,6 +495,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             start=min(first_window * self.window, self.n),
             consumed=consumed,
             batches=batches,
+            ranks=tuple(range(self.num_replicas)),
         )
 
 

@@ -217,7 +217,7 @@ pub fn prove_against(
                     found,
                 });
             }
-            dealt += w;
+            dealt = dealt.wrapping_add(w); // past the last item it may wrap: unused then
         }
         tally.real.fetch_add(real, Ordering::Relaxed);
         tally.padding.fetch_add(padding, Ordering::Relaxed);

@@ -317,8 +317,22 @@ impl Permutation {
     /// again, and written back, until none is left.
     #[inline(always)]
     fn map_block_generic(&self, lanes: &mut [u64]) {
+        self.walk_block_generic::<true>(lanes)
+    }
+
+    /// The cycle walk of a block in either direction: `FORWARD` encrypts, else decrypts
+    /// (a const parameter, so each direction compiles to its own branch-free loop).
+    #[inline(always)]
+    fn walk_block_generic<const FORWARD: bool>(&self, lanes: &mut [u64]) {
+        let step = |block: &mut [u64]| {
+            if FORWARD {
+                self.encrypt_block_generic(block)
+            } else {
+                self.decrypt_block_generic(block)
+            }
+        };
         let n = self.n;
-        self.encrypt_block_generic(lanes);
+        step(lanes);
         let mut pending = [0u16; BLOCK];
         let mut count = 0usize;
         for (i, &x) in lanes.iter().enumerate() {
@@ -330,7 +344,7 @@ impl Permutation {
             for j in 0..count {
                 walk[j] = lanes[pending[j] as usize];
             }
-            self.encrypt_block_generic(&mut walk[..count]);
+            step(&mut walk[..count]);
             let mut next = 0usize;
             for j in 0..count {
                 let i = pending[j] as usize;
@@ -394,29 +408,7 @@ impl Permutation {
     /// As [`Self::map_block_generic`], decrypting: the cycle walk backwards.
     #[inline(always)]
     fn invert_block_generic(&self, lanes: &mut [u64]) {
-        let n = self.n;
-        self.decrypt_block_generic(lanes);
-        let mut pending = [0u16; BLOCK];
-        let mut count = 0usize;
-        for (i, &x) in lanes.iter().enumerate() {
-            pending[count] = i as u16;
-            count += (x >= n) as usize;
-        }
-        let mut walk = [0u64; BLOCK];
-        while count > 0 {
-            for j in 0..count {
-                walk[j] = lanes[pending[j] as usize];
-            }
-            self.decrypt_block_generic(&mut walk[..count]);
-            let mut next = 0usize;
-            for j in 0..count {
-                let i = pending[j] as usize;
-                lanes[i] = walk[j];
-                pending[next] = i as u16;
-                next += (walk[j] >= n) as usize;
-            }
-            count = next;
-        }
+        self.walk_block_generic::<false>(lanes)
     }
 }
 

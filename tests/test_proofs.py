@@ -226,3 +226,14 @@ def test_consensus_device_follows_the_backend(monkeypatch):
     # A group bound to a device (init_process_group(device_id=...)) wins.
     bound = type("Bound", (), {"bound_device_id": torch.device("cuda", 5)})()
     assert collective_device(bound) == torch.device("cuda", 5)
+
+
+def test_a_failing_share_raises_the_core_s_counter_example(monkeypatch):
+    failing = (4, 4, 0, 0, 3, (9, 1, 2, 7, 5))  # rank 1's item 2 at position 9 holds sample 7
+    monkeypatch.setattr(_core, "prove_ranks", lambda *args, **kwargs: failing)
+    with pytest.raises(ShardingError) as e:
+        verify(12, 4, rank=1)
+    assert str(e.value) == (
+        "rank 1 at local position 2 (global position 9) holds sample 7, but the order's inverse puts "
+        "that sample at position 5: a sample twice, or dealt from the wrong position (3 failures in all)"
+    )

@@ -20,6 +20,7 @@ __all__ = [
     "__version__",
     "check_document_indices",
     "check_sequence_layout",
+    "describe_failure",
     "judge",
     "prove_ranks",
     "verify",
@@ -129,6 +130,7 @@ def prove_ranks(
     reference: Partition | None = None,
 ) -> _Share: ...
 def judge(partition: Partition, total: _Share) -> tuple[int, int, int]: ...
+def describe_failure(first: _Failure, failures: int) -> str: ...
 
 MIX_ALGORITHM: str
 

@@ -174,7 +174,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 def _verify(args: argparse.Namespace) -> int:
     from .config import ShardConfig
-    from .proofs import verify
+    from .proofs import verify_partition
 
     config = ShardConfig(
         args.n,
@@ -202,17 +202,8 @@ def _verify(args: argparse.Namespace) -> int:
         last[0] = done
 
     try:
-        cert = verify(
-            args.n,
-            args.world,
-            seed=args.seed,
-            epoch=args.epoch,
-            shuffle=not args.no_shuffle,
-            drop_last=args.drop_last,
-            method=args.method,
-            rank=args.rank,
-            threads=args.threads,
-            on_progress=on_progress,
+        cert = verify_partition(
+            part, config, method=args.method, rank=args.rank, threads=args.threads, on_progress=on_progress
         )
     except ShardingError as e:
         print(f"NOT PROVEN: {e}")

@@ -105,7 +105,7 @@ def verify_partition(
         share = _run(lambda progress: _core.prove_ranks(part, rank, rank + 1, threads, progress), on_progress)
         first = share[5]
         if first is not None:
-            raise _core.ShardingError(describe_failure(first, share[4]))
+            raise _core.ShardingError(_core.describe_failure(first, share[4]))
         covered, padding = share[1], share[2]
         not_yielded = part.dropped + consumed  # declared; proven once every share passes
         ranks = (rank,)
@@ -121,23 +121,6 @@ def verify_partition(
         consumed=consumed,
         ranks=ranks,
     )
-
-
-def describe_failure(first: tuple[int, int, int, int, int], failures: int) -> str:
-    """The message of a share's first counter-example, as the core words it.
-
-    Args:
-        first (tuple): ``(position, rank, local, sample, found)``.
-        failures (int): failures found in all.
-    """
-    try:
-        _core.judge(_EMPTY, (0, 0, 0, 0, failures, first))
-    except _core.ShardingError as e:
-        return str(e)
-    raise AssertionError("a failure always fails the judgement")  # pragma: no cover
-
-
-_EMPTY = _core.Sharding(1, 1).partition()
 
 
 def verify(

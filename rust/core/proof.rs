@@ -69,6 +69,13 @@ impl fmt::Display for Failure {
     }
 }
 
+impl Failure {
+    /// The message of a proof whose first counter-example is this one, of `failures` in all.
+    pub fn report(&self, failures: u64) -> String {
+        format!("{self} ({failures} failures in all)")
+    }
+}
+
 /// What a proof of some ranks' streams checked.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Share {
@@ -314,10 +321,7 @@ fn order_inverse(order: &dyn SampleOrder, values: &mut [u64], n: u64) {
 /// and nothing failed. Returns `(covered, padding, dropped)`.
 pub fn judge(part: &Partition, total: &Share) -> Result<(u64, u64, u64), Error> {
     if let Some(first) = total.first {
-        return Err(Error::Violation(format!(
-            "{first} ({} failures in all)",
-            total.failures
-        )));
+        return Err(Error::Violation(first.report(total.failures)));
     }
     let n = part.n();
     let lo = part.start().min(n);

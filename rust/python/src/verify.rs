@@ -112,18 +112,29 @@ pub fn prove_ranks(
     ))
 }
 
-/// Judges shares added up over every rank; returns `(covered, padding, dropped)` or raises
-/// ShardingError with the first counter-example.
-#[pyfunction]
-pub fn judge(partition: &Partition, total: ShareTuple) -> PyResult<(u64, u64, u64)> {
-    let (items, real, padding, outside, failures, first) = total;
-    let first = first.map(|(position, rank, local, sample, found)| Failure {
+fn failure(first: FailureTuple) -> Failure {
+    let (position, rank, local, sample, found) = first;
+    Failure {
         position,
         rank,
         local,
         sample,
         found,
-    });
+    }
+}
+
+/// The message of a share's first counter-example, of `failures` in all.
+#[pyfunction]
+pub fn describe_failure(first: FailureTuple, failures: u64) -> String {
+    failure(first).report(failures)
+}
+
+/// Judges shares added up over every rank; returns `(covered, padding, dropped)` or raises
+/// ShardingError with the first counter-example.
+#[pyfunction]
+pub fn judge(partition: &Partition, total: ShareTuple) -> PyResult<(u64, u64, u64)> {
+    let (items, real, padding, outside, failures, first) = total;
+    let first = first.map(failure);
     let share = Share {
         items,
         real,

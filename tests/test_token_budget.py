@@ -164,7 +164,7 @@ def test_verify_returns_a_certificate_of_the_pass():
     assert cert.batches == len(ranks[0]) == len(s)
     assert (cert.covered, cert.padding, cert.dropped, cert.consumed) == (6000, 0, 0, 0)
     assert (cert.max_tokens, cert.window) == (BUDGET, 1000)  # the budget's own fields read too
-    assert cert.method == "bitmap" and cert.ranks == (0, 1, 2)
+    assert cert.method == "inverse" and cert.ranks == (0, 1, 2)
     # After a resume: the rest of the epoch, what came before counted as consumed.
     it = iter(s)
     done = [next(it) for _ in range(25)]
@@ -185,19 +185,17 @@ def test_verify_catches_a_broken_plan(monkeypatch, broken):
     def break_it(k, taken, world):
         bad = plan(k, taken, world)
         if k == 1:
-            batch = bad.steps[0][0]
-            if broken == "a repeat":  # the window's shortest sample twice, another missing
-                shortest = min((x for step in bad.steps for b in step for x in b), key=lambda x: lengths[x])
-                batch[batch.index(next(x for x in batch if x != shortest))] = shortest
-            else:
-                batch.append(bad.steps[1][0][0])
+            if broken == "a repeat":  # the window's shortest sample twice, the next missing
+                bad.samples[1] = bad.samples[0]
+            else:  # rank 0's first batch: the whole window
+                bad.bounds[0, 0] = (0, len(bad.samples))
         return bad
 
     monkeypatch.setattr(s, "_plan", break_it)
     message = (
         r"misses 1 samples \(declared dropped: 0\) and repeats 1"
         if broken == "a repeat"
-        else "a batch of window 1 exceeds max_tokens=16384"
+        else r"window 1: a batch exceeds max_tokens=16384 \(rank 0, step 0: 1000 samples"
     )
     with pytest.raises(ShardingError, match=message):
         s.verify()

@@ -9,6 +9,7 @@ __all__ = [
     "ALGORITHM",
     "BLOCK_ALGORITHM",
     "BlockPermutation",
+    "BUDGET_ALGORITHM",
     "MIX_ALGORITHM",
     "Mixture",
     "Partition",
@@ -17,6 +18,7 @@ __all__ = [
     "Progress",
     "Sharding",
     "ShardingError",
+    "TokenBudget",
     "__version__",
     "check_document_indices",
     "check_sequence_layout",
@@ -153,6 +155,42 @@ class Mixture:
     def locate(self, source: int, index: int) -> list[int]: ...
 
 BLOCK_ALGORITHM: str
+BUDGET_ALGORITHM: str
+
+_Taken = npt.NDArray[np.bool_] | None
+
+@final
+class TokenBudget:
+    def __new__(
+        cls, n: int, max_tokens: int, window: int, seed: int, epoch: int, shuffle: bool, drop_last: bool
+    ) -> TokenBudget: ...
+    @property
+    def windows(self) -> int: ...
+    def samples(self, k: int) -> npt.NDArray[np.int64]: ...
+    def plan(
+        self, lengths: npt.NDArray[np.integer], k: int, taken: _Taken, world: int
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], int, int]: ...
+    def count_steps(
+        self,
+        lengths: npt.NDArray[np.integer],
+        k: int,
+        taken: _Taken,
+        first_step: int,
+        world: int,
+        threads: int = 0,
+    ) -> int: ...
+    def prove(
+        self,
+        lengths: npt.NDArray[np.integer],
+        k: int,
+        taken: _Taken,
+        first_step: int,
+        world: int,
+        samples: npt.NDArray[np.int64],
+        bounds: npt.NDArray[np.int64],
+        padding: int,
+        dropped: int,
+    ) -> tuple[list[int], int, int, int, int, int]: ...
 
 @final
 class BlockPermutation:

@@ -15,6 +15,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ._core import ShardingError
+
 _U64 = 1 << 64
 _I64_MAX = (1 << 63) - 1
 
@@ -60,3 +62,33 @@ def all_gather_u64(values: Sequence[int], group: Any = None) -> list[list[int]]:
     dist.all_gather(out, mine, group=group)
     rows: list[list[int]] = torch.stack(out).cpu().tolist()
     return [[v + _U64 if v < 0 else v for v in row] for row in rows]
+
+
+def gather_by_rank(
+    rank: int, values: Sequence[int], group: Any = None, what: str = "rows"
+) -> dict[int, list[int]]:
+    """Every sampler rank's ``values`` (:func:`all_gather_u64`), once per rank: processes
+    sharing a rank (model-parallel peers) must send the same values.
+
+    Args:
+        rank (int): this process's sampler (data-parallel) rank.
+        values (sequence of int): its values, as many on every process.
+        group (ProcessGroup, optional): the group (default: the world).
+        what (str, optional): what the values are, for the error message.
+
+    Raises:
+        ShardingError: two processes share a rank but sent different values.
+    """
+    by_rank: dict[int, tuple[int, list[int]]] = {}
+    for proc, row in enumerate(all_gather_u64([rank, *values], group)):
+        if row[0] in by_rank:
+            peer, peer_row = by_rank[row[0]]
+            if row[1:] != peer_row[1:]:
+                raise ShardingError(
+                    f"processes {peer} and {proc} share sampler rank {row[0]} but their {what} "
+                    "differ: model-parallel peers must read identical data. Check that both run "
+                    "the same sampler class and dataset"
+                )
+            continue
+        by_rank[row[0]] = (proc, row)
+    return {r: row[1:] for r, (_, row) in by_rank.items()}

@@ -13,7 +13,7 @@ import torch.distributed as dist
 from . import _core
 from ._core import ShardingError
 from .certificate import Certificate
-from .collectives import all_gather_u64
+from .collectives import all_gather_u64, gather_by_rank
 from .config import ShardConfig
 from .consensus import FIX_RESUME, Agreed, check_consensus
 
@@ -117,26 +117,15 @@ def _exact(part: _core.Partition, config: ShardConfig, rank: int, group: Any, be
     # The stream this process yields, inverted by the order every rank agreed on.
     agreed = config.partition(part.start)
     items, real, padding, outside, failures, first = _core.prove_ranks(part, rank, rank + 1, reference=agreed)
-    mine = [rank, items, real, padding, outside, failures, *(first or _NONE)]
-    by_rank: dict[int, tuple[int, list[int]]] = {}
-    for proc, row in enumerate(all_gather_u64(mine, group)):
-        if row[0] in by_rank:
-            peer, peer_row = by_rank[row[0]]
-            if row[1:] != peer_row[1:]:
-                raise ShardingError(
-                    f"processes {peer} and {proc} share sampler rank {row[0]} but their proofs "
-                    "differ: model-parallel peers must read identical data. Check that both "
-                    "run the same sampler class and dataset"
-                )
-            continue
-        by_rank[row[0]] = (proc, row)
-    rows = [row for _, row in by_rank.values()]
-    failed = [row for row in rows if row[5]]
+    mine = [items, real, padding, outside, failures, *(first or _NONE)]
+    by_rank = gather_by_rank(rank, mine, group, "proofs")
+    rows = list(by_rank.values())
+    failed = [row for row in rows if row[4]]
     earliest: Optional[tuple[int, int, int, int, int]] = None
     if failed:
-        position, r, local, sample, found = min(failed, key=lambda row: row[6])[6:11]
+        position, r, local, sample, found = min(failed, key=lambda row: row[5])[5:10]
         earliest = (position, r, local, sample, found)
-    s = [sum(row[k] for row in rows) for k in range(1, 6)]
+    s = [sum(row[k] for row in rows) for k in range(5)]
     covered, padding_total, not_yielded = _core.judge(part, (s[0], s[1], s[2], s[3], s[4], earliest))
     consumed = min(part.start, config.n)
     return Certificate(

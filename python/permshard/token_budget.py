@@ -18,14 +18,13 @@ from torch.utils.data import Sampler
 from . import _core
 from ._validation import as_int, as_positive, as_u64
 from .certificate import Certificate
+from .collectives import gather_by_rank
 from .config import ShardConfig
 from .consensus import FIX_RESUME, Agreed, check_consensus, digest
 from .mesh import MeshDim, resolve_world
 
-#: The algorithm id of the token-budget plan, recorded in state dicts.
-BUDGET_ALGORITHM = "budget-v1"
-
-_MASK64 = 2**64 - 1
+#: The algorithm id of the token-budget plan (the core's), recorded in state dicts.
+BUDGET_ALGORITHM = _core.BUDGET_ALGORITHM
 
 #: The keys of a saved resume point, beside the configuration.
 _RESUME_KEYS = ("window_index", "steps", "taken")
@@ -119,17 +118,31 @@ class BudgetConfig(ShardConfig):
 
 @dataclass(frozen=True)
 class _Plan:
-    """One window's steps: ``steps[s][r]`` is rank ``r``'s batch at step ``s``; ``padding``
-    counts repeated samples, ``dropped`` samples left out (``drop_last``)."""
+    """One window's plan, from the core: ``samples`` sorted by length and ``bounds[s, r]``
+    the ``[start, stop)`` of rank ``r``'s batch at step ``s``; ``padding`` counts repeated
+    samples, ``dropped`` samples left out (``drop_last``)."""
 
-    steps: list[list[list[int]]]
+    samples: npt.NDArray[np.int64]
+    bounds: npt.NDArray[np.int64]
     padding: int
     dropped: int
 
+    @property
+    def steps(self) -> int:
+        return int(self.bounds.shape[0])
 
-def _window_seed(seed: int, epoch: int, window: int) -> int:
-    """A key per (seed, epoch, window) for the order of a window's steps."""
-    return (seed * 0x9E3779B97F4A7C15 + epoch * 0xBF58476D1CE4E5B9 + window + 1) & _MASK64
+    def batch(self, step: int, rank: int) -> npt.NDArray[np.int64]:
+        """Rank ``rank``'s batch at ``step`` (a new array)."""
+        i, j = self.bounds[step, rank]
+        return self.samples[i:j].copy()
+
+
+def _native(lengths: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """``lengths`` as the core reads it in place: contiguous, native byte order (a memmap
+    usually is already, and is then not copied)."""
+    if lengths.flags.c_contiguous and lengths.dtype.isnative:
+        return lengths
+    return np.ascontiguousarray(lengths, dtype=lengths.dtype.newbyteorder("="))
 
 
 class TokenBudgetBatchSampler(Sampler[list[int]]):
@@ -197,6 +210,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         if array.size == 0:
             raise ValueError("lengths is empty: a sampler needs at least one sample")
         self.lengths = array
+        self._lengths = _native(array)  # what the core reads
         self.num_replicas, self.rank = resolve_world(num_replicas, rank, device_mesh, mesh_dim)
         self.epoch = 0
         # The configuration checks every field (the core those of the order).
@@ -219,7 +233,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self._progress: deque[tuple[int, int, Optional[npt.NDArray[np.bool_]], int]] = deque(maxlen=4096)
         self._handed = 0
         self._lengths_cache: dict[int, int] = {}
-        self._order: Optional[tuple[int, _core.Permutation]] = None  # (epoch, its order)
+        self._budget: Optional[tuple[int, _core.TokenBudget]] = None  # (epoch, its planner)
 
     # -- the plan -----------------------------------------------------------------------------
 
@@ -245,70 +259,27 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     def _num_windows(self) -> int:
         return -(-self.n // self.window)
 
+    def _core_plan(self) -> _core.TokenBudget:
+        """The core's planner of this epoch (built once per epoch)."""
+        if self._budget is None or self._budget[0] != self.epoch:
+            planner = _core.TokenBudget(
+                self.n, self.max_tokens, self.window, self.seed, self.epoch, self.shuffle, self.drop_last
+            )
+            self._budget = (self.epoch, planner)
+        return self._budget[1]
+
     def _samples(self, k: int) -> npt.NDArray[np.int64]:
         """The samples at positions ``[k·window, (k+1)·window)`` of the epoch's order."""
-        start, stop = k * self.window, min(self.n, (k + 1) * self.window)
-        if not self.shuffle:
-            return np.arange(start, stop, dtype=np.int64)
-        if self._order is None or self._order[0] != self.epoch:  # built once per epoch
-            self._order = (self.epoch, _core.Permutation(self.n, self.seed, self.epoch))
-        result: npt.NDArray[np.int64] = self._order[1].take(start, stop)
-        return result
+        return self._core_plan().samples(k)
 
     def _plan(self, k: int, taken: Optional[npt.NDArray[np.bool_]], world: int) -> _Plan:
         """The steps of window ``k`` without its ``taken`` samples, for ``world`` ranks."""
-        samples = self._samples(k)
-        if taken is not None:
-            samples = samples[~taken]
-        # Gather in index order (a memmap reads forward), then back to the samples' order.
-        rank_of = np.argsort(np.argsort(samples))
-        lengths = np.asarray(self.lengths[np.sort(samples)], dtype=np.int64)[rank_of]
-        too_long = np.nonzero(lengths > self.max_tokens)[0]
-        if too_long.size:
-            i = int(too_long[0])
-            raise ValueError(
-                f"sample {int(samples[i])} has length {int(lengths[i])} > max_tokens={self.max_tokens}: "
-                "no batch can hold it. Raise max_tokens, or truncate or filter long samples"
-            )
-        by_length = np.argsort(lengths, kind="stable")
-        samples, lengths = samples[by_length], lengths[by_length]
-        # Batches are ranges [i, j) of the sorted samples: the last one is the longest.
-        batches: list[tuple[int, int]] = []
-        i, count, budget = 0, len(samples), self.max_tokens
-        while i < count:
-            j = i + 1
-            while j < count and (j - i + 1) * lengths[j] <= budget:
-                j += 1
-            batches.append((i, j))
-            i = j
-        padding = dropped = 0
-        while len(batches) % world:
-            largest = max(range(len(batches)), key=lambda b: batches[b][1] - batches[b][0])
-            i, j = batches[largest]
-            if j - i > 1:  # split it: two batches under the same budget
-                batches[largest] = (i, (i + j) // 2)
-                batches.append(((i + j) // 2, j))
-            elif self.drop_last or not batches:
-                i, j = batches.pop()
-                dropped += j - i
-            else:  # too few samples for a step: repeat some, declared as padding
-                batches.append(batches[padding % len(batches)])
-                padding += 1
-        # Steps of similar load: heaviest batches together; ranks rotate within a step.
-        batches.sort(key=lambda b: -(b[1] - b[0]) * int(lengths[b[1] - 1]))
-        ids = samples.tolist()
-        steps = [
-            [ids[slice(*batches[s * world + (r + s) % world])] for r in range(world)]
-            for s in range(len(batches) // world)
-        ]
-        if steps and self.shuffle:
-            order = _core.Permutation(len(steps), _window_seed(self.seed, self.epoch, k), 0)
-            steps = [steps[i] for i in order.take_list(0, len(steps))]
-        return _Plan(steps, padding, dropped)
+        samples, bounds, padding, dropped = self._core_plan().plan(self._lengths, k, taken, world)
+        return _Plan(samples, bounds.reshape(-1, world, 2), padding, dropped)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_order"] = None  # native, rebuilt on demand
+        state["_budget"] = None  # native, rebuilt on demand
         return state
 
     # -- iteration -----------------------------------------------------------------------------
@@ -334,10 +305,12 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         consumed = np.zeros(min(self.n, (k + 1) * self.window) - k * self.window, dtype=bool)
         if taken is not None:
             consumed |= taken
-        positions = {int(x): i for i, x in enumerate(self._samples(k).tolist())}
-        for step in plan.steps[:steps]:
-            for batch in step:
-                consumed[[positions[x] for x in batch]] = True
+        done = np.concatenate(
+            [plan.batch(s, r) for s in range(steps) for r in range(world)] or [np.zeros(0, np.int64)]
+        )
+        window = self._samples(k)
+        by_sample = np.argsort(window)  # the window's positions of the samples done
+        consumed[by_sample[np.searchsorted(window, done, sorter=by_sample)]] = True
         return k, consumed, 0
 
     def __iter__(self) -> Iterator[Any]:
@@ -348,23 +321,20 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self._handed = 0
         while k < self._num_windows():
             plan = self._plan(k, taken, self.num_replicas)
-            for s in range(first_step, len(plan.steps)):
+            for s in range(first_step, plan.steps):
                 self._handed += 1
                 self._progress.append((self._handed, k, taken, s + 1))
-                batch = plan.steps[s][self.rank]
-                yield np.asarray(batch, dtype=np.int64) if self.as_array else batch
+                batch = plan.batch(s, self.rank)
+                yield batch if self.as_array else batch.tolist()
             k, taken, first_step = k + 1, None, 0
 
     def __len__(self) -> int:
-        """Batches per rank in this epoch (from the resume point): plans every window,
-        O(n) time once per epoch, O(window) memory."""
+        """Batches per rank in this epoch (from the resume point): the core plans every
+        window on all cores (GIL released), once per epoch, O(window) memory per core."""
         key = hash((self.epoch, self._resume[0], self._resume[2], self.num_replicas))
         if key not in self._lengths_cache:
             k, taken, first = self._start()
-            total = 0
-            while k < self._num_windows():
-                total += len(self._plan(k, taken, self.num_replicas).steps) - first
-                k, taken, first = k + 1, None, 0
+            total = self._core_plan().count_steps(self._lengths, k, taken, first, self.num_replicas)
             self._lengths_cache = {key: total}
         return self._lengths_cache[key]
 
@@ -433,11 +403,56 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self._progress.clear()
         self._handed = 0
 
+    def _prove_window(self, k: int, start: tuple[int, Optional[npt.NDArray[np.bool_]], int]) -> Any:
+        """The core's proof of window ``k``'s plan, as handed out, in the pass from
+        ``start`` (see :meth:`verify`): ``(samples per rank, steps, consumed, covered,
+        padding, dropped)``, or ShardingError."""
+        first, taken, first_step = start
+        window_taken, skip = (taken, first_step) if k == first else (None, 0)
+        plan = self._plan(k, window_taken, self.num_replicas)
+        return self._core_plan().prove(
+            self._lengths, k, window_taken, skip, self.num_replicas, plan.samples, plan.bounds.ravel(),
+            plan.padding, plan.dropped,
+        )  # fmt: skip
+
+    def _prove(self, windows: range) -> tuple[list[int], list[int], Optional[int]]:
+        """Proves ``windows`` of the pass being run. Returns the totals ``[steps, consumed,
+        covered, padding, dropped]``, the samples per rank, and the first window whose
+        proof failed (``None``: none)."""
+        start = self._start()
+        totals, per_rank = [0] * 5, [0] * self.num_replicas
+        for k in windows:
+            try:
+                ranks, *counts = self._prove_window(k, start)
+            except _core.ShardingError:
+                return totals, per_rank, k
+            totals = [t + c for t, c in zip(totals, counts)]
+            per_rank = [t + c for t, c in zip(per_rank, ranks)]
+        return totals, per_rank, None
+
+    def _certificate(self, totals: list[int], per_rank: list[int], began: float, ranks: Any) -> Certificate:
+        steps, consumed, covered, padding, dropped = totals
+        start = min(self._start()[0] * self.window, self.n)
+        return Certificate(
+            config=self.config,
+            lengths=tuple(per_rank),
+            covered=covered,
+            padding=padding,
+            dropped=dropped,
+            seconds=time.perf_counter() - began,
+            method="inverse",
+            start=start,
+            consumed=start + consumed,
+            batches=steps,
+            ranks=tuple(ranks),
+        )
+
     def verify(self) -> Certificate:
-        """Exact proof of the pass being run (from its resume point, if any): plans it for
-        every rank and checks each sample of the epoch's rest exactly once, plus declared
-        padding, minus declared drops; every batch under the budget; every rank the same
-        number of batches. O(n) time, O(n) bytes.
+        """Exact proof of the pass being run (from its resume point, if any), by the order's
+        inverse: each window's plan, for every rank, as the sampler hands it out, holds
+        every position of the window not consumed before exactly once (but for declared
+        padding and drops), in whole steps of one batch per rank, every batch under the
+        budget. O(window) memory at any ``n``.
 
         Returns:
             Certificate: ``lengths`` (samples per rank), ``batches`` (per rank), coverage,
@@ -447,56 +462,40 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             ShardingError: with what is missing, repeated or over the budget.
         """
         began = time.perf_counter()
-        seen = np.zeros(self.n, dtype=np.uint8)  # times each sample is consumed or yielded
-        first_window, taken, first_step = self._start()
-        windows = self._num_windows()
-        for j in range(min(first_window, windows)):  # consumed in the windows before the pass
-            seen[self._samples(j)] = 1
-        if first_window < windows:  # and in its first window, before the resume point
-            if taken is not None:
-                seen[self._samples(first_window)[taken]] = 1
-            first_plan = self._plan(first_window, taken, self.num_replicas)
-            for step in first_plan.steps[:first_step]:
-                for batch in step:
-                    seen[batch] = 1
-        consumed = int(np.count_nonzero(seen))
-        padding = dropped = batches = 0
-        per_rank = [0] * self.num_replicas
-        for k in range(first_window, windows):
-            plan = first_plan if k == first_window else self._plan(k, None, self.num_replicas)
-            padding, dropped = padding + plan.padding, dropped + plan.dropped
-            for step in plan.steps[first_step if k == first_window else 0 :]:
-                batches += 1
-                if len(step) != self.num_replicas:
-                    raise _core.ShardingError(
-                        f"a step of window {k} has {len(step)} batches, not one per rank"
-                    )
-                for r, batch in enumerate(step):
-                    if len(batch) * int(np.max(self.lengths[batch])) > self.max_tokens:
-                        raise _core.ShardingError(
-                            f"a batch of window {k} exceeds max_tokens={self.max_tokens}"
-                        )
-                    per_rank[r] += len(batch)
-                    np.add.at(seen, batch, 1)
-        missing = int(np.sum(seen == 0))
-        repeated = int(np.sum(np.maximum(seen.astype(np.int64) - 1, 0)))
-        if missing != dropped or repeated != padding:
-            raise _core.ShardingError(
-                f"the plan misses {missing} samples (declared dropped: {dropped}) and repeats {repeated} "
-                f"(declared padding: {padding})"
-            )
-        return Certificate(
-            config=self.config,
-            lengths=tuple(per_rank),
-            covered=self.n - consumed - missing,
-            padding=padding,
-            dropped=dropped,
-            seconds=time.perf_counter() - began,
-            start=min(first_window * self.window, self.n),
-            consumed=consumed,
-            batches=batches,
-            ranks=tuple(range(self.num_replicas)),
-        )
+        totals, per_rank, failed = self._prove(range(self._start()[0], self._num_windows()))
+        if failed is not None:
+            self._prove_window(failed, self._start())  # raises the core's counter-example
+        return self._certificate(totals, per_rank, began, range(self.num_replicas))
+
+    def verify_distributed(self, group: Any = None) -> Certificate:
+        """Consensus, then the exact proof of :meth:`verify` split across the ranks of
+        ``group``: rank ``r`` proves the windows ``first + r, first + r + W, ...`` of the
+        pass for every rank, and one fixed-size all-gather adds the counts up. O(n / W)
+        work and O(window) memory per rank. A collective: every process of the group
+        must call it.
+
+        Args:
+            group (ProcessGroup, optional): the process group (default: the world).
+
+        Raises:
+            ShardingError: on every rank, with the first failing window's counter-example.
+        """
+        if not (dist.is_available() and dist.is_initialized()):
+            raise ValueError("verify_distributed needs torch.distributed to be initialized")
+        began = time.perf_counter()
+        check_consensus(self.config, self.rank, agreed=self._agreed(), group=group)
+        world = self.num_replicas
+        windows = range(self._start()[0] + self.rank, self._num_windows(), world)
+        totals, per_rank, failed = self._prove(windows)
+        mine = [2**64 - 1 if failed is None else failed, *totals, *per_rank]
+        rows = gather_by_rank(self.rank, mine, group, "proofs")
+        failures = [row[0] for row in rows.values() if row[0] != 2**64 - 1]
+        if failures:  # every rank proves the first failing window again, for its message
+            self._prove_window(min(failures), self._start())
+            raise _core.ShardingError(f"the proof of window {min(failures)} failed on another rank")
+        totals = [sum(row[1 + i] for row in rows.values()) for i in range(5)]
+        per_rank = [sum(row[6 + r] for row in rows.values()) for r in range(world)]
+        return self._certificate(totals, per_rank, began, sorted(rows))
 
 
 def _encode_taken(taken: Optional[npt.NDArray[np.bool_]]) -> str:

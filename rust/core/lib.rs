@@ -11,12 +11,15 @@
 //!   id, the partition at a resume point, the resume limit, the step layout.
 //! * [`Partition`] — which global positions (and samples) each rank takes, with padding,
 //!   `drop_last` and resume from a consumed prefix.
+//! * [`TokenBudget`] — budget-v1: batches under a padded token budget, planned and proven
+//!   a window of the order at a time.
 //! * [`Mixture`] — mix-v1: weighted sources, position → (source, index), no build step.
 //! * [`verify`] — the exact proof that ranks are disjoint and cover the data.
 //! * [`Fingerprint`] — an O(1)-memory summary of a multiset of sample ids.
 //! * [`check_sequence_layout`], [`check_document_indices`] — a Megatron `.idx`'s arrays.
 
 mod block;
+mod budget;
 mod error;
 mod fingerprint;
 mod indexed;
@@ -30,6 +33,7 @@ mod sharding;
 mod verify;
 
 pub use block::{BlockPermutation, BLOCK_ALGORITHM};
+pub use budget::{window_seed, Lengths, TokenBudget, WindowPlan, WindowProof, BUDGET_ALGORITHM};
 pub use error::{range_len, Error};
 pub use fingerprint::Fingerprint;
 pub use indexed::{check_document_indices, check_sequence_layout};

@@ -193,11 +193,7 @@ pub fn prove_against(
     let tasks = item_tasks + (out_hi - out_lo).div_ceil(CHUNK);
     let next = AtomicU64::new(0);
     let tally = Tally::default();
-    let threads = match threads {
-        0 => std::thread::available_parallelism().map_or(1, |t| t.get()),
-        t => t,
-    }
-    .min(tasks.max(1) as usize);
+    let threads = worker_threads(threads, tasks);
 
     let check_items = |rank: u64, lo: u64, samples: &mut [u64], inverse: &mut [u64]| {
         part.fill_rank(rank, lo, samples)?;
@@ -298,6 +294,15 @@ pub fn prove_against(
         failures: tally.failures.into_inner(),
         first: tally.first.into_inner().unwrap_or_else(|e| e.into_inner()),
     })
+}
+
+/// Threads for `tasks` tasks: `threads`, or all cores for `0`; never more than the tasks.
+pub(crate) fn worker_threads(threads: usize, tasks: u64) -> usize {
+    let threads = match threads {
+        0 => std::thread::available_parallelism().map_or(1, |t| t.get()),
+        t => t,
+    };
+    threads.min(tasks.clamp(1, usize::MAX as u64) as usize)
 }
 
 /// Samples to positions (batched); a value that is not a sample (`>= n`) becomes

@@ -55,3 +55,14 @@ pub fn take_order(
     let mut out = alloc(len)?;
     compute(py, len, || order.fill(start, &mut out).map(|_| out)).map_err(to_py)
 }
+
+/// An int64 array's values as `u64`, or ValueError naming `what` when one is negative.
+pub fn non_negative(values: &[i64], what: &str) -> PyResult<Vec<u64>> {
+    values
+        .iter()
+        .map(|&v| {
+            u64::try_from(v)
+                .map_err(|_| PyValueError::new_err(format!("{what} must be >= 0, got {v}")))
+        })
+        .collect()
+}

@@ -4,6 +4,7 @@
 use pyo3::prelude::*;
 
 mod block;
+mod budget;
 mod convert;
 mod errors;
 mod indexed;
@@ -17,6 +18,8 @@ mod verify;
 mod _core {
     #[pymodule_export]
     use super::block::BlockPermutation;
+    #[pymodule_export]
+    use super::budget::TokenBudget;
     #[pymodule_export]
     use super::errors::ShardingError;
     #[pymodule_export]
@@ -40,6 +43,7 @@ mod _core {
         m.add("ALGORITHM", permshard_core::ALGORITHM)?;
         m.add("MIX_ALGORITHM", permshard_core::MIX_ALGORITHM)?;
         m.add("BLOCK_ALGORITHM", permshard_core::BLOCK_ALGORITHM)?;
+        m.add("BUDGET_ALGORITHM", permshard_core::BUDGET_ALGORITHM)?;
         m.add("IDENTITY_ALGORITHM", permshard_core::IDENTITY_ALGORITHM)?;
         Ok(())
     }

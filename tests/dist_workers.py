@@ -110,7 +110,49 @@ def exact_proofs(rank: int, world: int, n: int, model_parallel: bool) -> dict:
     # A rank with another seed, announced: the consensus the proof starts with refuses it.
     other = ShardedSampler(n, num_replicas=w, rank=r, seed=1 if rank == world - 1 else 0)
     out["seed"] = expect_error(lambda: other.verify_distributed(exact=True), ShardingError)
+    out.update(_exact_budget_proofs(rank, world, n, w, r))
     dist.barrier()
+    return out
+
+
+def _exact_budget_proofs(rank: int, world: int, n: int, w: int, r: int) -> dict:
+    """TokenBudgetBatchSampler.verify_distributed: split across the ranks, next to the
+    local proof; after a resume from 3 ranks; a plan broken on the last process."""
+    import numpy as np
+
+    from permshard.token_budget import TokenBudgetBatchSampler
+
+    lengths = np.clip(np.random.default_rng(3).lognormal(5.5, 0.8, size=n), 1, 4096).astype(np.int32)
+
+    def sampler() -> TokenBudgetBatchSampler:
+        s = TokenBudgetBatchSampler(lengths, 16384, w, r, seed=3, window=1024)
+        s.set_epoch(1)
+        return s
+
+    def both(s: TokenBudgetBatchSampler) -> tuple:
+        exact, local = s.verify_distributed(), s.verify()
+        fields = ("method", "ranks", "lengths", "batches", "covered", "padding", "dropped", "consumed")
+        return tuple(getattr(exact, f) for f in fields), tuple(getattr(local, f) for f in fields), len(s)
+
+    out = {"budget": both(sampler())}
+    donor = TokenBudgetBatchSampler(lengths, 16384, 3, 1, seed=3, window=1024, check_consensus=False)
+    donor.set_epoch(1)
+    it = iter(donor)
+    [next(it) for _ in range(40)]
+    resumed = sampler()
+    resumed.load_state_dict(donor.state_dict())
+    out["budget_resumed"] = both(resumed)
+    broken = sampler()
+    if rank == world - 1:  # one process hands out a plan with a sample twice
+        plan = broken._plan
+
+        def break_it(k, taken, ranks):  # type: ignore[no-untyped-def]
+            bad = plan(k, taken, ranks)
+            bad.samples[1] = bad.samples[0]
+            return bad
+
+        broken._plan = break_it  # type: ignore[method-assign]
+    out["budget_broken"] = expect_error(broken.verify_distributed, ShardingError)
     return out
 
 

@@ -63,6 +63,21 @@ def test_exact_distributed_proofs_on_real_ranks(world, model_parallel):
         assert f"rank {liar} at local position 0 (global position {liar}) holds sample" in r["lying"]
         assert "failures in all" in r["lying"]
         assert "ranks disagree on seed" in r["seed"]
+        # Token-budget plans, each rank proving its share of the windows for every rank.
+        for name in ("budget", "budget_resumed"):
+            exact, local, batches = r[name]
+            assert exact[0] == "inverse" and exact[1] == tuple(range(sampler_ranks)), name
+            assert exact == local and exact[3] == batches, name
+            assert exact[4] + exact[7] == n, name  # covered + consumed: every sample once
+        assert r["budget_resumed"][0][7] > 0
+    # A plan broken on the last process fails on every process: there with the core's
+    # counter-example, elsewhere naming it (a model-parallel peer's plan differs first).
+    broken = [r["budget_broken"] for r in results]
+    if model_parallel:
+        assert all(f"share sampler rank {sampler_ranks - 1} but their proofs differ" in b for b in broken)
+    else:
+        assert "the plan misses 1 samples (declared dropped: 0) and repeats 1" in broken[-1]
+        assert all("failed on another rank" in b for b in broken[:-1]), broken
 
 
 @pytest.mark.parametrize("world", [2, 4])

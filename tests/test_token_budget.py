@@ -5,6 +5,7 @@ memmap, and real ranks."""
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -15,73 +16,32 @@ from pathlib import Path
 import dist_workers
 import numpy as np
 import pytest
+import reference_budget_v1
 from distributed import launch
 
-from permshard import Certificate, Permutation, ShardedSampler, ShardingError
+from permshard import Certificate, ShardedSampler, ShardingError, _core
 from permshard.token_budget import BUDGET_ALGORITHM, BudgetConfig, TokenBudgetBatchSampler
 
 BUDGET = 16384
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "budget_state_0.2.json").read_text())
+# The independent planner over the core's perm-v1 (fast; perm-v1 itself is checked against
+# its plain-Python reference by the golden vectors).
+reference_plan = functools.partial(reference_budget_v1.reference_plan, Permutation=_core.Permutation)
 
 
-def reference_plan(
-    lengths,
-    max_tokens,
-    world,
-    *,
-    seed=0,
-    epoch=0,
-    shuffle=True,
-    drop_last=False,
-    window=1 << 16,
-    start=(0, None, 0),
-):
-    """budget-v1 written from its definition, one sample at a time in plain Python: for
-    each window of the epoch's order, its samples (minus those taken before a resume)
-    sorted by length (ties: window order), cut greedily under the padded budget; batches
-    split (largest first, halves), dropped or repeated until they fill whole steps; sorted
-    by padded load; rank r of step s takes the (r + s) % world-th of the step's batches;
-    steps shuffled by perm-v1 keyed per window. Returns every rank's batches."""
-    n = len(lengths)
-    order = Permutation(n, seed, epoch) if shuffle else range(n)
-    first_window, taken, first_step = start
-    ranks = [[] for _ in range(world)]
-    for k in range(first_window, -(-n // window)):
-        samples = [order[p] for p in range(k * window, min(n, (k + 1) * window))]
-        if k == first_window and taken is not None:
-            samples = [x for x, t in zip(samples, taken) if not t]
-        samples = sorted(samples, key=lambda x: int(lengths[x]))  # sorted() is stable
-        batches = []
-        for x in samples:
-            if batches and (len(batches[-1]) + 1) * int(lengths[x]) <= max_tokens:
-                batches[-1].append(x)
-            else:
-                batches.append([x])
-        repeats = 0
-        while len(batches) % world:
-            sizes = [len(b) for b in batches]
-            big = sizes.index(max(sizes))
-            if sizes[big] > 1:
-                half = sizes[big] // 2
-                batches.append(batches[big][half:])
-                batches[big] = batches[big][:half]
-            elif drop_last:
-                batches.pop()
-            else:
-                batches.append(list(batches[repeats % len(batches)]))
-                repeats += 1
-        batches.sort(key=lambda b: -len(b) * int(lengths[b[-1]]))
-        steps = [
-            [batches[s * world + (r + s) % world] for r in range(world)] for s in range(len(batches) // world)
-        ]
-        if shuffle and steps:
-            key = (seed * 0x9E3779B97F4A7C15 + epoch * 0xBF58476D1CE4E5B9 + k + 1) % 2**64
-            shuffled = Permutation(len(steps), key, 0)
-            steps = [steps[shuffled[i]] for i in range(len(steps))]
-        for step in steps[first_step if k == first_window else 0 :]:
-            for r in range(world):
-                ranks[r].append(step[r])
-    return ranks
+def test_golden_vectors_of_the_plain_python_reference():
+    golden = json.loads(reference_budget_v1.GOLDEN.read_text())
+    assert golden["algorithm"] == BUDGET_ALGORITHM and len(golden["cases"]) == len(reference_budget_v1.CASES)
+    for case in golden["cases"]:
+        lengths = np.array(reference_budget_v1.lengths_of(case["n"], case["n"]), dtype=np.uint16)
+        world = case["num_replicas"]
+        for rank in range(world):
+            s = TokenBudgetBatchSampler(
+                lengths, case["max_tokens"], world, rank, seed=case["seed"], shuffle=case["shuffle"],
+                drop_last=case["drop_last"], window=case["window"],
+            )  # fmt: skip
+            s.set_epoch(case["epoch"])
+            assert list(s) == case["ranks"][rank]
 
 
 def lognormal(n: int, seed: int = 0) -> np.ndarray:

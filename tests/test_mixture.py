@@ -107,6 +107,67 @@ def test_each_pass_over_a_source_is_a_fresh_permutation():
         assert len({tuple(p) for p in passes}) > 1  # not the same order every pass
 
 
+def brute_force_passes(m: Mixture, start: int, stop: int) -> list[int]:
+    """Per source, the passes wholly inside positions [start, stop), each checked to be a
+    permutation of the source from the forward map alone (take and counts)."""
+    sources, indices = m.take(start, stop)
+    before = m.counts(start)
+    complete = []
+    for s, size in enumerate(m.sizes):
+        read = indices[sources == s]  # occurrences before[s], before[s] + 1, ...
+        first = -(-before[s] // size) * size - before[s]  # where the first whole pass begins
+        passes = (len(read) - first) // size if len(read) >= first else 0
+        for j in range(passes):
+            chunk = read[first + j * size : first + (j + 1) * size]
+            assert sorted(chunk.tolist()) == list(range(size)), (s, j)
+        complete.append(passes)
+    return complete
+
+
+@pytest.mark.parametrize(
+    "sizes, weights, n, stages",
+    [
+        ([10, 20], [1, 1], 60, ()),
+        ([1500, 4000, 600, 2500], [0.4, 0.3, 0.2, 0.1], 40_000, ()),
+        ([7000, 4500, 1000], [3, 1, 0.5], 60_000, ((25_000, [1, 1, 1]),)),
+    ],
+)
+def test_verify_proves_every_pass_exhaustively(sizes, weights, n, stages):
+    m = Mixture(sizes, weights, num_samples=n, seed=4, stages=stages)
+    proof = m.verify()
+    assert proof.positions == n and proof.per_source == m.counts(n)
+    assert (
+        proof.complete_passes == brute_force_passes(m, 0, n) == [c // z for c, z in zip(m.counts(n), sizes)]
+    )
+    for start, stop in [(1, n - 1), (n // 3, n // 2), (5, 5)]:
+        part = m.verify(start, stop)
+        assert part.positions == stop - start
+        assert part.complete_passes == brute_force_passes(m, start, stop)
+    for s, size in enumerate(sizes):
+        one = m.verify_pass(s, 0)
+        assert one.per_source[s] == size and one.complete_passes[s] == 1
+        assert sorted(m.at_positions(m.locate(s, 0))[1].tolist()) == [0] * len(m.locate(s, 0))
+
+
+def test_passes_of_a_mixture_of_1e12_positions_are_proven():
+    sizes = [1000, 30_000, 200_000]
+    m = Mixture(sizes, [0.5, 0.3, 0.2], num_samples=10**12, seed=9)
+    rng = random.Random(5)
+    for _ in range(3):  # sampled passes, anywhere in the mixture
+        s = rng.randrange(3)
+        passes = m.counts(10**12)[s] // sizes[s]
+        proof = m.verify_pass(s, rng.randrange(passes))
+        assert proof.per_source[s] == sizes[s] and proof.complete_passes[s] == 1
+    for start in [rng.randrange(10**12 - 10**6) for _ in range(2)] + [10**12 - 10**6]:
+        proof = m.verify(start, start + 10**6)
+        assert proof.positions == 10**6
+        assert proof.complete_passes == brute_force_passes(m, start, start + 10**6)
+    with pytest.raises(ValueError, match="pass 10000000000 is never reached"):
+        m.verify_pass(0, 10**10)
+    with pytest.raises(ValueError, match="invalid range"):
+        m.verify(10, 5)
+
+
 def test_random_access_both_ways():
     m = Mixture([5, 9, 2], [1.0, 2.0, 0.5], num_samples=300, seed=2)
     sources, indices = m.take(0, 300)

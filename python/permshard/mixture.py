@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Optional, SupportsIndex
+from typing import Any, NamedTuple, Optional, SupportsIndex
 
 import numpy as np
 import numpy.typing as npt
@@ -13,6 +13,23 @@ from ._validation import as_int, as_u64
 
 #: The algorithm id of the mixture map, recorded in state dicts and certificates.
 MIX_ALGORITHM: str = _core.MIX_ALGORITHM
+
+
+class MixtureProof(NamedTuple):
+    """What :meth:`Mixture.verify` or :meth:`Mixture.verify_pass` proved.
+
+    Example::
+
+        >>> Mixture([10, 20], [1, 1], num_samples=60).verify().complete_passes
+        [3, 1]
+    """
+
+    #: Positions proven.
+    positions: int
+    #: Of them, per source.
+    per_source: list[int]
+    #: Per source, its passes whose every occurrence was proven.
+    complete_passes: list[int]
 
 
 def as_floats(weights: Sequence[Any], name: str = "weights") -> list[float]:
@@ -200,6 +217,39 @@ class Mixture:
             index (int): a sample of it, ``0 <= index < sizes[source]``.
         """
         return self._inner.locate(as_u64("source", source), as_u64("index", index))
+
+    def verify(self, start: int = 0, stop: Optional[int] = None) -> MixtureProof:
+        """Exact proof of positions ``[start, stop)`` by the inverse (what :meth:`locate`
+        computes): each position's (source, occurrence) maps back to that position, its
+        sample back to its offset through the pass's permutation, and each source is
+        read there as often as :meth:`counts` says. So every pass wholly inside the
+        range holds each sample of its source exactly once. O(stop - start) time, O(1)
+        memory, GIL released.
+
+        Args:
+            start (int, optional): first position. Default: ``0``.
+            stop (int, optional): one past the last. Default: ``num_samples``.
+
+        Raises:
+            ShardingError: with the first position that does not come back.
+        """
+        stop = self.num_samples if stop is None else as_u64("stop", stop)
+        return MixtureProof(*self._inner.prove(as_u64("start", start), stop))
+
+    def verify_pass(self, source: int, pass_: int) -> MixtureProof:
+        """Exact proof of one pass over ``source``, wherever its positions lie (any
+        number of positions: O(size of the source) time): each occurrence's position reads
+        it back, and the pass's samples come back to their offsets, so a complete pass
+        is a permutation of the source.
+
+        Args:
+            source (int): a source, ``0 <= source < len(sizes)``.
+            pass_ (int): a pass the mixture reaches.
+
+        Raises:
+            ShardingError: with the first occurrence that does not come back.
+        """
+        return MixtureProof(*self._inner.prove_pass(as_u64("source", source), as_u64("pass_", pass_)))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Mixture):

@@ -38,7 +38,7 @@ pub use error::{range_len, Error};
 pub use fingerprint::Fingerprint;
 pub use indexed::{check_document_indices, check_sequence_layout};
 pub use mix::splitmix64;
-pub use mixture::{Mixture, MIX_ALGORITHM};
+pub use mixture::{Mixture, MixtureProof, MIX_ALGORITHM};
 pub use order::{Explicit, Identity, Order, SampleOrder};
 pub use partition::{CoverageShare, Partition};
 pub use permutation::{Permutation, ALGORITHM};

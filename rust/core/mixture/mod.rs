@@ -21,6 +21,7 @@
 //! source's occurrences, hence its passes, continue across stages.
 
 mod cursor;
+mod proof;
 mod tree;
 mod weights;
 
@@ -30,6 +31,8 @@ use crate::permutation::Permutation;
 use cursor::Cursor;
 use tree::Tree;
 use weights::integer_weights;
+
+pub use proof::MixtureProof;
 
 /// The algorithm id of the mixture map, recorded in state dicts and certificates.
 pub const MIX_ALGORITHM: &str = "mix-v1";
@@ -338,14 +341,30 @@ impl Mixture {
         Ok(())
     }
 
-    /// Replaces each `occurrences[i]` of source `sources[i]` by the sample it reads. The
-    /// slots are grouped by (source, pass) and each group's offsets go through
-    /// `Permutation::map_in_place` together: the batched (SIMD) walk, instead of one
-    /// scalar walk per position (a small source's walk is long: `2^16 / size` steps).
+    /// Replaces each `occurrences[i]` of source `sources[i]` by the sample it reads.
     fn map_occurrences(&self, sources: &[u64], occurrences: &mut [u64]) {
         let passes: Vec<u64> = (sources.iter().zip(occurrences.iter()))
             .map(|(&s, &o)| o / self.sizes[s as usize])
             .collect();
+        for (&s, o) in sources.iter().zip(occurrences.iter_mut()) {
+            *o %= self.sizes[s as usize];
+        }
+        self.per_pass(sources, &passes, occurrences, |order, offsets| {
+            order.map_in_place(offsets)
+        });
+    }
+
+    /// Applies `apply` (a pass's permutation, either way) to each `values[i]` of source
+    /// `sources[i]` in pass `passes[i]`. The slots are grouped by (source, pass) and each
+    /// group goes through the permutation together: the batched (SIMD) walk, instead of
+    /// one scalar walk per position (a small source's walk is long: `2^16 / size` steps).
+    fn per_pass(
+        &self,
+        sources: &[u64],
+        passes: &[u64],
+        values: &mut [u64],
+        apply: impl Fn(&Permutation, &mut [u64]),
+    ) {
         let pass_of = |i: usize| passes[i];
         let mut order: Vec<usize> = (0..sources.len()).collect();
         if sources.len() <= 4 * self.sizes.len() {
@@ -370,20 +389,19 @@ impl Mixture {
                 }
             }
         }
-        let mut offsets: Vec<u64> = Vec::new();
+        let mut batch: Vec<u64> = Vec::new();
         let mut a = 0;
         while a < order.len() {
             let (s, pass) = (sources[order[a]], pass_of(order[a]));
-            let size = self.sizes[s as usize];
             let mut b = a + 1;
             while b < order.len() && sources[order[b]] == s && pass_of(order[b]) == pass {
                 b += 1;
             }
-            offsets.clear();
-            offsets.extend(order[a..b].iter().map(|&i| occurrences[i] % size));
-            self.pass_order(s as usize, pass).map_in_place(&mut offsets);
-            for (&i, &sample) in order[a..b].iter().zip(&offsets) {
-                occurrences[i] = sample;
+            batch.clear();
+            batch.extend(order[a..b].iter().map(|&i| values[i]));
+            apply(&self.pass_order(s as usize, pass), &mut batch);
+            for (&i, &v) in order[a..b].iter().zip(&batch) {
+                values[i] = v;
             }
             a = b;
         }

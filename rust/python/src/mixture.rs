@@ -11,6 +11,9 @@ use crate::errors::to_py;
 /// Two int64 arrays: the sources and the indices.
 type Pairs<'py> = (Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>);
 
+/// A mixture proof as Python receives it: `(positions, per source, complete passes)`.
+type ProofTuple = (u64, Vec<u64>, Vec<u64>);
+
 #[pyclass(frozen, module = "permshard._core", name = "Mixture")]
 pub struct Mixture {
     inner: permshard_core::Mixture,
@@ -73,6 +76,23 @@ impl Mixture {
     /// How many of the positions `[0, n)` each source takes.
     fn counts(&self, n: u64) -> Vec<u64> {
         self.inner.counts(n)
+    }
+
+    /// Proves positions `[start, stop)` by the inverse: `(positions, per source, complete
+    /// passes per source)`, or ShardingError.
+    fn prove(&self, py: Python<'_>, start: u64, stop: u64) -> PyResult<ProofTuple> {
+        let proof = py
+            .detach(|| self.inner.prove_range(start, stop))
+            .map_err(to_py)?;
+        Ok((proof.positions, proof.per_source, proof.complete_passes))
+    }
+
+    /// Proves pass `pass_` of `source`, wherever its positions lie.
+    fn prove_pass(&self, py: Python<'_>, source: usize, pass_: u64) -> PyResult<ProofTuple> {
+        let proof = py
+            .detach(|| self.inner.prove_pass(source, pass_))
+            .map_err(to_py)?;
+        Ok((proof.positions, proof.per_source, proof.complete_passes))
     }
 
     /// Every position at which `(source, index)` appears.

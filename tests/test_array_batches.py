@@ -121,6 +121,34 @@ def test_token_windows_take_arrays_through_workers(tmp_path):
     assert len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
 
 
+def test_token_windows_gather_into_a_pinned_batch_when_asked(tmp_path, monkeypatch):
+    path = tmp_path / "tokens.bin"
+    tokens = np.random.default_rng(0).integers(0, 60_000, size=50_000, dtype=np.uint16)
+    tokens.tofile(path)
+    plain, pinned = TokenWindows(path, 64), TokenWindows(path, 64, pin_memory=True)
+    idx = np.array([5, 700, 3, 5], dtype=np.int64)
+    batch = pinned.__getitems__(idx).tensor
+    assert batch.dtype == torch.int64 and batch.is_contiguous()
+    assert torch.equal(batch, plain.__getitems__(idx).tensor)
+    assert torch.equal(batch[1], torch.from_numpy(tokens[700 * 64 : 701 * 64 + 1].astype(np.int64)))
+    assert batch.is_pinned() == torch.cuda.is_available()
+    # Asked to pin, the gather page-locks where it can: in the main process only.
+    asked: list[bool] = []
+    empty = torch.empty
+
+    def recording_empty(*args, pin_memory=False, **kwargs):
+        asked.append(pin_memory)
+        return empty(*args, **kwargs)
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch, "empty", recording_empty)
+    pinned.__getitems__(idx)
+    monkeypatch.setattr("permshard.data.tokens.get_worker_info", lambda: object())
+    pinned.__getitems__(idx)
+    plain.__getitems__(idx)
+    assert asked == [True, False, False]
+
+
 def test_token_budget_batches_as_arrays():
     lengths = np.random.default_rng(0).integers(1, 3000, 4000)
     lists = list(TokenBudgetBatchSampler(lengths, 16384, 2, 1, seed=1))

@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 from numpy.lib.stride_tricks import sliding_window_view
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, get_worker_info
 
 from .._validation import as_int, as_positive, as_u64
 from ..epoch_index import epoch_of
@@ -90,6 +90,10 @@ class TokenWindows(Dataset[Any]):
         shift_per_epoch (bool, optional): new window boundaries each epoch.
             Default: ``False``.
         seed (int, optional): key of the per-epoch shifts. Default: ``0``.
+        pin_memory (bool, optional): gather each batch of ``__getitems__`` straight into
+            a page-locked tensor when fetched in the main process (``num_workers=0``) and
+            CUDA is available, so ``.to("cuda", non_blocking=True)`` needs no staging copy
+            (and a DataLoader's ``pin_memory=True`` keeps it as is). Default: ``False``.
 
     Example::
 
@@ -124,7 +128,9 @@ class TokenWindows(Dataset[Any]):
         attention_mask: bool = False,
         shift_per_epoch: bool = False,
         seed: int = 0,
+        pin_memory: bool = False,
     ) -> None:
+        self.pin_memory = bool(pin_memory)
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
         if len(paths) == 0:
@@ -519,9 +525,12 @@ class TokenWindows(Dataset[Any]):
                 if a < b:
                     rows = order[a:b]
                     raw[rows] = views[f][offsets[rows]]
-        text = raw.astype(np.int64)
         if not self.documents:
-            return WindowBatch(torch.from_numpy(text))
+            # The one cast, from the file's dtype into the batch tensor (page-locked when asked).
+            batch = torch.empty((idx.size, self.seq_len + 1), dtype=torch.int64, pin_memory=self._pinned())
+            np.copyto(batch.numpy(), raw)
+            return WindowBatch(batch)
+        text = raw.astype(np.int64)
         if self.eod_id is not None:
             # Megatron's rule: a document starts after every EOD input token.
             starts = np.zeros((idx.size, self.seq_len), dtype=np.bool_)
@@ -537,6 +546,11 @@ class TokenWindows(Dataset[Any]):
             eod_mask_loss=self.eod_mask_loss,
             attention_mask=self.attention_mask,
         )
+
+    def _pinned(self) -> bool:
+        """Whether to page-lock this batch: asked for, CUDA there, and in the main process
+        (a worker's batch travels through shared memory, where its pages are not locked)."""
+        return self.pin_memory and get_worker_info() is None and torch.cuda.is_available()
 
     @classmethod
     def concatenate(cls, parts: Sequence[TokenWindows]) -> TokenWindows:

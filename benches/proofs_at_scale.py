@@ -35,6 +35,33 @@ _MEASURE = textwrap.dedent(
     """
 )
 
+# The other orders' proofs: `setup` builds, `timed` is measured; `items` counts what it proved.
+_MEASURE_CODE = textwrap.dedent(
+    """
+    import json, resource, sys, time
+    import numpy as np
+    import permshard
+    from permshard.token_budget import TokenBudgetBatchSampler
+
+    def peak_mib():
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    setup, timed, items = json.loads(sys.argv[1])
+    exec(setup)
+    before = peak_mib()
+    began = time.perf_counter()
+    exec(timed)
+    seconds = time.perf_counter() - began
+    print(json.dumps({"seconds": seconds, "items": eval(items), "growth_mib": peak_mib() - before}))
+    """
+)
+
+_LENGTHS = (
+    "lengths = np.clip(np.random.default_rng(0).lognormal(5.5, 0.8, size=10**7), 1, 4096).astype(np.int32)\n"
+    "s = TokenBudgetBatchSampler(lengths, 16384, 8, 3, seed=1)\n"
+)
+_BLEND = "m = permshard.Mixture([10**5, 10**6, 7 * 10**6], [0.5, 0.3, 0.2], num_samples=10**12, seed=3)\n"
+
 _DISTRIBUTED = textwrap.dedent(
     """
     import json, sys, time
@@ -62,6 +89,16 @@ _DISTRIBUTED = textwrap.dedent(
 def measure(n: int, w: int, method: str, rank: int | None = None, threads: int = 0) -> dict:
     done = subprocess.run(
         [sys.executable, "-c", _MEASURE, json.dumps([n, w, method, rank, threads])],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(done.stdout)
+
+
+def measure_code(setup: str, timed: str, items: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-c", _MEASURE_CODE, json.dumps([setup, timed, items])],
         capture_output=True,
         text=True,
         check=True,
@@ -104,6 +141,40 @@ def main() -> None:
         share,
         f"1e12 over 64 ranks: {full_items:.4g} items a rank, projected {projected / 60:.0f} min per rank "
         "= the cluster's wall time (every rank its own share at once)",
+    )
+
+    # Token-budget plans (budget-v1) and mixture passes, through the same inverse.
+    row(
+        "token-budget len()",
+        "plans",
+        10**7,
+        "all 8",
+        measure_code(_LENGTHS, "len(s)", "10**7"),
+        "plans every window on all cores (GIL released)",
+    )
+    row(
+        "token-budget epoch",
+        "inverse",
+        10**7,
+        "all 8",
+        measure_code(_LENGTHS, "s.verify()", "10**7"),
+        "each window's plan as handed out, O(window) memory",
+    )
+    row(
+        "mixture pass",
+        "inverse",
+        10**12,
+        "source 2, pass 9,999",
+        measure_code(_BLEND, "m.verify_pass(2, 9999)", "7 * 10**6"),
+        "one pass of a 7e6-sample source, anywhere in 1e12 positions",
+    )
+    row(
+        "mixture range",
+        "inverse",
+        10**12,
+        "positions [1e12 - 1e7, 1e12)",
+        measure_code(_BLEND, "m.verify(10**12 - 10**7, 10**12)", "10**7"),
+        "every pass wholly inside the range a permutation of its source",
     )
 
     with tempfile.TemporaryDirectory() as folder:  # spawned ranks import the worker from a file

@@ -243,6 +243,22 @@ def test_bad_input_names_the_fix():
         TokenBudgetBatchSampler(np.ones(4, dtype=np.int64), 0, 1, 0)
     with pytest.raises(ValueError, match="empty"):
         TokenBudgetBatchSampler(np.ones(0, dtype=np.int64), BUDGET, 1, 0)
+    with pytest.raises(ValueError, match=r"sample 3 has a negative length \(-5\).*fix the lengths"):
+        list(TokenBudgetBatchSampler(np.array([1, 2, 3, -5]), BUDGET, 1, 0, shuffle=False))
+    s = TokenBudgetBatchSampler(np.ones(10, dtype=np.int64), BUDGET, 1, 0)
+    with pytest.raises(ValueError, match="no fingerprint proof"):
+        s.verify_distributed(exact=False)
+    with pytest.raises(ValueError, match="torch.distributed to be initialized"):
+        s.verify_distributed()
+
+
+def test_lengths_of_any_integer_dtype_layout_and_byte_order_plan_alike():
+    lengths = lognormal(5000, seed=3)
+    expected = list(TokenBudgetBatchSampler(lengths, BUDGET, 2, 1, seed=4, window=700))
+    strided = np.repeat(lengths, 2).astype(np.int32)[::2]  # not contiguous: copied once
+    for other in (lengths.astype(np.uint16), lengths.astype(">i4"), strided):
+        s = TokenBudgetBatchSampler(other, BUDGET, 2, 1, seed=4, window=700)
+        assert list(s) == expected and len(s) == len(expected) and s.verify().covered == 5000
 
 
 def test_resume_continues_the_plan_on_the_same_world_size():

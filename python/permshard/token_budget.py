@@ -4,9 +4,11 @@ planned a window of the perm-v1 order at a time (budget-v1)."""
 from __future__ import annotations
 
 import base64
+import os
 import time
 from collections import deque
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ClassVar, Optional
 
@@ -416,18 +418,28 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         )  # fmt: skip
 
     def _prove(self, windows: range) -> tuple[list[int], list[int], Optional[int]]:
-        """Proves ``windows`` of the pass being run. Returns the totals ``[steps, consumed,
-        covered, padding, dropped]``, the samples per rank, and the first window whose
-        proof failed (``None``: none)."""
+        """Proves ``windows`` of the pass being run, a window per core at a time (the core
+        releases the GIL). Returns the totals ``[steps, consumed, covered, padding,
+        dropped]``, the samples per rank, and the first window whose proof failed
+        (``None``: none)."""
         start = self._start()
-        totals, per_rank = [0] * 5, [0] * self.num_replicas
-        for k in windows:
+        self._core_plan()  # built here, not raced for by the threads
+
+        def one(k: int) -> tuple[int, Any]:
             try:
-                ranks, *counts = self._prove_window(k, start)
+                return k, self._prove_window(k, start)
             except _core.ShardingError:
-                return totals, per_rank, k
-            totals = [t + c for t, c in zip(totals, counts)]
-            per_rank = [t + c for t, c in zip(per_rank, ranks)]
+                return k, None
+
+        totals, per_rank = [0] * 5, [0] * self.num_replicas
+        with ThreadPoolExecutor(max(1, min(len(windows), os.cpu_count() or 1))) as pool:
+            for k, proven in pool.map(one, windows):  # in window order
+                if proven is None:
+                    pool.shutdown(cancel_futures=True)
+                    return totals, per_rank, k
+                ranks, *counts = proven
+                totals = [t + c for t, c in zip(totals, counts)]
+                per_rank = [t + c for t, c in zip(per_rank, ranks)]
         return totals, per_rank, None
 
     def _certificate(self, totals: list[int], per_rank: list[int], began: float, ranks: Any) -> Certificate:
@@ -452,7 +464,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         inverse: each window's plan, for every rank, as the sampler hands it out, holds
         every position of the window not consumed before exactly once (but for declared
         padding and drops), in whole steps of one batch per rank, every batch under the
-        budget. O(window) memory at any ``n``.
+        budget. A window per core at a time: O(window) memory per core at any ``n``.
 
         Returns:
             Certificate: ``lengths`` (samples per rank), ``batches`` (per rank), coverage,
@@ -467,7 +479,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             self._prove_window(failed, self._start())  # raises the core's counter-example
         return self._certificate(totals, per_rank, began, range(self.num_replicas))
 
-    def verify_distributed(self, group: Any = None) -> Certificate:
+    def verify_distributed(self, group: Any = None, *, exact: bool = True) -> Certificate:
         """Consensus, then the exact proof of :meth:`verify` split across the ranks of
         ``group``: rank ``r`` proves the windows ``first + r, first + r + W, ...`` of the
         pass for every rank, and one fixed-size all-gather adds the counts up. O(n / W)
@@ -476,10 +488,16 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
 
         Args:
             group (ProcessGroup, optional): the process group (default: the world).
+            exact (bool, optional): ``True`` (the only proof of these plans; accepted
+                so that every sampler's ``verify_distributed(exact=True)`` reads alike).
 
         Raises:
             ShardingError: on every rank, with the first failing window's counter-example.
         """
+        if not exact:
+            raise ValueError(
+                "token-budget plans have no fingerprint proof: call verify_distributed() (exact)"
+            )
         if not (dist.is_available() and dist.is_initialized()):
             raise ValueError("verify_distributed needs torch.distributed to be initialized")
         began = time.perf_counter()

@@ -428,7 +428,8 @@ impl TokenBudget {
             ..WindowProof::default()
         };
         let n = self.n();
-        let mut found = Vec::new();
+        // Every batch's samples, in the order of the batches, inverted at once (batched).
+        let mut found = Vec::with_capacity(plan.samples.len());
         for (b, &(i, j)) in plan.bounds.iter().enumerate() {
             let (step, rank) = (b as u64 / world, b as u64 % world);
             if i >= j || j > plan.samples.len() as u64 {
@@ -442,10 +443,14 @@ impl TokenBudget {
             if let Some(s) = batch.iter().find(|&&s| s >= n) {
                 return violation(format!("sample {s} at step {step} is out of [0, {n})"));
             }
-            found.clear();
             found.extend_from_slice(batch);
-            self.order.invert_in_place(&mut found);
-            for (&s, &p) in batch.iter().zip(found.iter()) {
+        }
+        self.order.invert_in_place(&mut found);
+        let mut found = found.iter();
+        for (b, &(i, j)) in plan.bounds.iter().enumerate() {
+            let (step, rank) = (b as u64 / world, b as u64 % world);
+            let batch = &plan.samples[i as usize..j as usize];
+            for (&s, &p) in batch.iter().zip(found.by_ref()) {
                 if !positions.contains(&p) {
                     return violation(format!(
                         "sample {s} (rank {rank}, step {step}) sits at position {p}, outside \

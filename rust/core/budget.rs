@@ -35,20 +35,8 @@ pub trait Lengths: Sync {
     fn length(&self, sample: u64) -> Result<u64, Error>;
 }
 
-macro_rules! unsigned_lengths {
-    ($($t:ty),*) => {$(
-        impl Lengths for [$t] {
-            fn count(&self) -> u64 {
-                self.len() as u64
-            }
-            fn length(&self, sample: u64) -> Result<u64, Error> {
-                Ok(self[sample as usize] as u64)
-            }
-        }
-    )*};
-}
-
-macro_rules! signed_lengths {
+/// Lengths in an integer array of any width; a negative one is refused when read.
+macro_rules! lengths_of {
     ($($t:ty),*) => {$(
         impl Lengths for [$t] {
             fn count(&self) -> u64 {
@@ -67,8 +55,7 @@ macro_rules! signed_lengths {
     )*};
 }
 
-unsigned_lengths!(u8, u16, u32, u64);
-signed_lengths!(i8, i16, i32, i64);
+lengths_of!(u8, u16, u32, u64, i8, i16, i32, i64);
 
 /// The key of window `k`'s step order.
 pub fn window_seed(seed: u64, epoch: u64, k: u64) -> u64 {

@@ -110,6 +110,14 @@ def exact_proofs(rank: int, world: int, n: int, model_parallel: bool) -> dict:
     # A rank with another seed, announced: the consensus the proof starts with refuses it.
     other = ShardedSampler(n, num_replicas=w, rank=r, seed=1 if rank == world - 1 else 0)
     out["seed"] = expect_error(lambda: other.verify_distributed(exact=True), ShardingError)
+    # In the background: the share proven while the loop reads the epoch, the same counts.
+    s = ShardedSampler(n, num_replicas=w, rank=r, seed=3)
+    s.set_epoch(2)
+    pending = s.verify_in_background()
+    read = [int(i) for batch in DataLoader(range(n), sampler=s, batch_size=97) for i in batch]
+    background = pending.wait()
+    out["background"] = (both(s)[0], (background.method, background.ranks, background.covered,
+                         background.padding, background.dropped, background.consumed), len(read))  # fmt: skip
     out.update(_exact_budget_proofs(rank, world, n, w, r))
     dist.barrier()
     return out
@@ -135,6 +143,11 @@ def _exact_budget_proofs(rank: int, world: int, n: int, w: int, r: int) -> dict:
         return tuple(getattr(exact, f) for f in fields), tuple(getattr(local, f) for f in fields), len(s)
 
     out = {"budget": both(sampler())}
+    ahead = sampler()
+    pending = ahead.verify_in_background()
+    ahead.set_epoch(2)  # after the call: the proof is of the pass as it was
+    later = pending.wait()
+    out["budget_background"] = (later.epoch, later.batches, later.covered, later.lengths)
     donor = TokenBudgetBatchSampler(lengths, 16384, 3, 1, seed=3, window=1024, check_consensus=False)
     donor.set_epoch(1)
     it = iter(donor)

@@ -70,6 +70,11 @@ def test_exact_distributed_proofs_on_real_ranks(world, model_parallel):
             assert exact == local and exact[3] == batches, name
             assert exact[4] + exact[7] == n, name  # covered + consumed: every sample once
         assert r["budget_resumed"][0][7] > 0
+        # Background proofs: the same counts as the synchronous ones, read or not meanwhile.
+        now, later, read = r["background"]
+        assert later == now and read == len(ShardedSampler(n, num_replicas=sampler_ranks, rank=0))
+        exact = r["budget"][0]
+        assert r["budget_background"] == (1, exact[3], exact[4], exact[2])
     # A plan broken on the last process fails on every process: there with the core's
     # counter-example, elsewhere naming it (a model-parallel peer's plan differs first).
     broken = [r["budget_broken"] for r in results]

@@ -237,3 +237,26 @@ def test_a_failing_share_raises_the_core_s_counter_example(monkeypatch):
         "rank 1 at local position 2 (global position 9) holds sample 7, but the order's inverse puts "
         "that sample at position 5: a sample twice, or dealt from the wrong position (3 failures in all)"
     )
+
+
+def test_a_pending_certificate_joins_its_thread_and_reraises_there():
+    import threading
+
+    from permshard import PendingCertificate
+
+    cert = permshard.verify(1000, 4)
+    threads: list[str] = []
+
+    def prove() -> int:
+        threads.append(threading.current_thread().name)
+        return 7
+
+    pending = PendingCertificate(prove, lambda value: cert if value == 7 else None)
+    assert pending.wait() is cert and pending.done() and threads == ["permshard-proof"]
+    now = PendingCertificate(prove, lambda value: cert, background=False)
+    assert now.done() and now.wait() is cert and threads[-1] == threading.current_thread().name
+    failing = PendingCertificate(lambda: 1 // 0, lambda value: cert)
+    with pytest.raises(ZeroDivisionError):
+        failing.wait()
+    with pytest.raises(ValueError, match="torch.distributed to be initialized"):
+        permshard.ShardedSampler(100, 2, 0).verify_in_background()

@@ -25,7 +25,7 @@ from ._core import ALGORITHM, BLOCK_ALGORITHM, IDENTITY_ALGORITHM, MIX_ALGORITHM
 if TYPE_CHECKING:
     from . import data
     from .block import BlockPermutation
-    from .certificate import Certificate
+    from .certificate import Certificate, PendingCertificate
     from .config import ShardConfig
     from .epoch_index import EpochIndex
     from .mixture import Mixture
@@ -41,6 +41,7 @@ _LAZY = {
     "Certificate": ".certificate",
     "EpochIndex": ".epoch_index",
     "Mixture": ".mixture",
+    "PendingCertificate": ".certificate",
     "Permutation": ".permutation",
     "ShardConfig": ".config",
     "ShardPlan": ".plan",
@@ -61,6 +62,7 @@ __all__ = [
     "Certificate",
     "EpochIndex",
     "Mixture",
+    "PendingCertificate",
     "Permutation",
     "ShardConfig",
     "ShardPlan",

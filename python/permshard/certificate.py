@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from .config import Configured, ShardConfig
 
@@ -80,3 +82,61 @@ class Certificate(Configured):
             f"once -- covered {self.covered:,}, padding {self.padding:,}, dropped "
             f"{self.dropped:,} [{self.seconds:.2f} s]"
         )
+
+
+class PendingCertificate:
+    """An exact distributed proof running in the background: its heavy part (every item
+    of this rank's share inverted, in the core, GIL released) in a thread while training
+    goes on; :meth:`wait` joins it and runs the proof's one small collective, then judges.
+
+    Like any collective, :meth:`wait` must be called by every process of the group at the
+    same point of its program (e.g. at the end of the epoch), from the thread that runs
+    the other collectives: the background thread itself never communicates.
+
+    Args:
+        prove: the local part, run in the thread; returns what ``finish`` needs.
+        finish: the collective and the judgement, run by :meth:`wait`.
+        background (bool, optional): ``False`` runs ``prove`` now, in the caller's
+            thread (the synchronous proofs). Default: ``True``.
+
+    Example::
+
+        >>> pending = sampler.verify_in_background()  # consensus now, the proof meanwhile
+        >>> for batch in loader: ...
+        >>> cert = pending.wait()  # every rank, at the same point
+    """
+
+    def __init__(
+        self, prove: Callable[[], Any], finish: Callable[[Any], Certificate], *, background: bool = True
+    ) -> None:
+        self._finish = finish
+        self._outcome: tuple[bool, Any] = (False, None)
+
+        def run() -> None:
+            try:
+                self._outcome = (True, prove())
+            except BaseException as error:  # re-raised by wait(), in the caller's thread
+                self._outcome = (False, error)
+
+        self._thread = threading.Thread(target=run, name="permshard-proof", daemon=True)
+        if background:
+            self._thread.start()
+        else:
+            self._outcome = (True, prove())
+
+    def done(self) -> bool:
+        """Whether the local part has finished (:meth:`wait` then only communicates)."""
+        return not self._thread.is_alive()
+
+    def wait(self) -> Certificate:
+        """Joins the local part, runs the collective and returns the certificate.
+
+        Raises:
+            ShardingError: as the synchronous proof does, on every rank.
+        """
+        if self._thread.ident is not None:
+            self._thread.join()
+        finished, value = self._outcome
+        if not finished:
+            raise value
+        return self._finish(value)

@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from . import _core
 from ._core import ShardingError
-from .certificate import Certificate
+from .certificate import Certificate, PendingCertificate
 from .collectives import all_gather_u64, gather_by_rank
 from .config import ShardConfig
 from .consensus import FIX_RESUME, Agreed, check_consensus
@@ -114,10 +114,21 @@ _NONE = (2**64 - 1,) * 5
 def _exact(part: _core.Partition, config: ShardConfig, rank: int, group: Any, began: float) -> Certificate:
     """Each process proves its rank's share by the inverse; the shares, one per rank
     (model-parallel peers prove the same one and must agree), are added up and judged."""
-    # The stream this process yields, inverted by the order every rank agreed on.
+    return _judge_shares(part, config, rank, group, began, _prove_share(part, config, rank))
+
+
+def _prove_share(part: _core.Partition, config: ShardConfig, rank: int) -> list[int]:
+    """This rank's share of the exact proof, as the fixed-size row the ranks gather: the
+    stream this process yields, inverted by the order every rank agreed on."""
     agreed = config.partition(part.start)
     items, real, padding, outside, failures, first = _core.prove_ranks(part, rank, rank + 1, reference=agreed)
-    mine = [items, real, padding, outside, failures, *(first or _NONE)]
+    return [items, real, padding, outside, failures, *(first or _NONE)]
+
+
+def _judge_shares(
+    part: _core.Partition, config: ShardConfig, rank: int, group: Any, began: float, mine: list[int]
+) -> Certificate:
+    """Gathers every rank's share (:func:`_prove_share`), adds them up and judges."""
     by_rank = gather_by_rank(rank, mine, group, "proofs")
     rows = list(by_rank.values())
     failed = [row for row in rows if row[4]]
@@ -139,4 +150,24 @@ def _exact(part: _core.Partition, config: ShardConfig, rank: int, group: Any, be
         start=part.start,
         consumed=consumed,
         ranks=tuple(sorted(by_rank)),
+    )
+
+
+def verify_in_background(
+    part: _core.Partition, config: ShardConfig, rank: int, dataset: Any = None, group: Any = None
+) -> PendingCertificate:
+    """The exact distributed proof of :func:`verify_distributed` (``exact=True``) with its
+    heavy part in a background thread: the consensus now (a collective), this rank's share
+    meanwhile, the gather and the judgement in :meth:`PendingCertificate.wait`.
+
+    Args:
+        part, config, rank, dataset, group: as for :func:`verify_distributed`.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        raise ValueError("verify_in_background needs torch.distributed to be initialized")
+    began = time.perf_counter()
+    check_consensus(config, rank, dataset, agreed=[Agreed("start", part.start, FIX_RESUME)], group=group)
+    return PendingCertificate(
+        lambda: _prove_share(part, config, rank),
+        lambda mine: _judge_shares(part, config, rank, group, began, mine),
     )

@@ -12,7 +12,7 @@ from torch.utils.data import BatchSampler, DistributedSampler
 
 from . import _core, consensus, coverage, guards, proofs
 from ._validation import as_int, as_positive, as_u64
-from .certificate import Certificate
+from .certificate import Certificate, PendingCertificate
 from .config import ShardConfig
 from .epoch_index import wants_arrays, wants_epoch
 from .mesh import MeshDim, resolve_world
@@ -394,6 +394,26 @@ class ShardedSampler(DistributedSampler[int]):
         """
         return coverage.verify_distributed(
             self._current_partition(), self.config, self.rank, self.dataset, group, exact=exact
+        )
+
+    def verify_in_background(self, group: Any = None) -> PendingCertificate:
+        """The exact distributed proof of :meth:`verify_distributed` (``exact=True``) with
+        this rank's share proven in a background thread while training goes on: the
+        consensus now, the one small collective when every rank calls
+        :meth:`PendingCertificate.wait` (at the same point, e.g. the epoch's end). A
+        collective: every process of the group must call it.
+
+        Args:
+            group (ProcessGroup, optional): the process group (default: the world).
+
+        Example::
+
+            >>> pending = sampler.verify_in_background()
+            >>> for batch in loader: ...
+            >>> print(pending.wait())
+        """
+        return coverage.verify_in_background(
+            self._current_partition(), self.config, self.rank, self.dataset, group
         )
 
     def describe(self) -> dict[str, Any]:

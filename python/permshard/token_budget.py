@@ -4,6 +4,7 @@ planned a window of the perm-v1 order at a time (budget-v1)."""
 from __future__ import annotations
 
 import base64
+import copy
 import os
 import time
 from collections import deque
@@ -19,7 +20,7 @@ from torch.utils.data import Sampler
 
 from . import _core
 from ._validation import as_int, as_positive, as_u64
-from .certificate import Certificate
+from .certificate import Certificate, PendingCertificate
 from .collectives import gather_by_rank
 from .config import ShardConfig
 from .consensus import FIX_RESUME, Agreed, check_consensus, digest
@@ -498,22 +499,44 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             raise ValueError(
                 "token-budget plans have no fingerprint proof: call verify_distributed() (exact)"
             )
+        return self._distributed(group, background=False).wait()
+
+    def verify_in_background(self, group: Any = None) -> PendingCertificate:
+        """The proof of :meth:`verify_distributed` with this rank's windows proven in a
+        background thread while training goes on (the plans of the pass as they are now:
+        a later ``set_epoch`` or resume does not change what is proven); the consensus now,
+        the one small collective when every rank calls :meth:`PendingCertificate.wait`.
+        A collective: every process of the group must call it.
+
+        Args:
+            group (ProcessGroup, optional): the process group (default: the world).
+        """
+        return self._distributed(group, background=True)
+
+    def _distributed(self, group: Any, background: bool) -> PendingCertificate:
+        """Consensus, then this rank's windows proven (in a thread when ``background``),
+        gathered and judged by the pending certificate's ``wait``."""
         if not (dist.is_available() and dist.is_initialized()):
             raise ValueError("verify_distributed needs torch.distributed to be initialized")
         began = time.perf_counter()
         check_consensus(self.config, self.rank, agreed=self._agreed(), group=group)
+        snapshot = copy.copy(self)  # the pass as it is now, whatever this sampler does next
         world = self.num_replicas
-        windows = range(self._start()[0] + self.rank, self._num_windows(), world)
-        totals, per_rank, failed = self._prove(windows)
-        mine = [2**64 - 1 if failed is None else failed, *totals, *per_rank]
-        rows = gather_by_rank(self.rank, mine, group, "proofs")
-        failures = [row[0] for row in rows.values() if row[0] != 2**64 - 1]
-        if failures:  # every rank proves the first failing window again, for its message
-            self._prove_window(min(failures), self._start())
-            raise _core.ShardingError(f"the proof of window {min(failures)} failed on another rank")
-        totals = [sum(row[1 + i] for row in rows.values()) for i in range(5)]
-        per_rank = [sum(row[6 + r] for row in rows.values()) for r in range(world)]
-        return self._certificate(totals, per_rank, began, sorted(rows))
+        windows = range(snapshot._start()[0] + self.rank, snapshot._num_windows(), world)
+
+        def finish(proven: tuple[list[int], list[int], Optional[int]]) -> Certificate:
+            totals, per_rank, failed = proven
+            mine = [2**64 - 1 if failed is None else failed, *totals, *per_rank]
+            rows = gather_by_rank(self.rank, mine, group, "proofs")
+            failures = [row[0] for row in rows.values() if row[0] != 2**64 - 1]
+            if failures:  # every rank proves the first failing window again, for its message
+                snapshot._prove_window(min(failures), snapshot._start())
+                raise _core.ShardingError(f"the proof of window {min(failures)} failed on another rank")
+            totals = [sum(row[1 + i] for row in rows.values()) for i in range(5)]
+            per_rank = [sum(row[6 + r] for row in rows.values()) for r in range(world)]
+            return snapshot._certificate(totals, per_rank, began, sorted(rows))
+
+        return PendingCertificate(lambda: snapshot._prove(windows), finish, background=background)
 
 
 def _encode_taken(taken: Optional[npt.NDArray[np.bool_]]) -> str:

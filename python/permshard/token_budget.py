@@ -308,8 +308,9 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         consumed = np.zeros(min(self.n, (k + 1) * self.window) - k * self.window, dtype=bool)
         if taken is not None:
             consumed |= taken
-        done = np.concatenate(
-            [plan.batch(s, r) for s in range(steps) for r in range(world)] or [np.zeros(0, np.int64)]
+        done = np.concatenate(  # a saved step count past the plan (an edited state): all of it
+            [plan.batch(s, r) for s in range(min(steps, plan.steps)) for r in range(world)]
+            or [np.zeros(0, np.int64)]
         )
         window = self._samples(k)
         by_sample = np.argsort(window)  # the window's positions of the samples done
@@ -478,6 +479,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         totals, per_rank, failed = self._prove(range(self._start()[0], self._num_windows()))
         if failed is not None:
             self._prove_window(failed, self._start())  # raises the core's counter-example
+            raise _core.ShardingError(f"the proof of window {failed} failed")
         return self._certificate(totals, per_rank, began, range(self.num_replicas))
 
     def verify_distributed(self, group: Any = None, *, exact: bool = True) -> Certificate:

@@ -285,14 +285,27 @@ impl Permutation {
 
     /// Replaces every position in `values` (all `< n`, checked by the caller) by π(position).
     pub(crate) fn map_in_place(&self, values: &mut [u64]) {
+        self.apply_in_place(values, |t| &t.forward, simd::map_block)
+    }
+
+    /// `values` through one direction: the small table's `side` when there is one, else
+    /// `block` (the batched cycle walk) a block at a time.
+    #[inline(always)]
+    fn apply_in_place(
+        &self,
+        values: &mut [u64],
+        side: fn(&Table) -> &Vec<u16>,
+        block: fn(&Permutation, &mut [u64]),
+    ) {
         if let Some(t) = &self.table {
+            let side = side(t);
             for v in values.iter_mut() {
-                *v = t.forward[*v as usize] as u64;
+                *v = side[*v as usize] as u64;
             }
             return;
         }
         for chunk in values.chunks_mut(BLOCK) {
-            simd::map_block(self, chunk);
+            block(self, chunk);
         }
     }
 
@@ -359,15 +372,7 @@ impl Permutation {
     /// Replaces every sample in `values` (all `< n`, checked by the caller) by π⁻¹(sample):
     /// the batched inverse, identical to [`Permutation::inverse`].
     pub(crate) fn invert_in_place(&self, values: &mut [u64]) {
-        if let Some(t) = &self.table {
-            for v in values.iter_mut() {
-                *v = t.inverse[*v as usize] as u64;
-            }
-            return;
-        }
-        for chunk in values.chunks_mut(BLOCK) {
-            simd::invert_block(self, chunk);
-        }
+        self.apply_in_place(values, |t| &t.inverse, simd::invert_block)
     }
 
     /// `out[i] = π⁻¹(start + i)`, batched; identical to calling [`Permutation::inverse`].

@@ -54,12 +54,9 @@ def verify_distributed(
             ``exact=True`` the first counter-example (rank, local position, sample), on
             every rank.
     """
-    if not (dist.is_available() and dist.is_initialized()):
-        raise ValueError("verify_distributed needs torch.distributed to be initialized")
-    began = time.perf_counter()
-    check_consensus(config, rank, dataset, agreed=[Agreed("start", part.start, FIX_RESUME)], group=group)
+    began = _agree(part, config, rank, dataset, group, "verify_distributed")
     if exact:
-        return _exact(part, config, rank, group, began)
+        return _exact(part, config, rank, group, began, background=False).wait()
     yielded, padding, consumed, dropped, reference = part.coverage_share(rank)
     mine = [rank, part.num_samples, *yielded, *padding, *consumed, *dropped, *reference]
     totals = [(0, 0, 0, 0)] * 5
@@ -111,10 +108,28 @@ def verify_distributed(
 _NONE = (2**64 - 1,) * 5
 
 
-def _exact(part: _core.Partition, config: ShardConfig, rank: int, group: Any, began: float) -> Certificate:
-    """Each process proves its rank's share by the inverse; the shares, one per rank
-    (model-parallel peers prove the same one and must agree), are added up and judged."""
-    return _judge_shares(part, config, rank, group, began, _prove_share(part, config, rank))
+def _agree(
+    part: _core.Partition, config: ShardConfig, rank: int, dataset: Any, group: Any, caller: str
+) -> float:
+    """The consensus every distributed proof starts with; returns when it began."""
+    if not (dist.is_available() and dist.is_initialized()):
+        raise ValueError(f"{caller} needs torch.distributed to be initialized")
+    began = time.perf_counter()
+    check_consensus(config, rank, dataset, agreed=[Agreed("start", part.start, FIX_RESUME)], group=group)
+    return began
+
+
+def _exact(
+    part: _core.Partition, config: ShardConfig, rank: int, group: Any, began: float, *, background: bool
+) -> PendingCertificate:
+    """Each process proves its rank's share by the inverse (in a thread when
+    ``background``); ``wait()`` adds the shares up, one per rank (model-parallel peers
+    prove the same one and must agree), and judges."""
+    return PendingCertificate(
+        lambda: _prove_share(part, config, rank),
+        lambda mine: _judge_shares(part, config, rank, group, began, mine),
+        background=background,
+    )
 
 
 def _prove_share(part: _core.Partition, config: ShardConfig, rank: int) -> list[int]:
@@ -163,11 +178,5 @@ def verify_in_background(
     Args:
         part, config, rank, dataset, group: as for :func:`verify_distributed`.
     """
-    if not (dist.is_available() and dist.is_initialized()):
-        raise ValueError("verify_in_background needs torch.distributed to be initialized")
-    began = time.perf_counter()
-    check_consensus(config, rank, dataset, agreed=[Agreed("start", part.start, FIX_RESUME)], group=group)
-    return PendingCertificate(
-        lambda: _prove_share(part, config, rank),
-        lambda mine: _judge_shares(part, config, rank, group, began, mine),
-    )
+    began = _agree(part, config, rank, dataset, group, "verify_in_background")
+    return _exact(part, config, rank, group, began, background=True)

@@ -29,6 +29,9 @@ from .mesh import MeshDim, resolve_world
 #: The algorithm id of the token-budget plan (the core's), recorded in state dicts.
 BUDGET_ALGORITHM = _core.BUDGET_ALGORITHM
 
+#: A resume point under this sampler's world size: (window, its taken samples, steps done).
+_Start = tuple[int, Optional[npt.NDArray[np.bool_]], int]
+
 #: The keys of a saved resume point, beside the configuration.
 _RESUME_KEYS = ("window_index", "steps", "taken")
 
@@ -298,7 +301,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             self._resume = (0, None, 0, self.num_replicas)
         self.epoch = epoch
 
-    def _start(self) -> tuple[int, Optional[npt.NDArray[np.bool_]], int]:
+    def _start(self) -> _Start:
         """The resume point as (window, taken, steps) under this sampler's world size."""
         k, taken, steps, world = self._resume
         if world == self.num_replicas or k >= self._num_windows():
@@ -407,7 +410,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self._progress.clear()
         self._handed = 0
 
-    def _prove_window(self, k: int, start: tuple[int, Optional[npt.NDArray[np.bool_]], int]) -> Any:
+    def _prove_window(self, k: int, start: _Start) -> Any:
         """The core's proof of window ``k``'s plan, as handed out, in the pass from
         ``start`` (see :meth:`verify`): ``(samples per rank, steps, consumed, covered,
         padding, dropped)``, or ShardingError."""
@@ -419,12 +422,11 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             plan.padding, plan.dropped,
         )  # fmt: skip
 
-    def _prove(self, windows: range) -> tuple[list[int], list[int], Optional[int]]:
-        """Proves ``windows`` of the pass being run, a window per core at a time (the core
-        releases the GIL). Returns the totals ``[steps, consumed, covered, padding,
-        dropped]``, the samples per rank, and the first window whose proof failed
-        (``None``: none)."""
-        start = self._start()
+    def _prove(self, windows: range, start: _Start) -> tuple[list[int], list[int], Optional[int]]:
+        """Proves ``windows`` of the pass from ``start`` (:meth:`_start`), a window per core
+        at a time (the core releases the GIL). Returns the totals ``[steps, consumed,
+        covered, padding, dropped]``, the samples per rank, and the first window whose
+        proof failed (``None``: none)."""
         self._core_plan()  # built here, not raced for by the threads
 
         def one(k: int) -> tuple[int, Any]:
@@ -444,9 +446,11 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
                 per_rank = [t + c for t, c in zip(per_rank, ranks)]
         return totals, per_rank, None
 
-    def _certificate(self, totals: list[int], per_rank: list[int], began: float, ranks: Any) -> Certificate:
+    def _certificate(
+        self, totals: list[int], per_rank: list[int], began: float, ranks: Any, first_window: int
+    ) -> Certificate:
         steps, consumed, covered, padding, dropped = totals
-        start = min(self._start()[0] * self.window, self.n)
+        start = min(first_window * self.window, self.n)
         return Certificate(
             config=self.config,
             lengths=tuple(per_rank),
@@ -476,11 +480,12 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             ShardingError: with what is missing, repeated or over the budget.
         """
         began = time.perf_counter()
-        totals, per_rank, failed = self._prove(range(self._start()[0], self._num_windows()))
+        start = self._start()
+        totals, per_rank, failed = self._prove(range(start[0], self._num_windows()), start)
         if failed is not None:
-            self._prove_window(failed, self._start())  # raises the core's counter-example
+            self._prove_window(failed, start)  # raises the core's counter-example
             raise _core.ShardingError(f"the proof of window {failed} failed")
-        return self._certificate(totals, per_rank, began, range(self.num_replicas))
+        return self._certificate(totals, per_rank, began, range(self.num_replicas), start[0])
 
     def verify_distributed(self, group: Any = None, *, exact: bool = True) -> Certificate:
         """Consensus, then the exact proof of :meth:`verify` split across the ranks of
@@ -523,8 +528,8 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         began = time.perf_counter()
         check_consensus(self.config, self.rank, agreed=self._agreed(), group=group)
         snapshot = copy.copy(self)  # the pass as it is now, whatever this sampler does next
-        world = self.num_replicas
-        windows = range(snapshot._start()[0] + self.rank, snapshot._num_windows(), world)
+        world, start = self.num_replicas, snapshot._start()
+        windows = range(start[0] + self.rank, snapshot._num_windows(), world)
 
         def finish(proven: tuple[list[int], list[int], Optional[int]]) -> Certificate:
             totals, per_rank, failed = proven
@@ -532,13 +537,13 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             rows = gather_by_rank(self.rank, mine, group, "proofs")
             failures = [row[0] for row in rows.values() if row[0] != 2**64 - 1]
             if failures:  # every rank proves the first failing window again, for its message
-                snapshot._prove_window(min(failures), snapshot._start())
+                snapshot._prove_window(min(failures), start)
                 raise _core.ShardingError(f"the proof of window {min(failures)} failed on another rank")
             totals = [sum(row[1 + i] for row in rows.values()) for i in range(5)]
             per_rank = [sum(row[6 + r] for row in rows.values()) for r in range(world)]
-            return snapshot._certificate(totals, per_rank, began, sorted(rows))
+            return snapshot._certificate(totals, per_rank, began, sorted(rows), start[0])
 
-        return PendingCertificate(lambda: snapshot._prove(windows), finish, background=background)
+        return PendingCertificate(lambda: snapshot._prove(windows, start), finish, background=background)
 
 
 def _encode_taken(taken: Optional[npt.NDArray[np.bool_]]) -> str:

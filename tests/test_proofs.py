@@ -229,7 +229,10 @@ def test_consensus_device_follows_the_backend(monkeypatch):
 
 
 def test_a_failing_share_raises_the_core_s_counter_example(monkeypatch):
-    failing = (4, 4, 0, 0, 3, (9, 1, 2, 7, 5))  # rank 1's item 2 at position 9 holds sample 7
+    # items, real, padding, outside, failures, has a first failure; rank 1's item 2 at
+    # position 9 holds sample 7, which inverts to 5 (not a dealing failure).
+    failing = _core.Share.from_words([4, 4, 0, 0, 3, 1, 9, 1, 2, 7, 5, 0, 0, 0])
+    assert (failing.items, failing.failures, failing.first.rank, failing.first.sample) == (4, 3, 1, 7)
     monkeypatch.setattr(_core, "prove_ranks", lambda *args, **kwargs: failing)
     with pytest.raises(ShardingError) as e:
         verify(12, 4, rank=1)

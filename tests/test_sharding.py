@@ -12,7 +12,7 @@ from reference_perm_v1 import ReferencePermutation
 
 import permshard
 from permshard import ShardConfig, ShardedSampler, _core
-from permshard.sampler import StepBatchSampler
+from permshard import StepBatchSampler
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "state_dicts.json").read_text())
 

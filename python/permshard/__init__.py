@@ -4,7 +4,9 @@
   O(1) memory, O(1) access both ways.
 * :class:`ShardedSampler` — a drop-in :class:`~torch.utils.data.DistributedSampler`
   without ``randperm(N)``, with plans, ``locate``, O(1) resume (also on another number of
-  ranks) and proofs; :class:`ShardedBatchSampler` yields whole batches.
+  ranks) and proofs; :class:`ShardedBatchSampler` yields whole batches,
+  :class:`StepBatchSampler` accelerate's whole batches per step; each proves the stream
+  it yields.
 * :class:`Mixture` — weighted sources, position → ``(source, index)``, no build step.
 * :func:`verify` — the exact proof; :class:`ShardingError` when sharding is wrong.
 * ``IDENTITY_ALGORITHM``, ``ALGORITHM`` (perm-v1), ``BLOCK_ALGORITHM``, ``MIX_ALGORITHM`` —
@@ -32,7 +34,8 @@ if TYPE_CHECKING:
     from .permutation import Permutation
     from .plan import ShardPlan
     from .proofs import check_loader, verify
-    from .sampler import ShardedBatchSampler, ShardedSampler
+    from .batch_sampler import ShardedBatchSampler, StepBatchSampler
+    from .sampler import ShardedSampler
     from .token_budget import TokenBudgetBatchSampler
 
 #: Public name -> the module that defines it.
@@ -45,8 +48,9 @@ _LAZY = {
     "Permutation": ".permutation",
     "ShardConfig": ".config",
     "ShardPlan": ".plan",
-    "ShardedBatchSampler": ".sampler",
+    "ShardedBatchSampler": ".batch_sampler",
     "ShardedSampler": ".sampler",
+    "StepBatchSampler": ".batch_sampler",
     "TokenBudgetBatchSampler": ".token_budget",
     "check_loader": ".proofs",
     "data": ".data",
@@ -69,6 +73,7 @@ __all__ = [
     "ShardedBatchSampler",
     "ShardedSampler",
     "ShardingError",
+    "StepBatchSampler",
     "TokenBudgetBatchSampler",
     "__version__",
     "check_loader",

@@ -29,6 +29,6 @@ def as_u64(name: str, value: Any, *, minimum: int = 0) -> int:
 def as_positive(name: str, value: Any) -> int:
     """``value`` as an int >= 1 (sizes, batch sizes, world sizes)."""
     number = as_int(name, value)
-    if number < 1:
-        raise ValueError(f"{name} should be a positive integer, got {number}")
+    if not 1 <= number <= U64_MAX:
+        raise ValueError(f"{name} should be a positive integer below 2**64, got {number}")
     return number

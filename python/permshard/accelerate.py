@@ -23,7 +23,8 @@ from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Rando
 
 from ._core import ShardingError
 from .mesh import mesh_world
-from .sampler import ShardedBatchSampler, ShardedSampler, StepBatchSampler
+from .batch_sampler import ShardedBatchSampler, StepBatchSampler
+from .sampler import ShardedSampler
 from .token_budget import TokenBudgetBatchSampler
 
 __all__ = ["StepBatchSampler", "data_parallel_world", "prepare_data_loader"]

@@ -17,8 +17,9 @@ class Certificate(Configured):
     Attributes:
         config: the configuration proven (a :class:`ShardConfig`, or a sampler's extension
             of it such as ``BudgetConfig``); its fields (``algorithm``, ``n``,
-            ``num_replicas``, ``seed``, ``epoch``, ``shuffle``, ``drop_last``) read as
-            attributes too.
+            ``num_replicas``, ``seed``, ``epoch``, ``shuffle``, ``drop_last``,
+            ``dealing``) read as attributes too. ``dealing`` names how the proven stream
+            was dealt: ``"round-robin"``, ``"step"``, or a token-budget plan's id.
         lengths: items (samples) per rank.
         covered: distinct samples yielded, all ranks together.
         padding: items that repeat a sample to make ranks even.
@@ -40,8 +41,8 @@ class Certificate(Configured):
     Example::
 
         >>> cert = permshard.verify(1000, 8, seed=1)
-        >>> cert.covered, cert.padding, cert.dropped, cert.method, cert.algorithm
-        (1000, 0, 0, 'inverse', 'perm-v1')
+        >>> cert.covered, cert.padding, cert.dropped, cert.method, cert.algorithm, cert.dealing
+        (1000, 0, 0, 'inverse', 'perm-v1', 'round-robin')
     """
 
     config: ShardConfig
@@ -66,17 +67,18 @@ class Certificate(Configured):
         each = f"{low:,} samples" if low == high else f"{low:,}-{high:,} samples"
         if self.batches is not None:
             each = f"{self.batches:,} batches ({each})"
+        how = f"{self.method}, {self.algorithm}, {self.dealing}"
         if self.ranks and len(self.ranks) < self.num_replicas:
             shown = ", ".join(map(str, self.ranks))
             return (
-                f"PROVEN ({self.method}, {self.algorithm}): the share of rank {shown} of n={self.n:,} "
+                f"PROVEN ({how}): the share of rank {shown} of n={self.n:,} "
                 f"over {self.num_replicas} ranks x {each} (seed={self.seed}, epoch={self.epoch}): its "
                 f"stream of {self.lengths[0]:,} items ({self.covered:,} samples, {self.padding:,} "
                 f"padding) and its slice of the positions outside the pass invert exactly; the "
                 f"epoch is proven when every rank's share is [{self.seconds:.2f} s]"
             )
         return (
-            f"PROVEN ({self.method}, {self.algorithm}): n={self.n:,} over {self.num_replicas} "
+            f"PROVEN ({how}): n={self.n:,} over {self.num_replicas} "
             f"ranks x {each} (seed={self.seed}, epoch={self.epoch}, "
             f"shuffle={self.shuffle}, drop_last={self.drop_last}{resumed}): every sample exactly "
             f"once -- covered {self.covered:,}, padding {self.padding:,}, dropped "

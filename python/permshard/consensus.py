@@ -73,6 +73,7 @@ _FIXES = {
     "epoch": "call sampler.set_epoch(epoch) on every rank before each epoch",
     "num_replicas": "every rank must use the same num_replicas (the world size)",
     "algorithm": "install the same permshard version on every rank, and build the same sampler",
+    "dealing": "build the same sampler class on every rank (a StepBatchSampler everywhere, or nowhere)",
     "dataset": f"the ranks hold different datasets of the same length; if each rank's "
     f"dataset is a per-rank slice, the data is split twice: {FIX_DOUBLE_SPLIT}",
 }
@@ -124,7 +125,11 @@ def _consensus_record(
     record = {"algorithm": Agreed("algorithm", digest(config.algorithm), _FIXES["algorithm"], True)}
     # A field without a fix of its own (a new one) gets the generic fix.
     fix = {k: _FIXES.get(k, f"pass the same {k}=... on every rank") for k in fields}
-    record.update((k, Agreed(k, int(v), fix[k])) for k, v in fields.items() if k != "algorithm")
+    record.update(
+        (k, Agreed(k, digest(v), fix[k], True) if isinstance(v, str) else Agreed(k, int(v), fix[k]))
+        for k, v in fields.items()
+        if k != "algorithm"
+    )
     record.update((a.name, a) for a in agreed)
     fingerprint = dataset_fingerprint(dataset if dataset is not None else config.n)
     record["dataset"] = Agreed("dataset", digest(fingerprint), _FIXES["dataset"], True)
@@ -207,4 +212,4 @@ def check_layout(ranks: list[int], num_replicas: int) -> None:
 
 
 def _as_python(key: str, value: int) -> Any:
-    return bool(value) if key in ("shuffle", "drop_last") else value
+    return bool(value) if key in ("shuffle", "drop_last", "drop_last_batch") else value

@@ -104,10 +104,6 @@ def verify_distributed(
     )
 
 
-#: No counter-example, in a fixed-size row.
-_NONE = (2**64 - 1,) * 5
-
-
 def _agree(
     part: _core.Partition, config: ShardConfig, rank: int, dataset: Any, group: Any, caller: str
 ) -> float:
@@ -133,26 +129,19 @@ def _exact(
 
 
 def _prove_share(part: _core.Partition, config: ShardConfig, rank: int) -> list[int]:
-    """This rank's share of the exact proof, as the fixed-size row the ranks gather: the
-    stream this process yields, inverted by the order every rank agreed on."""
+    """This rank's share of the exact proof, as the fixed-size record the ranks gather:
+    the stream this process yields, inverted by the order every rank agreed on."""
     agreed = config.partition(part.start)
-    items, real, padding, outside, failures, first = _core.prove_ranks(part, rank, rank + 1, reference=agreed)
-    return [items, real, padding, outside, failures, *(first or _NONE)]
+    return _core.prove_ranks(part, rank, rank + 1, reference=agreed).words()
 
 
 def _judge_shares(
     part: _core.Partition, config: ShardConfig, rank: int, group: Any, began: float, mine: list[int]
 ) -> Certificate:
-    """Gathers every rank's share (:func:`_prove_share`), adds them up and judges."""
+    """Gathers every rank's share (:func:`_prove_share`); the core adds them up and judges."""
     by_rank = gather_by_rank(rank, mine, group, "proofs")
-    rows = list(by_rank.values())
-    failed = [row for row in rows if row[4]]
-    earliest: Optional[tuple[int, int, int, int, int]] = None
-    if failed:
-        position, r, local, sample, found = min(failed, key=lambda row: row[5])[5:10]
-        earliest = (position, r, local, sample, found)
-    s = [sum(row[k] for row in rows) for k in range(5)]
-    covered, padding_total, not_yielded = _core.judge(part, (s[0], s[1], s[2], s[3], s[4], earliest))
+    shares = [_core.Share.from_words(row) for row in by_rank.values()]
+    covered, padding_total, not_yielded = _core.judge(part, shares)
     consumed = min(part.start, config.n)
     return Certificate(
         config=config,

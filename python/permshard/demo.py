@@ -17,7 +17,8 @@ from torch.utils.data import DataLoader, Dataset
 from .data import TokenWindows, WindowBatch
 from .launch import launch
 from .proofs import verify
-from .sampler import ShardedBatchSampler, ShardedSampler
+from .batch_sampler import ShardedBatchSampler
+from .sampler import ShardedSampler
 
 SEQ_LEN = 128
 BATCH = 32

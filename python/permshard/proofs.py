@@ -103,10 +103,8 @@ def verify_partition(
         ranks = tuple(range(config.num_replicas))
     else:
         share = _run(lambda progress: _core.prove_ranks(part, rank, rank + 1, threads, progress), on_progress)
-        first = share[5]
-        if first is not None:
-            raise _core.ShardingError(_core.describe_failure(first, share[4]))
-        covered, padding = share[1], share[2]
+        share.check()
+        covered, padding = share.real, share.padding
         not_yielded = part.dropped + consumed  # declared; proven once every share passes
         ranks = (rank,)
     return Certificate(
@@ -133,13 +131,18 @@ def verify(
     drop_last: bool = False,
     block_size: int = 0,
     window_blocks: int = 0,
+    dealing: str = "round-robin",
+    batch_size: int = 0,
+    drop_last_batch: bool = False,
     method: str = "inverse",
     rank: Optional[int] = None,
     threads: int = 0,
     on_progress: Optional[Callable[[int], None]] = None,
 ) -> Certificate:
     r"""Proves, exactly, that ``num_replicas`` ShardedSamplers over ``n`` samples yield
-    every sample once (plus declared padding, minus declared drops).
+    every sample once (plus declared padding, minus declared drops), dealt round-robin
+    (:class:`ShardedSampler`, :class:`ShardedBatchSampler`) or in accelerate's steps
+    (:class:`StepBatchSampler`, ``dealing="step"``).
 
     By the inverse (default): for every item a rank yields, the order's inverse of its
     sample must be the position it was dealt from, and that position must deal back to the
@@ -154,6 +157,10 @@ def verify(
         num_replicas (int): number of ranks.
         seed, epoch, shuffle, drop_last, block_size, window_blocks (keyword-only): as for
             :class:`ShardedSampler` (``0`` block fields: perm-v1).
+        dealing (str, optional): ``"round-robin"`` or ``"step"``. Default: round-robin.
+        batch_size (int, optional): items per batch of a batch sampler (``>= 1`` for
+            ``"step"``; ``0``: an item sampler). Default: ``0``.
+        drop_last_batch (bool, optional): the batch sampler drops its last partial batch.
         method (str, optional): ``"inverse"`` or ``"bitmap"``. Default: ``"inverse"``.
         rank (int, optional): prove this rank's share only. Default: every rank.
         threads (int, optional): worker threads; ``0`` uses every core. Default: ``0``.
@@ -169,7 +176,7 @@ def verify(
     Example::
 
         >>> print(permshard.verify(1000, 8, seed=1))  # doctest: +ELLIPSIS
-        PROVEN (inverse, perm-v1): n=1,000 over 8 ranks x 125 samples ...
+        PROVEN (inverse, perm-v1, round-robin): n=1,000 over 8 ranks x 125 samples ...
     """
     config = ShardConfig(
         n,
@@ -180,6 +187,9 @@ def verify(
         drop_last=drop_last,
         block_size=block_size,
         window_blocks=window_blocks,
+        dealing=dealing,
+        batch_size=batch_size,
+        drop_last_batch=drop_last_batch,
     )
     return verify_partition(
         config.partition(), config, method=method, rank=rank, threads=threads, on_progress=on_progress

@@ -1,4 +1,4 @@
-"""``ShardedSampler`` and ``ShardedBatchSampler``: DistributedSampler without the O(N)."""
+"""``ShardedSampler``: DistributedSampler without the O(N)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ from collections.abc import Iterator, Mapping, Sized
 from typing import Any, Optional, Union
 
 import torch.distributed as dist
-from torch.utils.data import BatchSampler, DistributedSampler
+from torch.utils.data import DistributedSampler
 
-from . import _core, consensus, coverage, guards, proofs
+from . import _core, consensus, guards
 from ._validation import as_int, as_positive, as_u64
-from .certificate import Certificate, PendingCertificate
 from .config import ShardConfig
-from .epoch_index import wants_arrays, wants_epoch
+from .epoch_index import wants_epoch
 from .mesh import MeshDim, resolve_world
 from .plan import ShardPlan, build_plan
+from .proven import ProvenStream
 from .sampler_pass import SamplerPass, WindowPrefetch
 
 #: Items computed per call into Rust while iterating (GIL released for each chunk).
@@ -48,7 +48,7 @@ def dataset_length(dataset: Any) -> int:
     return n
 
 
-class ShardedSampler(DistributedSampler[int]):
+class ShardedSampler(DistributedSampler[int], ProvenStream):
     r"""Sampler that restricts data loading to a subset of the dataset, in O(1) memory.
 
     A drop-in for :class:`torch.utils.data.DistributedSampler` (and a subclass of it): the
@@ -218,7 +218,10 @@ class ShardedSampler(DistributedSampler[int]):
     # -- iteration -------------------------------------------------------------------------
 
     def _partition(self, epoch: int, start: int) -> _core.Partition:
-        key = (self.config.replace(epoch=epoch), start)
+        return self._partition_of(self.config.replace(epoch=epoch), start)
+
+    def _partition_of(self, config: ShardConfig, start: int) -> _core.Partition:
+        key = (config, start)
         cached = self._partitions.get(key)
         if cached is None:
             cached = key[0].partition(start)
@@ -373,48 +376,22 @@ class ShardedSampler(DistributedSampler[int]):
             raise ValueError(f"items must be in [0, {part.num_samples}] (this pass's length), got {items}")
         return part.start + items * self.num_replicas
 
-    def verify(self, method: str = "inverse") -> Certificate:
-        """Exact proof of the pass being run (from its resume point, if any); see
-        :func:`permshard.verify`.
+    def proof_target(self) -> tuple[_core.Partition, ShardConfig, int, Any]:
+        """The pass being run (from its resume point, if any), dealt round-robin; see
+        :class:`~permshard.proven.ProvenStream` for :meth:`verify`,
+        :meth:`verify_distributed` and :meth:`verify_in_background`."""
+        return self._current_partition(), self.config, self.rank, self.dataset
+
+    def dealt(self, **dealing: Any) -> tuple[_core.Partition, ShardConfig]:
+        """The pass being run (or the next one) dealt as a batch sampler deals it, and its
+        configuration: what the batch sampler yields and proves.
 
         Args:
-            method (str, optional): ``"inverse"`` (O(1) memory) or ``"bitmap"``.
+            **dealing: the dealing fields of :class:`ShardConfig` (``dealing``,
+                ``batch_size``, ``drop_last_batch``).
         """
-        return proofs.verify_partition(self._current_partition(), self.config, method=method)
-
-    def verify_distributed(self, group: Any = None, *, exact: bool = False) -> Certificate:
-        """Consensus, then a proof of the pass being run across the ranks of ``group``:
-        a coverage fingerprint, or with ``exact=True`` every rank proving its own stream
-        by the inverse; see :func:`permshard.coverage.verify_distributed`. A collective:
-        every process of the group must call it.
-
-        Args:
-            group (ProcessGroup, optional): the process group (default: the world).
-            exact (bool, optional): the exact proof instead of the fingerprint.
-        """
-        return coverage.verify_distributed(
-            self._current_partition(), self.config, self.rank, self.dataset, group, exact=exact
-        )
-
-    def verify_in_background(self, group: Any = None) -> PendingCertificate:
-        """The exact distributed proof of :meth:`verify_distributed` (``exact=True``) with
-        this rank's share proven in a background thread while training goes on: the
-        consensus now, the one small collective when every rank calls
-        :meth:`PendingCertificate.wait` (at the same point, e.g. the epoch's end). A
-        collective: every process of the group must call it.
-
-        Args:
-            group (ProcessGroup, optional): the process group (default: the world).
-
-        Example::
-
-            >>> pending = sampler.verify_in_background()
-            >>> for batch in loader: ...
-            >>> print(pending.wait())
-        """
-        return coverage.verify_in_background(
-            self._current_partition(), self.config, self.rank, self.dataset, group
-        )
+        config = self.config.replace(**dealing)
+        return self._partition_of(config, self._pass_start()), config
 
     def describe(self) -> dict[str, Any]:
         """The configuration every rank must agree on (without ``rank``)."""
@@ -499,157 +476,3 @@ class ShardedSampler(DistributedSampler[int]):
             f"shuffle={self.shuffle}, seed={self.seed}, drop_last={self.drop_last}, "
             f"epoch={self.epoch}, num_samples={self.num_samples})"
         )
-
-
-class ShardedBatchSampler(BatchSampler):
-    r"""Wraps a :class:`ShardedSampler` to yield batches of indices, built in Rust.
-
-    Same batches, in the same order, as ``BatchSampler(sampler, batch_size, drop_last)``;
-    for ``DataLoader(dataset, batch_sampler=...)``, which lets a dataset with
-    ``__getitems__`` fetch a whole batch at once. A batch is a ``list[int]``, or one int64
-    ``numpy.ndarray`` (no Python object per index) for datasets that declare
-    ``accepts_arrays = True`` (``TokenWindows`` does) or with ``as_array=True``; for an
-    epoch-dependent dataset the array is an
-    :class:`~permshard.epoch_index.EpochIndices` carrying the epoch.
-
-    Args:
-        sampler (ShardedSampler): the per-rank sampler.
-        batch_size (int): size of mini-batch.
-        drop_last (bool): if ``True``, drop the last batch when it is smaller than
-            ``batch_size``. Default: ``False``.
-        as_array (bool, optional): yield int64 arrays (``True``) or lists (``False``).
-            Default: ``None``, what the dataset declares (``accepts_arrays``).
-
-    Example::
-
-        >>> sampler = ShardedSampler(dataset, num_replicas=4, rank=0)
-        >>> loader = DataLoader(dataset, batch_sampler=ShardedBatchSampler(sampler, 64))
-    """
-
-    def __init__(
-        self,
-        sampler: ShardedSampler,
-        batch_size: int,
-        drop_last: bool = False,
-        *,
-        as_array: Optional[bool] = None,
-    ) -> None:
-        if not isinstance(sampler, ShardedSampler):
-            raise TypeError(
-                f"sampler must be a ShardedSampler, got {type(sampler).__name__}; wrap other "
-                "samplers in torch.utils.data.BatchSampler"
-            )
-        if not isinstance(drop_last, bool):
-            raise TypeError(f"drop_last should be a boolean value, but got drop_last={drop_last!r}")
-        if as_array is not None and not isinstance(as_array, bool):
-            raise TypeError(f"as_array must be a bool or None, got {as_array!r}")
-        self.sampler = sampler
-        self._sharded = sampler
-        self.batch_size = as_positive("batch_size", batch_size)
-        self.drop_last = drop_last
-        self.as_array = as_array
-
-    @property
-    def yields_arrays(self) -> bool:
-        """Whether batches are int64 arrays: ``as_array``, else the dataset's declaration."""
-        return self.as_array if self.as_array is not None else wants_arrays(self._sharded.dataset)
-
-    def __iter__(self) -> Iterator[Any]:
-        current = self._sharded.begin_pass()
-        part, rank, bs = current.partition, current.rank, self.batch_size
-        arrays = self.yields_arrays
-        total = current.num_samples
-        if self.drop_last:
-            total -= total % bs
-        # Whole batches per call into Rust, about _CHUNK items at a time.
-        step = max(1, _CHUNK // bs) * bs
-        for base in range(0, total, step):
-            stop = min(base + step, total)
-            items: Any = part.take(rank, base, stop) if arrays else part.take_list(rank, base, stop)
-            for i in range(0, stop - base, bs):
-                end = min(base + i + bs, stop)
-                current.announce(end)  # the windows this batch enters, before it is read
-                piece = items[i : i + bs]
-                batch = current.for_dataset_array(piece) if arrays else current.for_dataset(piece)
-                current.handed(end)
-                yield batch
-
-    def _batches(self, num_samples: int) -> int:
-        """Batches of ``batch_size`` in ``num_samples`` items."""
-        if self.drop_last:
-            return num_samples // self.batch_size
-        return -(-num_samples // self.batch_size)
-
-    def __len__(self) -> int:
-        return self._batches(self._sharded.num_samples)
-
-    def state_dict(self, consumed_samples: Optional[int] = None) -> dict[str, Any]:
-        """The sampler's state dict: batches yielded count as consumed, unless
-        ``consumed_samples`` says otherwise; see :meth:`ShardedSampler.state_dict`.
-
-        Args:
-            consumed_samples (int, optional): global samples of the epoch consumed since
-                its start.
-        """
-        return self._sharded.state_dict(consumed_samples)
-
-    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Restores the sampler's resume point; see :meth:`ShardedSampler.load_state_dict`.
-
-        Args:
-            state_dict (Mapping): a dict saved by :meth:`state_dict`.
-        """
-        self._sharded.load_state_dict(state_dict)
-
-
-class StepBatchSampler(ShardedBatchSampler):
-    r"""Deals whole batches: at step ``s`` rank ``r`` takes global positions
-    ``[s·B·W + r·b, s·B·W + (r + 1)·b)`` where ``b`` is the step's per-rank batch (``B``
-    except maybe at the last step).
-
-    This is accelerate's own layout (``gather`` at a step returns positions in order), so
-    at the end of an evaluation epoch the padding is exactly the tail that
-    ``gather_for_metrics`` cuts. After ``k`` steps the consumed positions are the prefix
-    ``[0, k·B·W)``, as with :class:`ShardedSampler`: resume (also on another number of
-    processes) stays exact. Lengths, argument checks and state dicts are those of
-    :class:`~permshard.ShardedBatchSampler`. :func:`permshard.accelerate.prepare_data_loader`
-    builds one.
-
-    Args:
-        sampler (ShardedSampler): gives the epoch's order, rank and world size.
-        batch_size (int): per-process batch size ``B``.
-        drop_last (bool): drop the last step when it is smaller than ``B``.
-
-    Example::
-
-        >>> sampler = ShardedSampler(dataset, num_replicas=2, rank=1)
-        >>> loader = DataLoader(dataset, batch_sampler=StepBatchSampler(sampler, 32))
-    """
-
-    def __init__(
-        self,
-        sampler: ShardedSampler,
-        batch_size: int,
-        drop_last: bool = False,
-        *,
-        as_array: Optional[bool] = None,
-    ) -> None:
-        super().__init__(sampler, batch_size, drop_last, as_array=as_array)
-        # Read by accelerate: total_batch_size = batch_size * num_processes.
-        self.num_processes = sampler.num_replicas
-        self.process_index = 0  # not a splitter: the sampler already holds the rank
-        self.split_batches = False
-
-    def __iter__(self) -> Iterator[Any]:
-        current = self._sharded.begin_pass()
-        part, bs = current.partition, self.batch_size
-        arrays = self.yields_arrays
-        layout = self._sharded.config.sharding()  # the core's step layout
-        for step in range(self._batches(current.num_samples)):
-            first, b = layout.step_positions(current.start, current.num_samples, current.rank, step, bs)
-            if arrays:
-                batch: Any = current.for_dataset_array(part.take_positions(first, first + b))
-            else:
-                batch = current.for_dataset(part.take_positions_list(first, first + b))
-            current.handed(step * bs + b)
-            yield batch

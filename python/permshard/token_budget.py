@@ -40,8 +40,9 @@ _RESUME_KEYS = ("window_index", "steps", "taken")
 class BudgetConfig(ShardConfig):
     """The configuration of :class:`TokenBudgetBatchSampler`: a :class:`ShardConfig` (the
     perm-v1 order the windows are read from, or the identity without ``shuffle``) and the
-    budget's fields. Its ``algorithm`` is ``budget-v1``; state dicts, the consensus and
-    certificates read it as they read any configuration.
+    budget's fields. Its ``algorithm`` and ``dealing`` are ``budget-v1`` (batches dealt
+    by the plan); state dicts, the consensus and certificates read it as they read any
+    configuration.
 
     Args:
         n (int): number of samples.
@@ -82,7 +83,12 @@ class BudgetConfig(ShardConfig):
         drop_last: bool = False,
         block_size: int = 0,
         window_blocks: int = 0,
+        dealing: str = BUDGET_ALGORITHM,
+        batch_size: int = 0,
+        drop_last_batch: bool = False,
     ) -> None:
+        if (dealing, batch_size, drop_last_batch) != (BUDGET_ALGORITHM, 0, False):
+            raise ValueError(f"token-budget batches are dealt by their plan: dealing must be {BUDGET_ALGORITHM!r}")
         if block_size or window_blocks:
             raise ValueError(
                 "token-budget batches are planned over the perm-v1 order: block_size and "
@@ -97,7 +103,7 @@ class BudgetConfig(ShardConfig):
             raise ValueError(
                 f"window ({checked['window']}) must be at least num_replicas ({self.num_replicas})"
             )
-        self._set(dict(checked, algorithm=BUDGET_ALGORITHM))
+        self._set(dict(checked, algorithm=BUDGET_ALGORITHM, dealing=BUDGET_ALGORITHM))
 
     def accepts_algorithm(self, algorithm: str) -> bool:
         """Whether a state saved under ``algorithm`` continues here: ``budget-v1`` only.
@@ -385,7 +391,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
                 f"consumed_steps must be in [{max(oldest + 1, 0) if oldest else 0}, {self._handed}] (batches "
                 f"this rank handed out in this pass, the last {len(self._progress)} remembered), got {done}"
             )
-        return dict(self.config.as_dict(), window_index=k, steps=steps, taken=_encode_taken(taken))
+        return dict(self.config.saved_fields(), window_index=k, steps=steps, taken=_encode_taken(taken))
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restores a resume point, possibly saved with another number of ranks: the rest

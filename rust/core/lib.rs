@@ -8,7 +8,8 @@
 //! * [`BlockPermutation`] — block-v1: blocks permuted, samples shuffled within windows of
 //!   blocks (locality for datasets bigger than RAM).
 //! * [`Sharding`] — what an epoch is: the fields, the order they imply and its algorithm
-//!   id, the partition at a resume point, the resume limit, the step layout.
+//!   id, the dealing, the partition at a resume point, the resume limit.
+//! * [`Dealing`] — how a pass's positions go to (rank, local index): round-robin, step.
 //! * [`Partition`] — which global positions (and samples) each rank takes, with padding,
 //!   `drop_last` and resume from a consumed prefix.
 //! * [`TokenBudget`] — budget-v1: batches under a padded token budget, planned and proven
@@ -20,6 +21,7 @@
 
 mod block;
 mod budget;
+mod dealing;
 mod error;
 mod fingerprint;
 mod indexed;
@@ -34,6 +36,7 @@ mod verify;
 
 pub use block::{BlockPermutation, BLOCK_ALGORITHM};
 pub use budget::{window_seed, Lengths, TokenBudget, WindowPlan, WindowProof, BUDGET_ALGORITHM};
+pub use dealing::{Dealing, Layout, Pass};
 pub use error::{range_len, Error};
 pub use fingerprint::Fingerprint;
 pub use indexed::{check_document_indices, check_sequence_layout};

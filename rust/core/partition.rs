@@ -1,11 +1,13 @@
-//! How an epoch's positions are dealt to ranks (DistributedSampler's rule, exactly).
+//! One pass of an epoch split across ranks (DistributedSampler's lengths, exactly).
 //!
-//! Global positions `[start, end)` are dealt round-robin: rank `r` takes
-//! `start + r, start + r + W, ...`, so after `k` steps on every rank the consumed positions
-//! are exactly `[start, start + k·W)` — what makes resuming with another `W` exact.
+//! Global positions `[start, end)` are dealt by the pass's [`Dealing`]: round-robin by
+//! default (rank `r` takes `start + r, start + r + W, ...`), or accelerate's step layout.
+//! Either way, after `k` whole rounds on every rank the consumed positions are a prefix
+//! of the pass — what makes resuming with another `W` exact.
 //! Position `p` holds sample `order(p mod n)`: positions `>= n` are padding that repeats the
 //! first samples of the order, as DistributedSampler pads.
 
+use crate::dealing::{Dealing, Pass};
 use crate::error::Error;
 use crate::fingerprint::Fingerprint;
 use crate::order::Order;
@@ -40,6 +42,7 @@ pub struct Partition {
     drop_last: bool,
     num_samples: u64,
     order: Order,
+    dealing: Dealing,
     /// A broken dealing, `(rank, local, position)`: what the proofs' tests must catch.
     #[cfg(test)]
     misdealt: Option<(u64, u64, u64)>,
@@ -57,6 +60,19 @@ impl Partition {
         start: u64,
         drop_last: bool,
         order: Order,
+    ) -> Result<Self, Error> {
+        Self::dealt(n, num_replicas, start, drop_last, order, Dealing::ROUND_ROBIN)
+    }
+
+    /// As [`Partition::new`], the positions dealt by `dealing` (a batch sampler that drops
+    /// its last partial batch keeps whole batches only).
+    pub fn dealt(
+        n: u64,
+        num_replicas: u64,
+        start: u64,
+        drop_last: bool,
+        order: Order,
+        dealing: Dealing,
     ) -> Result<Self, Error> {
         if n == 0 {
             return Err(Error::EmptyDomain);
@@ -76,6 +92,7 @@ impl Partition {
         } else {
             remaining.div_ceil(num_replicas)
         };
+        let num_samples = dealing.kept(num_samples);
         // The end of the epoch, start + num_samples·W, must be representable.
         if (num_samples as u128) * (num_replicas as u128) + start as u128 > u64::MAX as u128 {
             return Err(Error::Invalid(format!(
@@ -90,6 +107,7 @@ impl Partition {
             drop_last,
             num_samples,
             order,
+            dealing,
             #[cfg(test)]
             misdealt: None,
         })
@@ -128,6 +146,25 @@ impl Partition {
         &self.order
     }
 
+    /// How positions go to (rank, local index).
+    pub fn dealing(&self) -> &Dealing {
+        &self.dealing
+    }
+
+    /// The pass's shape, as the dealing reads it.
+    pub fn pass(&self) -> Pass {
+        Pass {
+            start: self.start,
+            num_replicas: self.num_replicas,
+            num_samples: self.num_samples,
+        }
+    }
+
+    /// The `(rank, local)` that global position `p` is dealt to (`None` outside the pass).
+    pub fn owner(&self, p: u64) -> Option<(u64, u64)> {
+        self.dealing.owner(&self.pass(), p)
+    }
+
     /// Samples every rank yields (the same on all ranks).
     pub fn num_samples(&self) -> u64 {
         self.num_samples
@@ -157,9 +194,17 @@ impl Partition {
     /// positions `>= n` and repeat samples. `num_samples` when the rank has no padding.
     pub fn first_padding(&self, rank: u64) -> Result<u64, Error> {
         self.check_slice(rank, 0, 0)?;
-        // Item k sits at start + rank + k·W, which is >= n once k >= ceil((n - start - rank) / W).
-        let before = self.n.saturating_sub(self.start.saturating_add(rank));
-        Ok(before.div_ceil(self.num_replicas).min(self.num_samples))
+        // A rank's positions grow with its local index: binary search for the first >= n.
+        let (mut lo, mut hi) = (0, self.num_samples);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.position(rank, mid) < self.n {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(lo)
     }
 
     /// How many of `rank`'s items are padding.
@@ -195,7 +240,7 @@ impl Partition {
                 return p;
             }
         }
-        self.start + rank + local * self.num_replicas
+        self.dealing.position(&self.pass(), rank, local)
     }
 
     /// Position `p` reduced into `[0, n)`: padding positions repeat the order's start.
@@ -214,12 +259,25 @@ impl Partition {
         self.order.at(self.wrap(p))
     }
 
+    /// `out[i]` = the global position `rank`'s item `local_start + i` is dealt from.
+    pub fn fill_dealt(&self, rank: u64, local_start: u64, out: &mut [u64]) -> Result<(), Error> {
+        self.check_slice(rank, local_start, out.len() as u64)?;
+        self.dealing
+            .fill_positions(&self.pass(), rank, local_start, out);
+        #[cfg(test)]
+        if let Some((r, l, p)) = self.misdealt {
+            if r == rank && (local_start..local_start + out.len() as u64).contains(&l) {
+                out[(l - local_start) as usize] = p;
+            }
+        }
+        Ok(())
+    }
+
     /// `out[i]` = the sample of `rank`'s item `local_start + i`. Batched.
     pub fn fill_rank(&self, rank: u64, local_start: u64, out: &mut [u64]) -> Result<(), Error> {
-        self.check_slice(rank, local_start, out.len() as u64)?;
-        for (i, slot) in out.iter_mut().enumerate() {
-            let p = self.position(rank, local_start + i as u64);
-            *slot = self.wrap(p);
+        self.fill_dealt(rank, local_start, out)?;
+        for slot in out.iter_mut() {
+            *slot = self.wrap(*slot);
         }
         self.map_positions(out);
         Ok(())
@@ -351,9 +409,8 @@ impl Partition {
         // Positions holding `sample`: first, first + n, first + 2n, ... (padding wraps).
         let mut p = first;
         while p < end {
-            if p >= self.start {
-                let offset = p - self.start;
-                hits.push((offset % self.num_replicas, offset / self.num_replicas));
+            if let Some(owner) = self.owner(p) {
+                hits.push(owner);
             }
             match p.checked_add(self.n) {
                 Some(next) => p = next,

@@ -3,9 +3,10 @@
 //! For a map `f` from a set `X` of `n` items into `[0, n)`: if some `g` has `g(f(x)) = x`
 //! for every `x`, then `f` is injective, hence a bijection onto `[0, n)`. Every order has
 //! an O(1) inverse. So each rank proves its own stream: for every item it yields, the
-//! order's inverse of the sample must be the position the item is dealt from by the
-//! dealing's definition (`start + rank + local·W`, computed here, not asked of the
-//! partition under test); distinct items have distinct positions, so distinct samples. The positions outside the pass
+//! order's inverse of the sample must be the position the item is dealt from, and the
+//! pass's [`Dealing`](crate::Dealing) must own that position at exactly this (rank, local
+//! index) — so distinct items have distinct positions, whatever the dealing (round-robin,
+//! step), and distinct samples. The positions outside the pass
 //! (consumed before a resume, or dropped) are checked the same way, each rank a 1/W slice
 //! of them. Together the checks cover `[0, n)`: every sample of the epoch is yielded once,
 //! consumed before or dropped, and padding repeats the sample of its position mod `n`.
@@ -38,7 +39,13 @@ pub struct Failure {
     pub sample: u64,
     /// The position the order's inverse gives for that sample (`u64::MAX`: none).
     pub found: u64,
+    /// A dealing failure: the item is dealt `position`, which the dealing gives to this
+    /// `(rank, local)` instead (`None` inside: to no item of the pass).
+    pub misdealt: Option<Option<(u64, u64)>>,
 }
+
+/// Words of a [`Failure`] in a fixed-size record (see [`Share::to_words`]).
+const FAILURE_WORDS: usize = 8;
 
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -48,23 +55,32 @@ impl fmt::Display for Failure {
             local,
             sample,
             found,
+            misdealt,
         } = *self;
         let place = if rank == OUTSIDE {
             format!("position {position} (consumed before the pass, or dropped)")
         } else {
             format!("rank {rank} at local position {local} (global position {position})")
         };
-        if found == u64::MAX {
-            write!(
+        match misdealt {
+            Some(Some((r, l))) => write!(
+                f,
+                "{place} is dealt a position the dealing gives to rank {r} at local position \
+                 {l}: a position dealt twice, and another never"
+            ),
+            Some(None) => write!(
+                f,
+                "{place} is dealt a position outside the pass: the dealing skips a position"
+            ),
+            None if found == u64::MAX => write!(
                 f,
                 "{place} holds sample {sample}, which has no position in the order"
-            )
-        } else {
-            write!(
+            ),
+            None => write!(
                 f,
                 "{place} holds sample {sample}, but the order's inverse puts that sample at \
                  position {found}: a sample twice, or dealt from the wrong position"
-            )
+            ),
         }
     }
 }
@@ -73,6 +89,32 @@ impl Failure {
     /// The message of a proof whose first counter-example is this one, of `failures` in all.
     pub fn report(&self, failures: u64) -> String {
         format!("{self} ({failures} failures in all)")
+    }
+
+    fn to_words(self) -> [u64; FAILURE_WORDS] {
+        let (kind, r, l) = match self.misdealt {
+            None => (0, 0, 0),
+            Some(None) => (1, 0, 0),
+            Some(Some((r, l))) => (2, r, l),
+        };
+        [self.position, self.rank, self.local, self.sample, self.found, kind, r, l]
+    }
+
+    fn from_words(w: &[u64]) -> Result<Self, Error> {
+        let misdealt = match w[5] {
+            0 => None,
+            1 => Some(None),
+            2 => Some(Some((w[6], w[7]))),
+            k => return Err(Error::Invalid(format!("a failure record of unknown kind {k}"))),
+        };
+        Ok(Failure {
+            position: w[0],
+            rank: w[1],
+            local: w[2],
+            sample: w[3],
+            found: w[4],
+            misdealt,
+        })
     }
 }
 
@@ -91,6 +133,66 @@ pub struct Share {
     pub failures: u64,
     /// The failure at the smallest global position.
     pub first: Option<Failure>,
+}
+
+impl Share {
+    /// Words of [`Share::to_words`]: what ranks exchange, one fixed-size record each.
+    pub const WORDS: usize = 6 + FAILURE_WORDS;
+
+    /// The shares of disjoint ranks added up; the first failure is the earliest.
+    pub fn merge(&self, other: &Share) -> Share {
+        let first = match (self.first, other.first) {
+            (Some(a), Some(b)) => Some(if b.position < a.position { b } else { a }),
+            (a, b) => a.or(b),
+        };
+        Share {
+            items: self.items + other.items,
+            real: self.real + other.real,
+            padding: self.padding + other.padding,
+            outside: self.outside + other.outside,
+            failures: self.failures + other.failures,
+            first,
+        }
+    }
+
+    /// This share as a fixed-size record of words.
+    pub fn to_words(&self) -> [u64; Self::WORDS] {
+        let mut w = [0u64; Self::WORDS];
+        w[..6].copy_from_slice(&[
+            self.items,
+            self.real,
+            self.padding,
+            self.outside,
+            self.failures,
+            self.first.is_some() as u64,
+        ]);
+        if let Some(first) = self.first {
+            w[6..].copy_from_slice(&first.to_words());
+        }
+        w
+    }
+
+    /// The share a record of [`Share::to_words`] holds.
+    pub fn from_words(w: &[u64]) -> Result<Share, Error> {
+        if w.len() != Self::WORDS {
+            return Err(Error::Invalid(format!(
+                "a proof share is {} words, got {}",
+                Self::WORDS,
+                w.len()
+            )));
+        }
+        Ok(Share {
+            items: w[0],
+            real: w[1],
+            padding: w[2],
+            outside: w[3],
+            failures: w[4],
+            first: match w[5] {
+                0 => None,
+                _ => Some(Failure::from_words(&w[6..])?),
+            },
+        })
+    }
 }
 
 /// The positions outside the pass, `[0, min(start, n))` then `[max(end, start), n)`,
@@ -184,7 +286,7 @@ pub fn prove_against(
             ranks.start, ranks.end
         )));
     }
-    let (n, start, per_rank) = (part.n(), part.start(), part.num_samples());
+    let (n, per_rank) = (part.n(), part.num_samples());
     let order = reference;
     let outside = Outside::of(part);
     let (out_lo, out_hi) = outside.slice(&ranks, w);
@@ -195,32 +297,42 @@ pub fn prove_against(
     let tally = Tally::default();
     let threads = worker_threads(threads, tasks);
 
-    let check_items = |rank: u64, lo: u64, samples: &mut [u64], inverse: &mut [u64]| {
+    let pass = part.pass();
+    let dealing = part.dealing();
+    let check_items = |rank: u64, lo: u64, bufs: [&mut [u64]; 3]| {
+        let [samples, inverse, dealt] = bufs;
         part.fill_rank(rank, lo, samples)?;
+        // The positions the items are dealt from; the dealing must own each at exactly
+        // this (rank, local): the dealing is then injective, a bijection onto the pass.
+        part.fill_dealt(rank, lo, dealt)?;
         inverse.copy_from_slice(samples);
         order_inverse(order.as_ref(), inverse, n);
         let (mut real, mut padding) = (0u64, 0u64);
-        // The dealing as specified, `start + rank + local·W`, computed here and not asked
-        // of the partition: the stream under test must match it.
-        let mut dealt = start + rank + lo * w;
-        for (k, (&sample, &found)) in samples.iter().zip(inverse.iter()).enumerate() {
-            let ok = if dealt < n {
+        for (k, ((&sample, &found), &p)) in samples.iter().zip(inverse.iter()).zip(dealt.iter()).enumerate() {
+            let local = lo + k as u64;
+            let mut failure = Failure {
+                position: p,
+                rank,
+                local,
+                sample,
+                found,
+                misdealt: None,
+            };
+            if !dealing.owns(&pass, p, rank, local) {
+                failure.misdealt = Some(dealing.owner(&pass, p));
+                tally.fail(failure);
+                continue;
+            }
+            let ok = if p < n {
                 real += 1;
-                found == dealt
+                found == p
             } else {
                 padding += 1;
-                found == dealt % n // padding repeats the sample of its position mod n
+                found == p % n // padding repeats the sample of its position mod n
             };
             if !ok {
-                tally.fail(Failure {
-                    position: dealt,
-                    rank,
-                    local: lo + k as u64,
-                    sample,
-                    found,
-                });
+                tally.fail(failure);
             }
-            dealt = dealt.wrapping_add(w); // past the last item it may wrap: unused then
         }
         tally.real.fetch_add(real, Ordering::Relaxed);
         tally.padding.fetch_add(padding, Ordering::Relaxed);
@@ -243,6 +355,7 @@ pub fn prove_against(
                     local: OUTSIDE,
                     sample,
                     found: f,
+                    misdealt: None,
                 });
             }
         }
@@ -267,7 +380,7 @@ pub fn prove_against(
                         let (rank, chunk) = (ranks.start + task % proved, task / proved);
                         let lo = chunk * CHUNK;
                         let len = CHUNK.min(per_rank - lo) as usize;
-                        if let Err(e) = check_items(rank, lo, &mut a[..len], &mut b[..len]) {
+                        if let Err(e) = check_items(rank, lo, [&mut a[..len], &mut b[..len], &mut c[..len]]) {
                             *error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
                             break;
                         }
@@ -363,6 +476,7 @@ pub fn verify_inverse(
 mod tests {
     use super::*;
     use crate::block::BlockPermutation;
+    use crate::dealing::Dealing;
     use crate::order::{Explicit, Identity, Order};
     use crate::permutation::Permutation;
     use crate::verify::verify;
@@ -438,22 +552,77 @@ mod tests {
         );
     }
 
+    fn dealings() -> Vec<Dealing> {
+        vec![
+            Dealing::ROUND_ROBIN,
+            Dealing::new("round-robin", 4, true).unwrap(),
+            Dealing::new("step", 4, false).unwrap(),
+            Dealing::new("step", 3, true).unwrap(),
+        ]
+    }
+
+    fn dealt(order: Order, w: u64, start: u64, drop_last: bool, dealing: Dealing) -> Partition {
+        Partition::dealt(order.len(), w, start, drop_last, order, dealing).unwrap()
+    }
+
     #[test]
-    fn both_catch_a_partition_dealing_a_position_twice() {
+    fn every_dealing_is_proven_and_agrees_with_the_bitmap() {
+        let order: Order = Arc::new(Permutation::new(1001, 3, 1).unwrap());
+        for dealing in dealings() {
+            for w in [1, 3, 8] {
+                for start in [0, 5, 500, 1001, 1003] {
+                    for drop_last in [false, true] {
+                        let part = dealt(order.clone(), w, start, drop_last, dealing);
+                        let (inverse, bitmap) = both(&part);
+                        assert!(inverse.is_ok(), "{dealing:?} w={w} start={start}: {inverse:?}");
+                        assert_eq!(inverse, bitmap, "{dealing:?} w={w} start={start}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_dealing_broken_on_purpose_is_caught() {
         let order: Order = Arc::new(Permutation::new(1000, 5, 0).unwrap());
-        // Rank 2's item 7 is dealt from rank 0's item 7 (position 21 instead of 23).
-        let part = partition(order, 3, 0, false).misdeal(2, 7, 21);
-        let (inverse, bitmap) = both(&part);
-        let message = inverse.unwrap_err().to_string();
-        assert!(
-            message.starts_with("rank 2 at local position 7 (global position 23)"),
-            "{message}"
-        );
-        assert!(
-            message.contains("puts that sample at position 21"),
-            "{message}"
-        );
-        assert!(bitmap.unwrap_err().to_string().contains("yielded twice"));
+        for dealing in dealings() {
+            let part = dealt(order.clone(), 3, 0, false, dealing);
+            // Rank 2's item 7 dealt the position of rank 0's item 7: that position twice,
+            // rank 2's own never.
+            let twice = part.position(0, 7);
+            let broken = part.clone().misdeal(2, 7, twice);
+            let (inverse, bitmap) = both(&broken);
+            let message = inverse.unwrap_err().to_string();
+            let want = format!(
+                "rank 2 at local position 7 (global position {twice}) is dealt a position the \
+                 dealing gives to rank 0 at local position 7: a position dealt twice"
+            );
+            assert!(message.starts_with(&want), "{dealing:?}: {message}");
+            assert!(bitmap.unwrap_err().to_string().contains("yielded twice"));
+            // A position past the pass: the dealing skips one of its own.
+            let skipped = part.clone().misdeal(1, 0, part.end() + 5);
+            let message = verify_inverse(&skipped, 2, &AtomicU64::new(0))
+                .unwrap_err()
+                .to_string();
+            assert!(message.contains("outside the pass: the dealing skips"), "{message}");
+        }
+    }
+
+    #[test]
+    fn shares_cross_as_words_and_merge_to_the_whole() {
+        let order: Order = Arc::new(Permutation::new(999, 5, 0).unwrap());
+        let part = dealt(order, 3, 10, false, Dealing::new("step", 4, false).unwrap()).misdeal(2, 7, 3);
+        let whole = prove_ranks(&part, 0..3, 1, &AtomicU64::new(0)).unwrap();
+        let mut merged = Share::default();
+        for r in 0..3 {
+            let share = prove_ranks(&part, r..r + 1, 1, &AtomicU64::new(0)).unwrap();
+            let back = Share::from_words(&share.to_words()).unwrap();
+            assert_eq!(back, share);
+            merged = merged.merge(&back);
+        }
+        assert_eq!(merged, whole);
+        assert!(whole.first.unwrap().misdealt.is_some());
+        assert!(Share::from_words(&[0; 3]).is_err());
     }
 
     #[test]

@@ -1,10 +1,11 @@
 //! What an epoch of sharding is, in one place: the fields every rank must agree on, the
-//! order they imply, that order's algorithm id, the partition at a resume point, the
-//! resume limit and the dealing layouts.
+//! order they imply, that order's algorithm id, the dealing, the partition at a resume
+//! point and the resume limit.
 
 use std::sync::Arc;
 
 use crate::block::{BlockPermutation, BLOCK_ALGORITHM};
+use crate::dealing::Dealing;
 use crate::error::Error;
 use crate::order::{Identity, Order};
 use crate::partition::Partition;
@@ -36,6 +37,9 @@ pub struct Sharding {
     pub block_size: u64,
     /// Blocks shuffled together in block-v1 (`0` without blocks).
     pub window_blocks: u64,
+    /// How a pass's positions go to (rank, local index): round-robin unless set by
+    /// [`Sharding::with_dealing`].
+    pub dealing: Dealing,
 }
 
 impl Sharding {
@@ -82,7 +86,13 @@ impl Sharding {
             drop_last,
             block_size,
             window_blocks,
+            dealing: Dealing::ROUND_ROBIN,
         })
+    }
+
+    /// This epoch with its positions dealt by `dealing`.
+    pub fn with_dealing(self, dealing: Dealing) -> Self {
+        Sharding { dealing, ..self }
     }
 
     /// The algorithm id of the order this epoch uses.
@@ -119,12 +129,13 @@ impl Sharding {
     /// `start` consumed positions. A `start` past the end leaves nothing to deal (a state
     /// saved by more ranks, whose padding went further, resumed by fewer).
     pub fn partition(&self, start: u64) -> Result<Partition, Error> {
-        Partition::new(
+        Partition::dealt(
             self.n,
             self.num_replicas,
             start,
             self.drop_last,
             self.order()?,
+            self.dealing,
         )
     }
 
@@ -136,37 +147,6 @@ impl Sharding {
         } else {
             self.n.saturating_add(self.num_replicas - 1)
         }
-    }
-
-    /// The step layout (accelerate's): at step `step` of a pass of `num_samples` items per
-    /// rank that started at `start`, rank `rank` takes `count` consecutive global positions
-    /// from `first`, `count` being `batch_size` except maybe at the last step. Returns
-    /// `(first, count)`.
-    pub fn step_positions(
-        &self,
-        start: u64,
-        num_samples: u64,
-        rank: u64,
-        step: u64,
-        batch_size: u64,
-    ) -> Result<(u64, u64), Error> {
-        if rank >= self.num_replicas {
-            return Err(Error::InvalidRank {
-                rank,
-                num_replicas: self.num_replicas,
-            });
-        }
-        if batch_size == 0 {
-            return Err(Error::Invalid("batch_size must be at least 1".into()));
-        }
-        let taken = step.checked_mul(batch_size).filter(|&t| t < num_samples);
-        let Some(taken) = taken else {
-            return Err(Error::Invalid(format!(
-                "step {step} of batch_size {batch_size} is past the pass of {num_samples} items"
-            )));
-        };
-        let count = batch_size.min(num_samples - taken);
-        Ok((start + taken * self.num_replicas + rank * count, count))
     }
 }
 
@@ -238,23 +218,26 @@ mod tests {
     }
 
     #[test]
-    fn the_step_layout_deals_whole_batches_and_covers_the_pass() {
+    fn the_step_dealing_deals_whole_batches_and_covers_the_pass() {
         // Brute force: every position of the pass exactly once, in step order.
-        let s = sharding(23, 3, true, 0);
+        let step = Dealing::new("step", 3, false).unwrap();
+        let s = sharding(23, 3, true, 0).with_dealing(step);
         let part = s.partition(2).unwrap();
+        assert_eq!(part.dealing(), &step);
         let (items, bs) = (part.num_samples(), 3);
         let mut seen = Vec::new();
         for step in 0..items.div_ceil(bs) {
             for rank in 0..3 {
-                let (first, count) = s.step_positions(2, items, rank, step, bs).unwrap();
-                assert_eq!(count, bs.min(items - step * bs));
+                let count = bs.min(items - step * bs);
+                let first = part.position(rank, step * bs);
                 seen.extend(first..first + count);
             }
         }
         assert_eq!(seen, (2..2 + items * 3).collect::<Vec<_>>());
-        assert!(s.step_positions(2, items, 3, 0, bs).is_err());
-        assert!(s
-            .step_positions(2, items, 0, items.div_ceil(bs), bs)
-            .is_err());
+        // Dropping the last partial batch keeps whole batches: the pass ends earlier.
+        let dropping = s.with_dealing(Dealing::new("step", 3, true).unwrap());
+        let part = dropping.partition(2).unwrap();
+        assert_eq!((part.num_samples(), part.end()), (6, 20));
+        assert_eq!(part.dropped(), 3);
     }
 }

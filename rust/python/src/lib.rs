@@ -33,7 +33,7 @@ mod _core {
     #[pymodule_export]
     use super::sharding::Sharding;
     #[pymodule_export]
-    use super::verify::{describe_failure, judge, prove_ranks, verify, verify_inverse, Progress};
+    use super::verify::{judge, prove_ranks, verify, verify_inverse, Progress, PyFailure, PyShare};
 
     use pyo3::prelude::*;
 

@@ -77,6 +77,12 @@ impl Partition {
         self.inner.order().algorithm()
     }
 
+    /// The dealing's name (`round-robin`, `step`).
+    #[getter]
+    fn dealing(&self) -> &'static str {
+        self.inner.dealing().name()
+    }
+
     /// The local index of `rank`'s first padding item (`num_samples` when none).
     fn first_padding(&self, rank: u64) -> PyResult<u64> {
         self.inner.first_padding(rank).map_err(to_py)

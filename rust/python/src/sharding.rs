@@ -1,6 +1,8 @@
-//! `_core.Sharding`: what an epoch is (fields, order, algorithm id, resume limit, layouts).
+//! `_core.Sharding`: what an epoch is (fields, order, algorithm id, resume limit, dealing).
 
 use pyo3::prelude::*;
+
+use permshard_core::Dealing;
 
 use crate::errors::to_py;
 use crate::partition::Partition;
@@ -13,7 +15,7 @@ pub struct Sharding {
 #[pymethods]
 impl Sharding {
     #[new]
-    #[pyo3(signature = (n, num_replicas, *, seed = 0, epoch = 0, shuffle = true, drop_last = false, block_size = 0, window_blocks = 0))]
+    #[pyo3(signature = (n, num_replicas, *, seed = 0, epoch = 0, shuffle = true, drop_last = false, block_size = 0, window_blocks = 0, dealing = "round-robin", batch_size = 0, drop_last_batch = false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         n: u64,
@@ -24,7 +26,11 @@ impl Sharding {
         drop_last: bool,
         block_size: u64,
         window_blocks: u64,
+        dealing: &str,
+        batch_size: u64,
+        drop_last_batch: bool,
     ) -> PyResult<Self> {
+        let dealing = Dealing::new(dealing, batch_size, drop_last_batch).map_err(to_py)?;
         let inner = permshard_core::Sharding::new(
             n,
             num_replicas,
@@ -35,7 +41,8 @@ impl Sharding {
             block_size,
             window_blocks,
         )
-        .map_err(to_py)?;
+        .map_err(to_py)?
+        .with_dealing(dealing);
         Ok(Sharding { inner })
     }
 
@@ -43,6 +50,12 @@ impl Sharding {
     #[getter]
     fn algorithm(&self) -> &'static str {
         self.inner.algorithm()
+    }
+
+    /// The dealing's name (`round-robin`, `step`).
+    #[getter]
+    fn dealing(&self) -> &'static str {
+        self.inner.dealing.name()
     }
 
     /// The most global positions an epoch can consume.
@@ -61,19 +74,5 @@ impl Sharding {
     fn partition(&self, start: u64) -> PyResult<Partition> {
         let inner = self.inner.partition(start).map_err(to_py)?;
         Ok(Partition { inner })
-    }
-
-    /// `(first, count)`: the global positions rank `rank` takes at `step` (step layout).
-    fn step_positions(
-        &self,
-        start: u64,
-        num_samples: u64,
-        rank: u64,
-        step: u64,
-        batch_size: u64,
-    ) -> PyResult<(u64, u64)> {
-        self.inner
-            .step_positions(start, num_samples, rank, step, batch_size)
-            .map_err(to_py)
     }
 }

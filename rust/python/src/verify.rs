@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 
-use permshard_core::{Failure, Share};
+use permshard_core::{Failure, Share, OUTSIDE};
 
 use crate::errors::to_py;
 use crate::partition::Partition;
@@ -32,12 +32,109 @@ impl Progress {
     }
 }
 
-/// A counter-example as Python receives it: `(position, rank, local, sample, found)`.
-pub type FailureTuple = (u64, u64, u64, u64, u64);
+/// A proof's first counter-example.
+#[pyclass(frozen, module = "permshard._core", name = "Failure")]
+pub struct PyFailure {
+    inner: Failure,
+}
 
-/// A share of the inverse proof as Python receives it:
-/// `(items, real, padding, outside, failures, first failure or None)`.
-pub type ShareTuple = (u64, u64, u64, u64, u64, Option<FailureTuple>);
+#[pymethods]
+impl PyFailure {
+    /// The global position checked.
+    #[getter]
+    fn position(&self) -> u64 {
+        self.inner.position
+    }
+
+    /// The rank whose stream holds it (`None` outside the pass).
+    #[getter]
+    fn rank(&self) -> Option<u64> {
+        (self.inner.rank != OUTSIDE).then_some(self.inner.rank)
+    }
+
+    /// Its local index in that stream (`None` outside the pass).
+    #[getter]
+    fn local(&self) -> Option<u64> {
+        (self.inner.local != OUTSIDE).then_some(self.inner.local)
+    }
+
+    /// The sample found there.
+    #[getter]
+    fn sample(&self) -> u64 {
+        self.inner.sample
+    }
+
+    fn __str__(&self) -> String {
+        self.inner.to_string()
+    }
+}
+
+/// What a proof of some ranks' streams checked: counts and the first counter-example.
+#[pyclass(frozen, module = "permshard._core", name = "Share")]
+pub struct PyShare {
+    pub inner: Share,
+}
+
+#[pymethods]
+impl PyShare {
+    /// A share from the record of `words()` (another rank's, gathered).
+    #[staticmethod]
+    fn from_words(words: Vec<u64>) -> PyResult<Self> {
+        let inner = Share::from_words(&words).map_err(to_py)?;
+        Ok(PyShare { inner })
+    }
+
+    /// The fixed-size record of unsigned 64-bit words ranks exchange.
+    fn words(&self) -> Vec<u64> {
+        self.inner.to_words().to_vec()
+    }
+
+    /// Items of the streams checked.
+    #[getter]
+    fn items(&self) -> u64 {
+        self.inner.items
+    }
+
+    /// Of them, items at positions below `n` (distinct samples).
+    #[getter]
+    fn real(&self) -> u64 {
+        self.inner.real
+    }
+
+    /// Of them, padding items.
+    #[getter]
+    fn padding(&self) -> u64 {
+        self.inner.padding
+    }
+
+    /// Positions outside the pass checked.
+    #[getter]
+    fn outside(&self) -> u64 {
+        self.inner.outside
+    }
+
+    /// Items and positions that failed.
+    #[getter]
+    fn failures(&self) -> u64 {
+        self.inner.failures
+    }
+
+    /// The failure at the smallest global position, or `None`.
+    #[getter]
+    fn first(&self) -> Option<PyFailure> {
+        self.inner.first.map(|inner| PyFailure { inner })
+    }
+
+    /// Raises ShardingError with the first counter-example, if any.
+    fn check(&self) -> PyResult<()> {
+        match self.inner.first {
+            Some(first) => Err(to_py(permshard_core::Error::Violation(
+                first.report(self.inner.failures),
+            ))),
+            None => Ok(()),
+        }
+    }
+}
 
 fn counter(progress: Option<&Progress>) -> Arc<AtomicU64> {
     progress.map_or_else(|| Arc::new(AtomicU64::new(0)), |p| p.done.clone())
@@ -90,7 +187,7 @@ pub fn prove_ranks(
     threads: usize,
     progress: Option<&Progress>,
     reference: Option<&Partition>,
-) -> PyResult<ShareTuple> {
+) -> PyResult<PyShare> {
     let counter = counter(progress);
     let part = &partition.inner;
     let order = reference.map_or(part.order(), |r| r.inner.order());
@@ -99,49 +196,15 @@ pub fn prove_ranks(
             permshard_core::prove_against(part, order, first_rank..stop_rank, threads, &counter)
         })
         .map_err(to_py)?;
-    let first = share
-        .first
-        .map(|f| (f.position, f.rank, f.local, f.sample, f.found));
-    Ok((
-        share.items,
-        share.real,
-        share.padding,
-        share.outside,
-        share.failures,
-        first,
-    ))
+    Ok(PyShare { inner: share })
 }
 
-fn failure(first: FailureTuple) -> Failure {
-    let (position, rank, local, sample, found) = first;
-    Failure {
-        position,
-        rank,
-        local,
-        sample,
-        found,
-    }
-}
-
-/// The message of a share's first counter-example, of `failures` in all.
+/// Judges the shares of every rank, added up in the core; returns `(covered, padding,
+/// dropped)` or raises ShardingError with the earliest counter-example.
 #[pyfunction]
-pub fn describe_failure(first: FailureTuple, failures: u64) -> String {
-    failure(first).report(failures)
-}
-
-/// Judges shares added up over every rank; returns `(covered, padding, dropped)` or raises
-/// ShardingError with the first counter-example.
-#[pyfunction]
-pub fn judge(partition: &Partition, total: ShareTuple) -> PyResult<(u64, u64, u64)> {
-    let (items, real, padding, outside, failures, first) = total;
-    let first = first.map(failure);
-    let share = Share {
-        items,
-        real,
-        padding,
-        outside,
-        failures,
-        first,
-    };
-    permshard_core::judge(&partition.inner, &share).map_err(to_py)
+pub fn judge(partition: &Partition, shares: Vec<PyRef<'_, PyShare>>) -> PyResult<(u64, u64, u64)> {
+    let total = shares
+        .iter()
+        .fold(Share::default(), |total, share| total.merge(&share.inner));
+    permshard_core::judge(&partition.inner, &total).map_err(to_py)
 }

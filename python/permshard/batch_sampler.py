@@ -1,0 +1,187 @@
+"""The batch samplers over a :class:`~permshard.ShardedSampler`: ``ShardedBatchSampler``
+(round-robin items, in batches) and ``StepBatchSampler`` (accelerate's whole batches per
+step). Each proves the stream it yields (:class:`~permshard.proven.ProvenStream`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, Optional
+
+from torch.utils.data import BatchSampler
+
+from . import _core
+from ._validation import as_positive
+from .config import ShardConfig
+from .epoch_index import wants_arrays
+from .proven import ProvenStream
+from .sampler import _CHUNK, ShardedSampler
+
+
+class ShardedBatchSampler(BatchSampler, ProvenStream):
+    r"""Wraps a :class:`ShardedSampler` to yield batches of indices, built in Rust.
+
+    Same batches, in the same order, as ``BatchSampler(sampler, batch_size, drop_last)``;
+    for ``DataLoader(dataset, batch_sampler=...)``, which lets a dataset with
+    ``__getitems__`` fetch a whole batch at once. A batch is a ``list[int]``, or one int64
+    ``numpy.ndarray`` (no Python object per index) for datasets that declare
+    ``accepts_arrays = True`` (``TokenWindows`` does) or with ``as_array=True``; for an
+    epoch-dependent dataset the array is an
+    :class:`~permshard.epoch_index.EpochIndices` carrying the epoch.
+
+    Args:
+        sampler (ShardedSampler): the per-rank sampler.
+        batch_size (int): size of mini-batch.
+        drop_last (bool): if ``True``, drop the last batch when it is smaller than
+            ``batch_size``. Default: ``False``.
+        as_array (bool, optional): yield int64 arrays (``True``) or lists (``False``).
+            Default: ``None``, what the dataset declares (``accepts_arrays``).
+
+    Example::
+
+        >>> sampler = ShardedSampler(dataset, num_replicas=4, rank=0)
+        >>> loader = DataLoader(dataset, batch_sampler=ShardedBatchSampler(sampler, 64))
+    """
+
+    def __init__(
+        self,
+        sampler: ShardedSampler,
+        batch_size: int,
+        drop_last: bool = False,
+        *,
+        as_array: Optional[bool] = None,
+    ) -> None:
+        if not isinstance(sampler, ShardedSampler):
+            raise TypeError(
+                f"sampler must be a ShardedSampler, got {type(sampler).__name__}; wrap other "
+                "samplers in torch.utils.data.BatchSampler"
+            )
+        if not isinstance(drop_last, bool):
+            raise TypeError(f"drop_last should be a boolean value, but got drop_last={drop_last!r}")
+        if as_array is not None and not isinstance(as_array, bool):
+            raise TypeError(f"as_array must be a bool or None, got {as_array!r}")
+        self.sampler = sampler
+        self._sharded = sampler
+        self.batch_size = as_positive("batch_size", batch_size)
+        self.drop_last = drop_last
+        self.as_array = as_array
+
+    #: How this sampler deals positions (see :class:`~permshard.ShardConfig`).
+    dealing = "round-robin"
+
+    def _dealt(self) -> tuple[_core.Partition, ShardConfig]:
+        """The pass being run as this sampler deals and batches it."""
+        return self._sharded.dealt(
+            dealing=self.dealing, batch_size=self.batch_size, drop_last_batch=self.drop_last
+        )
+
+    def proof_target(self) -> tuple[_core.Partition, ShardConfig, int, Any]:
+        """The pass being run, dealt and batched as this sampler yields it (a dropped
+        last batch is declared dropped); see :class:`~permshard.proven.ProvenStream`."""
+        part, config = self._dealt()
+        return part, config, self._sharded.rank, self._sharded.dataset
+
+    @property
+    def yields_arrays(self) -> bool:
+        """Whether batches are int64 arrays: ``as_array``, else the dataset's declaration."""
+        return self.as_array if self.as_array is not None else wants_arrays(self._sharded.dataset)
+
+    def __iter__(self) -> Iterator[Any]:
+        current = self._sharded.begin_pass()
+        part, rank, bs = current.partition, current.rank, self.batch_size
+        arrays = self.yields_arrays
+        total = current.num_samples
+        if self.drop_last:
+            total -= total % bs
+        # Whole batches per call into Rust, about _CHUNK items at a time.
+        step = max(1, _CHUNK // bs) * bs
+        for base in range(0, total, step):
+            stop = min(base + step, total)
+            items: Any = part.take(rank, base, stop) if arrays else part.take_list(rank, base, stop)
+            for i in range(0, stop - base, bs):
+                end = min(base + i + bs, stop)
+                current.announce(end)  # the windows this batch enters, before it is read
+                piece = items[i : i + bs]
+                batch = current.for_dataset_array(piece) if arrays else current.for_dataset(piece)
+                current.handed(end)
+                yield batch
+
+    def _batches(self, num_samples: int) -> int:
+        """Batches of ``batch_size`` in ``num_samples`` items."""
+        if self.drop_last:
+            return num_samples // self.batch_size
+        return -(-num_samples // self.batch_size)
+
+    def __len__(self) -> int:
+        return self._batches(self._sharded.num_samples)
+
+    def state_dict(self, consumed_samples: Optional[int] = None) -> dict[str, Any]:
+        """The sampler's state dict: batches yielded count as consumed, unless
+        ``consumed_samples`` says otherwise; see :meth:`ShardedSampler.state_dict`.
+
+        Args:
+            consumed_samples (int, optional): global samples of the epoch consumed since
+                its start.
+        """
+        return self._sharded.state_dict(consumed_samples)
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Restores the sampler's resume point; see :meth:`ShardedSampler.load_state_dict`.
+
+        Args:
+            state_dict (Mapping): a dict saved by :meth:`state_dict`.
+        """
+        self._sharded.load_state_dict(state_dict)
+
+
+class StepBatchSampler(ShardedBatchSampler):
+    r"""Deals whole batches: at step ``s`` rank ``r`` takes global positions
+    ``[s·B·W + r·b, s·B·W + (r + 1)·b)`` where ``b`` is the step's per-rank batch (``B``
+    except maybe at the last step).
+
+    This is accelerate's own layout (``gather`` at a step returns positions in order), so
+    at the end of an evaluation epoch the padding is exactly the tail that
+    ``gather_for_metrics`` cuts. After ``k`` steps the consumed positions are the prefix
+    ``[0, k·B·W)``, as with :class:`ShardedSampler`: resume (also on another number of
+    processes) stays exact. Lengths, argument checks and state dicts are those of
+    :class:`~permshard.ShardedBatchSampler`. :func:`permshard.accelerate.prepare_data_loader`
+    builds one.
+
+    Args:
+        sampler (ShardedSampler): gives the epoch's order, rank and world size.
+        batch_size (int): per-process batch size ``B``.
+        drop_last (bool): drop the last step when it is smaller than ``B``.
+
+    Example::
+
+        >>> sampler = ShardedSampler(dataset, num_replicas=2, rank=1)
+        >>> loader = DataLoader(dataset, batch_sampler=StepBatchSampler(sampler, 32))
+    """
+
+    def __init__(
+        self,
+        sampler: ShardedSampler,
+        batch_size: int,
+        drop_last: bool = False,
+        *,
+        as_array: Optional[bool] = None,
+    ) -> None:
+        super().__init__(sampler, batch_size, drop_last, as_array=as_array)
+        # Read by accelerate: total_batch_size = batch_size * num_processes.
+        self.num_processes = sampler.num_replicas
+        self.process_index = 0  # not a splitter: the sampler already holds the rank
+        self.split_batches = False
+
+    dealing = "step"
+
+    def __iter__(self) -> Iterator[Any]:
+        current = self._sharded.begin_pass()
+        part, _ = self._dealt()  # the core's step dealing of this pass
+        rank, bs, arrays = current.rank, self.batch_size, self.yields_arrays
+        for step in range(self._batches(current.num_samples)):
+            lo, hi = step * bs, min(step * bs + bs, part.num_samples)
+            if arrays:
+                batch: Any = current.for_dataset_array(part.take(rank, lo, hi))
+            else:
+                batch = current.for_dataset(part.take_list(rank, lo, hi))
+            current.handed(hi)
+            yield batch

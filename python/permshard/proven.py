@@ -1,0 +1,70 @@
+"""``ProvenStream``: the proofs every round-robin or step sampler offers, of the stream it
+yields: ``verify()``, ``verify_distributed()`` and ``verify_in_background()``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _core, coverage, proofs
+from .certificate import Certificate, PendingCertificate
+from .config import ShardConfig
+
+
+class ProvenStream:
+    """Proofs of the pass a sampler is running (from its resume point, if any), dealt the
+    way the sampler deals it: a subclass says what it yields with :meth:`proof_target`.
+
+    Example::
+
+        >>> batches = StepBatchSampler(ShardedSampler(1000, num_replicas=4, rank=0), 8)
+        >>> batches.verify().dealing
+        'step'
+    """
+
+    def proof_target(self) -> tuple[_core.Partition, ShardConfig, int, Any]:
+        """``(partition, config, rank, dataset)``: the pass this sampler yields, dealt as it
+        deals it, its configuration, this rank and the dataset the consensus fingerprints."""
+        raise NotImplementedError
+
+    def verify(self, method: str = "inverse") -> Certificate:
+        """Exact proof of the stream this sampler yields in the pass being run: every item's
+        sample, inverted by the order, is the position the dealing gives that item, and
+        the positions outside the pass are checked once; see :func:`permshard.verify`.
+
+        Args:
+            method (str, optional): ``"inverse"`` (O(1) memory) or ``"bitmap"``.
+        """
+        part, config, _, _ = self.proof_target()
+        return proofs.verify_partition(part, config, method=method)
+
+    def verify_distributed(self, group: Any = None, *, exact: bool = False) -> Certificate:
+        """Consensus, then a proof of the pass being run across the ranks of ``group``:
+        a coverage fingerprint, or with ``exact=True`` every rank proving its own stream
+        by the inverse; see :func:`permshard.coverage.verify_distributed`. A collective:
+        every process of the group must call it.
+
+        Args:
+            group (ProcessGroup, optional): the process group (default: the world).
+            exact (bool, optional): the exact proof instead of the fingerprint.
+        """
+        part, config, rank, dataset = self.proof_target()
+        return coverage.verify_distributed(part, config, rank, dataset, group, exact=exact)
+
+    def verify_in_background(self, group: Any = None) -> PendingCertificate:
+        """The exact distributed proof of :meth:`verify_distributed` (``exact=True``) with
+        this rank's share proven in a background thread while training goes on: the
+        consensus now, the one small collective when every rank calls
+        :meth:`PendingCertificate.wait` (at the same point, e.g. the epoch's end). A
+        collective: every process of the group must call it.
+
+        Args:
+            group (ProcessGroup, optional): the process group (default: the world).
+
+        Example::
+
+            >>> pending = sampler.verify_in_background()
+            >>> for batch in loader: ...
+            >>> print(pending.wait())
+        """
+        part, config, rank, dataset = self.proof_target()
+        return coverage.verify_in_background(part, config, rank, dataset, group)

@@ -115,7 +115,8 @@ class ShardedBatchSampler(BatchSampler, ProvenStream):
         return self._batches(self._sharded.num_samples)
 
     def state_dict(self, consumed_samples: Optional[int] = None) -> dict[str, Any]:
-        """The sampler's state dict: batches yielded count as consumed, unless
+        """The sampler's state dict: the batches the training loop received (from the
+        DataLoader, not what its workers prefetched) count as consumed, unless
         ``consumed_samples`` says otherwise; see :meth:`ShardedSampler.state_dict`.
 
         Args:
@@ -124,13 +125,14 @@ class ShardedBatchSampler(BatchSampler, ProvenStream):
         """
         return self._sharded.state_dict(consumed_samples)
 
-    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> None:
         """Restores the sampler's resume point; see :meth:`ShardedSampler.load_state_dict`.
 
         Args:
             state_dict (Mapping): a dict saved by :meth:`state_dict`.
+            strict (bool, optional): refuse unknown keys. Default: ``True``.
         """
-        self._sharded.load_state_dict(state_dict)
+        self._sharded.load_state_dict(state_dict, strict)
 
 
 class StepBatchSampler(ShardedBatchSampler):

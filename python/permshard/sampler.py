@@ -406,9 +406,12 @@ class ShardedSampler(DistributedSampler[int], ProvenStream):
 
         ``consumed`` counts the global positions of the epoch consumed so far, from the
         epoch start. Without an argument every rank is assumed to have consumed what this
-        rank's iterator has yielded (lockstep data parallelism). A DataLoader prefetches
-        ahead of the training loop, so pass what the loop really consumed when that
-        matters: the counter a training loop already keeps.
+        rank's training loop has received (lockstep data parallelism): when a DataLoader
+        iterates the sampler, the batches it handed out (its workers prefetch further,
+        and those samples are not counted); else what the iterator yielded. torchdata's
+        ``StatefulDataLoader`` saves the state itself and stays exact. A wrapper that
+        draws batches ahead of the loop (one batch ahead, say) must pass
+        ``consumed_samples``: the counter a training loop already keeps.
 
         Args:
             consumed_samples (int, optional): global samples of the current epoch consumed
@@ -430,7 +433,7 @@ class ShardedSampler(DistributedSampler[int], ProvenStream):
             )
         start = self._pass_start()
         current = self._pass
-        yielded = current.yielded() if current is not None and current.epoch == self.epoch else 0
+        yielded = current.delivered() if current is not None and current.epoch == self.epoch else 0
         if consumed_samples is None:
             consumed = start + yielded * self.num_replicas
         else:
@@ -445,16 +448,18 @@ class ShardedSampler(DistributedSampler[int], ProvenStream):
                 )
         return self.config.state_dict(consumed)
 
-    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> None:
         """Restores a resume point saved by :meth:`state_dict`, possibly with another
         number of replicas: the remaining positions are re-split so every sample of the
         epoch is yielded exactly once across both runs (plus declared padding).
 
         Args:
             state_dict (Mapping): a dict saved by :meth:`state_dict` (of this release, 0.1
-                or 0.2).
+                or 0.2). Every field is type- and range-checked.
+            strict (bool, optional): refuse keys this sampler does not save (``False``
+                ignores them). Default: ``True``.
         """
-        saved, consumed = ShardConfig.from_state_dict(state_dict)
+        saved, consumed = ShardConfig.from_state_dict(state_dict, strict=strict)
         self.config.check_resumable(saved)
         epoch = saved.epoch
         self.epoch = epoch

@@ -12,6 +12,7 @@ import numpy.typing as npt
 
 from . import _core
 from .epoch_index import EpochIndices, tag
+from .loader_count import delivered_items, find_loader_iterator
 
 
 class WindowPrefetch:
@@ -101,6 +102,7 @@ class SamplerPass:
         self._base = 0  # items handed out before the chunk being followed
         self._chunk: Optional[Iterator[int]] = None
         self._chunk_len = 0
+        self._loader: Any = None  # the DataLoader iterator pulling the items, if any
 
     @property
     def start(self) -> int:
@@ -158,6 +160,7 @@ class SamplerPass:
         first = self._base == 0 and self._chunk is None and count > 0
         self._base, self._chunk = count, None
         if first:
+            self._loader = find_loader_iterator()
             self._on_first_item(self)
 
     def follow(self, base: int, chunk: Iterator[int], count: int) -> Iterator[int]:
@@ -172,6 +175,7 @@ class SamplerPass:
         first = base == 0 and self._base == 0 and self._chunk is None
         self._base, self._chunk, self._chunk_len = base, chunk, count
         if first:
+            self._loader = find_loader_iterator()
             self._on_first_item(self)
         return chunk
 
@@ -180,3 +184,8 @@ class SamplerPass:
         if self._chunk is None:
             return self._base
         return self._base + self._chunk_len - operator.length_hint(self._chunk)
+
+    def delivered(self) -> int:
+        """Items of this pass the training loop has received: what the DataLoader pulling
+        them handed out (its workers may have prefetched more), else :meth:`yielded`."""
+        return delivered_items(self._loader, self.yielded())

@@ -24,6 +24,7 @@ from .certificate import Certificate, PendingCertificate
 from .collectives import gather_by_rank
 from .config import ShardConfig
 from .consensus import FIX_RESUME, Agreed, check_consensus, digest
+from .loader_count import delivered_batches, find_loader_iterator
 from .mesh import MeshDim, resolve_world
 
 #: The algorithm id of the token-budget plan (the core's), recorded in state dicts.
@@ -244,6 +245,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         # The last steps handed out in this pass: (steps handed so far, window, taken, step).
         self._progress: deque[tuple[int, int, Optional[npt.NDArray[np.bool_]], int]] = deque(maxlen=4096)
         self._handed = 0
+        self._loader: Any = None  # the DataLoader iterator pulling the batches, if any
         self._lengths_cache: dict[int, int] = {}
         self._budget: Optional[tuple[int, _core.TokenBudget]] = None  # (epoch, its planner)
 
@@ -292,6 +294,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_budget"] = None  # native, rebuilt on demand
+        state["_loader"] = None  # a weak reference, of this process only
         return state
 
     # -- iteration -----------------------------------------------------------------------------
@@ -332,9 +335,12 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         k, taken, first_step = self._start()
         self._progress.clear()
         self._handed = 0
+        self._loader = None
         while k < self._num_windows():
             plan = self._plan(k, taken, self.num_replicas)
             for s in range(first_step, plan.steps):
+                if self._handed == 0:
+                    self._loader = find_loader_iterator()  # what it hands the loop is consumed
                 self._handed += 1
                 self._progress.append((self._handed, k, taken, s + 1))
                 batch = plan.batch(s, self.rank)
@@ -377,10 +383,14 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
 
         Args:
             consumed_steps (int, optional): steps of the pass being run that the training
-                loop consumed (default: the batches this rank handed out; pass the loop's
-                count when a DataLoader prefetches).
+                loop consumed (default: the batches the DataLoader handed to the loop, not
+                what its workers prefetched; without a DataLoader, the batches this rank
+                handed out; pass the loop's count when a wrapper draws batches ahead).
         """
-        done = self._handed if consumed_steps is None else as_int("consumed_steps", consumed_steps)
+        if consumed_steps is None:
+            done = delivered_batches(self._loader, self._handed)
+        else:
+            done = as_int("consumed_steps", consumed_steps)
         oldest = self._handed - len(self._progress)
         if done == 0:
             k, taken, steps = self._start()
@@ -393,26 +403,32 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             )
         return dict(self.config.saved_fields(), window_index=k, steps=steps, taken=_encode_taken(taken))
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
         """Restores a resume point, possibly saved with another number of ranks: the rest
         of that window is re-planned, every sample still exactly once.
 
         Args:
-            state (Mapping): a dict saved by :meth:`state_dict` (0.2's load too).
+            state (Mapping): a dict saved by :meth:`state_dict` (0.2's load too); every
+                field is type- and range-checked.
+            strict (bool, optional): refuse keys this sampler does not save (``False``
+                ignores them). Default: ``True``.
 
         Raises:
             TypeError: ``state`` is not a mapping.
             ValueError: it was saved by another sampler or configuration, or edited.
         """
-        saved = BudgetConfig.read_state(state, _RESUME_KEYS)
+        saved = BudgetConfig.read_state(state, _RESUME_KEYS, strict=strict)
         self.config.check_resumable(saved)
         k = as_int("window_index", state["window_index"])
+        steps = as_int("steps", state["steps"])
+        if steps < 0:
+            raise ValueError(f"state_dict['steps'] must be >= 0, got {steps}")
         if not 0 <= k <= self._num_windows():
             raise ValueError(f"state_dict['window_index'] must be in [0, {self._num_windows()}], got {k}")
         size = min(self.n, (k + 1) * self.window) - k * self.window
         taken = _decode_taken(state["taken"], size)
         self.epoch = saved.epoch
-        self._resume = (k, taken, as_int("steps", state["steps"]), saved.num_replicas)
+        self._resume = (k, taken, steps, saved.num_replicas)
         self._progress.clear()
         self._handed = 0
 
@@ -559,10 +575,10 @@ def _encode_taken(taken: Optional[npt.NDArray[np.bool_]]) -> str:
 
 def _decode_taken(text: Any, size: int) -> Optional[npt.NDArray[np.bool_]]:
     """:func:`_encode_taken`'s bits back, for a window of ``size`` positions."""
-    if not text:
-        return None
     if not isinstance(text, str):
         raise TypeError(f"state_dict['taken'] must be a base64 string, got {type(text).__name__}")
+    if not text:
+        return None
     try:
         bits = np.frombuffer(base64.b64decode(text, validate=True), dtype=np.uint8)
     except ValueError:

@@ -1,0 +1,67 @@
+"""What a DataLoader has handed to the training loop, so that a default ``state_dict()``
+is exact while workers prefetch.
+
+A DataLoader iterates its sampler ahead of the loop (``num_workers * prefetch_factor``
+batches with workers): a count of what the sampler yielded overcounts what the loop
+received, and a resume from it would skip samples. The DataLoader's own iterator counts
+the batches it handed out (``_num_yielded``); a sampler finds that iterator once per pass,
+on the call stack of its first item, and reads the count when a state is saved.
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from typing import Any, Optional
+
+#: Frames searched above the first item for the DataLoader's iterator.
+_DEPTH = 16
+
+
+def find_loader_iterator() -> Optional[weakref.ref[Any]]:
+    """The DataLoader iterator pulling the caller's items (a weak reference), or ``None``
+    when the sampler is iterated by anything else. torchdata's ``StatefulDataLoader``
+    saves its sampler's state itself, when it draws each batch's indices, so its own
+    iterators are left alone: there the sampler's count is the right one."""
+    try:
+        from torch.utils.data.dataloader import _BaseDataLoaderIter
+    except ImportError:  # a torch without it: count what the sampler yielded
+        return None
+    frame = sys._getframe(1)
+    for _ in range(_DEPTH):
+        if frame is None:
+            return None
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, _BaseDataLoaderIter):
+            return None if hasattr(owner, "_sampler_iter_yielded") else weakref.ref(owner)
+        frame = frame.f_back
+    return None
+
+
+def delivered_items(loader: Optional[weakref.ref[Any]], yielded: int) -> int:
+    """Items of ``yielded`` that the DataLoader behind ``loader`` handed to the loop: its
+    batches times their size (every batch full but the last), never more than
+    ``yielded``; ``yielded`` itself without a live DataLoader iterator.
+
+    Args:
+        loader (weakref, optional): from :func:`find_loader_iterator`.
+        yielded (int): items the sampler handed out in the pass.
+    """
+    iterator = loader() if loader is not None else None
+    if iterator is None:
+        return yielded
+    batches = int(getattr(iterator, "_num_yielded", 0))
+    per_batch = getattr(iterator._index_sampler, "batch_size", 1) if iterator._auto_collation else 1
+    return min(yielded, batches * int(per_batch or 1))
+
+
+def delivered_batches(loader: Optional[weakref.ref[Any]], handed: int) -> int:
+    """Batches of ``handed`` that the DataLoader behind ``loader`` handed to the loop (a
+    batch sampler's count); ``handed`` without a live DataLoader iterator.
+
+    Args:
+        loader (weakref, optional): from :func:`find_loader_iterator`.
+        handed (int): batches the batch sampler handed out in the pass.
+    """
+    iterator = loader() if loader is not None else None
+    return handed if iterator is None else min(handed, int(getattr(iterator, "_num_yielded", handed)))

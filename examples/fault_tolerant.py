@@ -9,8 +9,10 @@ The loop counts ``consumed``: global samples of the epoch consumed since the epo
 ranks commit what they trained on since the last checkpoint, then rank 0 writes the
 checkpoint atomically (temporary file + ``os.replace``) with
 ``sampler.state_dict(consumed_samples=consumed)``. A DataLoader with workers prefetches
-ahead of the loop, so the sampler's own count would be ahead of what was trained on: the
-loop's counter is what goes into the checkpoint.
+ahead of the loop; the loop's counter is what was trained on. (``--default-state`` saves
+``sampler.state_dict()`` instead, which counts what the DataLoader handed to the loop:
+exact too. ``--one-batch-ahead`` saves one batch more than the loop trained on, as a
+wrapper that draws a batch ahead would without the loop's counter: it loses data.)
 
 ``--kill-at ROUND:RANK:STEP,...`` makes RANK SIGKILL itself at its STEP-th step of restart
 round ROUND (torchrun's ``TORCHELASTIC_RESTART_COUNT``), as a crashed GPU would.
@@ -48,9 +50,14 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=5, help="checkpoint every N steps")
     parser.add_argument("--kill-at", default="", help="ROUND:RANK:STEP,... (SIGKILL)")
     parser.add_argument(
-        "--sampler-count",
+        "--default-state",
         action="store_true",
-        help="save the sampler's own count instead of the loop's (loses data)",
+        help="save sampler.state_dict() (the DataLoader's count) instead of the loop's counter",
+    )
+    parser.add_argument(
+        "--one-batch-ahead",
+        action="store_true",
+        help="save one batch more than the loop trained on (loses data: the control)",
     )
     args = parser.parse_args()
     kills = {tuple(map(int, k.split(":"))) for k in args.kill_at.split(",") if k}
@@ -95,12 +102,13 @@ def main() -> None:
                 write_atomically(os.path.join(args.folder, name), {"samples": pending})
                 dist.barrier()  # every rank's part is on disk before the checkpoint moves
                 if rank == 0:
-                    # The sampler's own count includes what the workers prefetched.
-                    saved = (
-                        sampler.state_dict()
-                        if args.sampler_count
-                        else sampler.state_dict(consumed_samples=consumed)
-                    )
+                    if args.default_state:
+                        saved = sampler.state_dict()
+                    elif args.one_batch_ahead:
+                        end = sampler.consumed_after(len(sampler))
+                        saved = sampler.state_dict(consumed_samples=min(end, consumed + len(batch) * world))
+                    else:
+                        saved = sampler.state_dict(consumed_samples=consumed)
                     write_atomically(checkpoint, {"epoch": epoch, "sampler": saved})
                 dist.barrier()
                 committed_at, pending = consumed, []

@@ -79,10 +79,20 @@ def test_three_crashes_lose_and_repeat_nothing(tmp_path, seed):
         assert committed(tmp_path, epoch) == Counter(range(N)), f"epoch {epoch}"
 
 
-def test_the_sampler_count_under_prefetching_loses_samples(tmp_path):
-    """The control: checkpointing what the sampler handed to prefetching workers instead of
-    what the loop consumed skips samples after a crash, and the check above sees it."""
-    done = run(tmp_path, random_kills(0), "--sampler-count")
+def test_the_default_state_under_prefetching_is_exact_too(tmp_path):
+    """sampler.state_dict() without the loop's counter: it counts what the DataLoader
+    handed to the loop, not what its workers prefetched, so nothing is lost either."""
+    done = run(tmp_path, random_kills(0), "--default-state")
+    assert done.returncode == 0, done.stdout + done.stderr
+    for epoch in range(EPOCHS):
+        assert committed(tmp_path, epoch) == Counter(range(N)), f"epoch {epoch}"
+
+
+def test_a_state_one_batch_ahead_loses_samples(tmp_path):
+    """The control: checkpointing one batch more than the loop trained on (a wrapper that
+    draws ahead, without the loop's counter) skips samples after a crash, and the check
+    above sees it."""
+    done = run(tmp_path, random_kills(0), "--one-batch-ahead")
     assert done.returncode == 0, done.stdout + done.stderr
     lost = [committed(tmp_path, epoch) != Counter(range(N)) for epoch in range(EPOCHS)]
     assert any(lost)

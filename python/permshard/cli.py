@@ -85,6 +85,14 @@ def parser() -> argparse.ArgumentParser:
         "--rank", type=count, help="prove only this rank's share (each machine of a cluster its own)"
     )
     p.add_argument("--threads", type=count, default=0, help="worker threads (default: every core)")
+    p.add_argument(
+        "--dealing",
+        choices=("round-robin", "step"),
+        default="round-robin",
+        help="round-robin: DistributedSampler's (default); step: accelerate's whole batches (StepBatchSampler)",
+    )
+    p.add_argument("--batch-size", type=count, default=0, help="per-rank batch size (needed for --dealing step)")
+    p.add_argument("--drop-last-batch", action="store_true", help="the batch sampler drops its last partial batch")
 
     p = sub.add_parser("locate", help="which rank yields SAMPLE, at which local position and step")
     p.add_argument("sample", type=count, help="dataset index")
@@ -183,6 +191,9 @@ def _verify(args: argparse.Namespace) -> int:
         epoch=args.epoch,
         shuffle=not args.no_shuffle,
         drop_last=args.drop_last,
+        dealing=args.dealing,
+        batch_size=args.batch_size,
+        drop_last_batch=args.drop_last_batch,
     )
     part = config.partition()
     outside = config.n - min(part.end, config.n)  # positions no rank yields (drop_last)

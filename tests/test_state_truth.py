@@ -1,0 +1,213 @@
+"""A default ``state_dict()`` tells the truth under prefetching loaders, and every
+sampler's state dict is strict: each field type- and range-checked, unknown keys refused."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch.utils.data import DataLoader
+
+from permshard import ShardedBatchSampler, ShardedSampler, StepBatchSampler, TokenBudgetBatchSampler
+
+N, W, B, READ = 203, 2, 8, 5
+
+
+def _loader(rank: int, num_workers: int, context=None, persistent=False, kind="item"):
+    sampler = ShardedSampler(list(range(N)), num_replicas=W, rank=rank, seed=4, check_consensus=False)
+    extra = dict(num_workers=num_workers, multiprocessing_context=context, persistent_workers=persistent)
+    if kind == "item":
+        return sampler, DataLoader(list(range(N)), batch_size=B, sampler=sampler, **extra)
+    cls = ShardedBatchSampler if kind == "batches" else StepBatchSampler
+    return sampler, DataLoader(list(range(N)), batch_sampler=cls(sampler, B), **extra)
+
+
+def _read_then_resume(num_workers: int, context=None, persistent=False, kind="item", epochs=1) -> None:
+    """Both ranks read READ batches through a prefetching loader (after ``epochs - 1``
+    whole epochs), save the default state, resume on fresh samplers: every sample of the
+    epoch exactly once, plus the declared padding."""
+    head, states = [], []
+    for rank in range(W):
+        sampler, loader = _loader(rank, num_workers, context, persistent, kind)
+        for epoch in range(epochs):
+            sampler.set_epoch(epoch)
+            it = iter(loader)
+            if epoch < epochs - 1:
+                list(it)
+        head += [x for batch in itertools.islice(it, READ) for x in batch.tolist()]
+        states.append(sampler.state_dict())
+        del it
+    assert states[0] == states[1]
+    assert states[0]["consumed"] == READ * B * W  # what the loops received, not the prefetch
+    rest = []
+    for rank in range(W):
+        resumed = ShardedSampler(N, num_replicas=W, rank=rank, seed=4, check_consensus=False)
+        resumed.load_state_dict(states[0])
+        rest += list(resumed)
+    padding = -N % W
+    assert Counter(head + rest) - Counter(range(N)) == Counter(rest[len(rest) - padding :])
+    assert set(head + rest) == set(range(N))
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_default_state_counts_what_the_loop_received(num_workers):
+    _read_then_resume(num_workers)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])
+def test_every_worker_start_method_and_persistent_workers(context):
+    _read_then_resume(2, context)
+    _read_then_resume(2, context, persistent=True, epochs=2)
+
+
+@pytest.mark.parametrize("kind", ["batches", "step"])
+def test_batch_samplers_count_what_the_loop_received(kind):
+    _read_then_resume(2, "fork", kind=kind)
+
+
+def test_a_token_budget_state_counts_what_the_loop_received():
+    lengths = np.arange(N) % 13 + 1
+    make = lambda: TokenBudgetBatchSampler(lengths, 40, W, 0, window=64, check_consensus=False)  # noqa: E731
+    reference = list(make())
+    sampler = make()
+    loader = DataLoader(list(range(N)), batch_sampler=sampler, num_workers=2, collate_fn=list)
+    it = iter(loader)
+    head = [next(it) for _ in range(READ)]
+    state = sampler.state_dict()
+    del it
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert head + list(resumed) == reference
+
+
+def test_a_loader_drawn_one_batch_ahead_needs_the_loops_counter():
+    # Ray's wrapper pattern: the loader is one batch ahead of the loop. The default counts
+    # what the DataLoader handed out (one batch more than the loop has); the loop's own
+    # counter, consumed_samples, is exact.
+    def one_ahead(loader):
+        it = iter(loader)
+        pending = next(it)
+        for batch in it:
+            yield pending
+            pending = batch
+        yield pending
+
+    sampler, loader = _loader(0, 2, "fork")
+    wrapped = one_ahead(loader)
+    head = [next(wrapped).tolist() for _ in range(READ)]
+    assert sampler.state_dict()["consumed"] == (READ + 1) * B * W
+    state = sampler.state_dict(consumed_samples=READ * B * W)
+    resumed = ShardedSampler(N, num_replicas=W, rank=0, seed=4, check_consensus=False)
+    resumed.load_state_dict(state)
+    reference = list(ShardedSampler(N, num_replicas=W, rank=0, seed=4, check_consensus=False))
+    assert [x for b in head for x in b] + list(resumed) == reference
+
+
+# -- strict state dicts ---------------------------------------------------------------------
+
+
+def _states() -> list[tuple[str, dict, object]]:
+    """A saved state of every sampler, mid-epoch, with a factory of a fresh sampler."""
+    item = ShardedSampler(1000, num_replicas=3, rank=1, seed=2, check_consensus=False)
+    list(itertools.islice(iter(item), 10))
+    blocks = ShardedSampler(
+        1000, num_replicas=3, rank=1, seed=2, check_consensus=False, block_size=8, window_blocks=4
+    )
+    list(itertools.islice(iter(blocks), 10))
+    lengths = np.arange(300) % 11 + 1
+    budget = TokenBudgetBatchSampler(lengths, 32, 2, 0, window=50, check_consensus=False)
+    list(itertools.islice(iter(budget), 9))
+    return [
+        ("item", item.state_dict(), lambda: ShardedSampler(1000, 3, 1, seed=2, check_consensus=False)),
+        (
+            "blocks",
+            blocks.state_dict(),
+            lambda: ShardedSampler(1000, 3, 1, seed=2, check_consensus=False, block_size=8, window_blocks=4),
+        ),
+        ("budget", budget.state_dict(), lambda: TokenBudgetBatchSampler(lengths, 32, 2, 0, window=50, check_consensus=False)),
+    ]  # fmt: skip
+
+
+STATES = _states()
+
+
+@pytest.mark.parametrize("name, state, make", STATES, ids=[s[0] for s in STATES])
+def test_unknown_keys_are_refused_by_name_unless_not_strict(name, state, make):
+    extra = dict(state, typo_consumed=3)
+    with pytest.raises(ValueError, match=r"does not save: \['typo_consumed'\].*strict=False"):
+        make().load_state_dict(extra)
+    loose, exact = make(), make()
+    loose.load_state_dict(extra, strict=False)
+    exact.load_state_dict(state)
+    assert list(loose) == list(exact)
+
+
+@pytest.mark.parametrize("name, state, make", STATES, ids=[s[0] for s in STATES])
+def test_wrong_types_and_ranges_are_value_or_type_errors(name, state, make):
+    for key, bad, exc in [
+        ("drop_last", [], TypeError),
+        ("shuffle", "identity", TypeError),
+        ("shuffle", 1, TypeError),
+        ("num_replicas", 2**64, ValueError),
+        ("seed", -1, ValueError),
+        ("n", 1.5, TypeError),
+        ("algorithm", 7, TypeError),
+    ]:
+        with pytest.raises(exc):
+            make().load_state_dict(dict(state, **{key: bad}))
+    if name == "budget":
+        for key, bad, exc in [("taken", [], TypeError), ("steps", -1, ValueError), ("window_index", True, TypeError)]:
+            with pytest.raises(exc):
+                make().load_state_dict(dict(state, **{key: bad}))
+    else:
+        for key, bad, exc in [("block_size", [], TypeError), ("consumed", False, TypeError)]:
+            with pytest.raises(exc):
+                make().load_state_dict(dict(state, **{key: bad}))
+
+
+_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**65), max_value=2**65),
+    st.floats(allow_nan=False),
+    st.text(max_size=8),
+    st.lists(st.integers(), max_size=2),
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(which=st.sampled_from(range(len(STATES))), data=st.data())
+def test_a_mutated_state_is_refused_or_resumes_exactly(which, data):
+    """Random edits of saved states: each is refused with ValueError/TypeError or, when it
+    still loads, resumes exactly as an unedited state with the same values does."""
+    _, state, make = STATES[which]
+    mutated = copy.deepcopy(state)
+    for _ in range(data.draw(st.integers(1, 3))):
+        action = data.draw(st.sampled_from(["set", "delete", "add"]))
+        key = data.draw(st.sampled_from(sorted(mutated) or ["n"]))
+        if action == "set":
+            mutated[key] = data.draw(_VALUES)
+        elif action == "delete":
+            mutated.pop(key, None)
+        else:
+            mutated[data.draw(st.text(min_size=1, max_size=6))] = data.draw(_VALUES)
+    sampler = make()
+    try:
+        sampler.load_state_dict(mutated)
+    except (ValueError, TypeError):
+        return
+    # It loaded: every value was of its type and in range, and no key was unknown. Saved
+    # again before iterating, it holds exactly the values loaded (nothing reinterpreted;
+    # a state of another world size is re-split, so its resume point is this one's).
+    assert set(mutated) <= set(state) | {"block_size", "window_blocks"}
+    resaved = sampler.state_dict()
+    if mutated.get("num_replicas") == state["num_replicas"]:
+        assert {k: resaved[k] for k in mutated} == mutated
+        assert all(type(resaved[k]) is type(v) for k, v in mutated.items())
+    assert len(list(itertools.islice(iter(sampler), 50))) > 0 or len(sampler) == 0

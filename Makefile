@@ -8,7 +8,12 @@ ifneq ($(wildcard $(PY)),)
 export PYO3_PYTHON := $(abspath $(PY))
 endif
 
-.PHONY: help demo test bench bench-megatron bench-mixture bench-blocks build lint lint-rust lint-py rust-test py-test clean
+.PHONY: help demo test test-fast bench bench-megatron bench-mixture bench-blocks build build-fast lint lint-rust lint-py rust-test py-test clean
+
+# What the extension is built from: a build runs again only when one of them changed.
+SOURCES := Cargo.toml Cargo.lock pyproject.toml $(shell find rust -name '*.rs' -o -name Cargo.toml)
+# pytest over every core (pytest-xdist); override with make test PYTEST_WORKERS=1.
+PYTEST_WORKERS ?= auto
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -28,8 +33,19 @@ $(VENV)/.dev: $(VENV)/.base
 	$(PY) -m pip install -q --no-deps megatron-core==0.16.1 || echo "megatron-core not installed: tests/test_megatron.py will skip"
 	touch $@
 
-build: $(VENV)/.base  ## Build the Rust extension into the virtualenv (release)
+build: $(VENV)/.build-release  ## Build the Rust extension into the virtualenv (release, fat LTO)
+
+$(VENV)/.build-release: $(VENV)/.base $(SOURCES)
 	$(PY) -m pip install -q --no-deps -e .
+	rm -f $(VENV)/.build-fast
+	touch $@
+
+build-fast: $(VENV)/.build-fast  ## The same, without fat LTO, rebuilt incrementally (for make test-fast)
+
+$(VENV)/.build-fast: $(VENV)/.dev $(SOURCES)
+	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop -q --profile fast
+	rm -f $(VENV)/.build-release
+	touch $@
 
 demo: build  ## The main job: 4 real ranks shard a generated token file, with proofs
 	$(VENV)/bin/permshard demo
@@ -49,8 +65,11 @@ lint-py: build $(VENV)/.dev  ## ruff (format and check), mypy --strict, stubtest
 rust-test:  ## Rust unit, property and golden tests
 	cargo test --release -p permshard-core
 
-py-test: build $(VENV)/.dev  ## Python tests (real multi-process runs included)
-	$(PY) -m pytest
+py-test: build $(VENV)/.dev  ## Python tests (real multi-process runs included), over every core
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --durations=30
+
+test-fast: build-fast  ## The fast tier: tests not marked slow or multiprocess, over every core
+	$(PY) -m pytest -n $(PYTEST_WORKERS) -m "not slow and not multiprocess" -q
 
 test: lint rust-test py-test  ## Everything CI runs
 

@@ -74,7 +74,9 @@ def test_verify_exit_codes(capsys, monkeypatch):
     assert cli.main(["verify", "-n", "1e6", "-w", "64", "--rank", "5", "--drop-last"]) == 0
     out = capsys.readouterr().out
     # Rank 5's 15,625 items and its 1/64 slice of the 0 dropped positions (1e6 = 64 x 15,625).
-    assert out.startswith("PROVEN (inverse, perm-v1, round-robin): the share of rank 5 of n=1,000,000 over 64 ranks")
+    assert out.startswith(
+        "PROVEN (inverse, perm-v1, round-robin): the share of rank 5 of n=1,000,000 over 64 ranks"
+    )
     assert "15,625 items checked in" in out and "projected cluster wall time" in out
     assert cli.main(["verify", "-n", "1000", "-w", "8", "--rank", "8"]) == 2
     assert "rank must be in [0, 8), got 8" in capsys.readouterr().err

@@ -13,7 +13,12 @@ import pytest
 from reference_perm_v1 import ReferencePermutation
 
 import permshard
-from permshard import ShardedBatchSampler, ShardedSampler, ShardingError, StepBatchSampler, TokenBudgetBatchSampler
+from permshard import (
+    ShardedBatchSampler,
+    ShardedSampler,
+    StepBatchSampler,
+    TokenBudgetBatchSampler,
+)
 
 
 def accelerate_layout(n: int, w: int, bs: int, seed: int, epoch: int = 0, start: int = 0) -> dict[int, list]:
@@ -157,7 +162,12 @@ def test_the_step_dealing_is_proven_on_real_ranks_and_after_a_resume(world):
         assert out["resumed"] == rest[r]
         resumed_items += [x for b in out["resumed"] for x in b]
         dealing, method, covered, padding, dropped, start, ranks = out["resumed_proof"]
-        assert (dealing, method, start, covered) == ("step", "inverse", consumed_positions, n - consumed_positions)
+        assert (dealing, method, start, covered) == (
+            "step",
+            "inverse",
+            consumed_positions,
+            n - consumed_positions,
+        )
         assert "ranks disagree on dealing" in out["mixed"] and "StepBatchSampler" in out["mixed"]
     counts = Counter(consumed + resumed_items)
     assert set(counts) == set(range(n))

@@ -169,6 +169,10 @@ def test_version_is_cargos():
     cargo = (pathlib.Path(__file__).parent.parent / "Cargo.toml").read_text()
     version = re.search(r'^version = "([^"]+)"', cargo, re.MULTILINE)
     assert version is not None and permshard.__version__ == version.group(1)
+    # maturin reads the same version into the package's metadata.
+    from importlib.metadata import version as installed
+
+    assert installed("permshard") == permshard.__version__
 
 
 def ticks_during(work) -> tuple[int, float]:

@@ -49,12 +49,31 @@ def test_battery_flags_bad_shuffles(results, control):
     assert failed, f"the battery cannot tell {control} from a shuffle: {results[control]}"
 
 
-def test_print_report(results, capsys):
-    """The p-values, for the record (shown with pytest -s)."""
+def report(results: dict[str, dict[str, float]]) -> str:
+    """The p-values as a table: a header of shuffles, a row per test."""
     names = list(results["perm-v1"])
-    with capsys.disabled():
-        print(f"\n{'test':<24}" + "".join(f"{k:>14}" for k in results))
-        for name in names:
-            print(f"{name:<24}" + "".join(f"{results[k].get(name, float('nan')):>14.3g}" for k in results))
+    rows = [f"{'test':<24}" + "".join(f"{k:>14}" for k in results)]
+    rows += [
+        f"{name:<24}" + "".join(f"{results[k].get(name, float('nan')):>14.3g}" for k in results)
+        for name in names
+    ]
+    return "\n".join(rows)
+
+
+def test_the_report_lists_every_test_and_perm_v1_sides_with_fisher_yates(results):
+    """The p-values, for the record (printed with pytest -s): every test ran on every
+    shuffle (the 4-round control skips the tiny-n tests), each value a probability, and
+    perm-v1 passes exactly the tests Fisher-Yates passes."""
+    table = report(results)
+    print("\n" + table)
+    names = list(results["perm-v1"])
+    lines = table.splitlines()
+    assert lines[0].split() == ["test", *results]
+    assert [line.split()[0] for line in lines[1:]] == names
+    for line in lines[1:]:
+        values = [float(v) for v in line.split()[1:]]
+        assert all(np.isnan(v) or 0 <= v <= 1 for v in values), line
     assert set(results["affine"]) == set(names)
     assert set(results["simon-4"]) == set(names) - set(battery.SMALL_N_TESTS)
+    for name in names:
+        assert (results["perm-v1"][name] >= ALPHA) == (results["fisher-yates"][name] >= ALPHA), name

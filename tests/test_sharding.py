@@ -11,8 +11,7 @@ import pytest
 from reference_perm_v1 import ReferencePermutation
 
 import permshard
-from permshard import ShardConfig, ShardedSampler, _core
-from permshard import StepBatchSampler
+from permshard import ShardConfig, ShardedSampler, StepBatchSampler, _core
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "state_dicts.json").read_text())
 

@@ -130,7 +130,7 @@ def _states() -> list[tuple[str, dict, object]]:
             blocks.state_dict(),
             lambda: ShardedSampler(1000, 3, 1, seed=2, check_consensus=False, block_size=8, window_blocks=4),
         ),
-        ("budget", budget.state_dict(), lambda: TokenBudgetBatchSampler(lengths, 32, 2, 0, window=50, check_consensus=False)),
+        ("budget", budget.state_dict(), lambda: TokenBudgetBatchSampler(lengths, 32, 2, 0, window=50, check_consensus=False)),  # noqa: E501
     ]  # fmt: skip
 
 
@@ -162,7 +162,11 @@ def test_wrong_types_and_ranges_are_value_or_type_errors(name, state, make):
         with pytest.raises(exc):
             make().load_state_dict(dict(state, **{key: bad}))
     if name == "budget":
-        for key, bad, exc in [("taken", [], TypeError), ("steps", -1, ValueError), ("window_index", True, TypeError)]:
+        for key, bad, exc in [
+            ("taken", [], TypeError),
+            ("steps", -1, ValueError),
+            ("window_index", True, TypeError),
+        ]:
             with pytest.raises(exc):
                 make().load_state_dict(dict(state, **{key: bad}))
     else:

@@ -26,6 +26,7 @@ from ._core import ALGORITHM, BLOCK_ALGORITHM, IDENTITY_ALGORITHM, MIX_ALGORITHM
 
 if TYPE_CHECKING:
     from . import data
+    from .batch_sampler import ShardedBatchSampler, StepBatchSampler
     from .block import BlockPermutation
     from .certificate import Certificate, PendingCertificate
     from .config import ShardConfig
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
     from .permutation import Permutation
     from .plan import ShardPlan
     from .proofs import check_loader, verify
-    from .batch_sampler import ShardedBatchSampler, StepBatchSampler
     from .sampler import ShardedSampler
     from .token_budget import TokenBudgetBatchSampler
 

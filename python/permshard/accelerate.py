@@ -22,8 +22,8 @@ from typing import Any, Optional
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, RandomSampler, SequentialSampler
 
 from ._core import ShardingError
-from .mesh import mesh_world
 from .batch_sampler import ShardedBatchSampler, StepBatchSampler
+from .mesh import mesh_world
 from .sampler import ShardedSampler
 from .token_budget import TokenBudgetBatchSampler
 

@@ -91,8 +91,12 @@ def parser() -> argparse.ArgumentParser:
         default="round-robin",
         help="round-robin: DistributedSampler's (default); step: accelerate's whole batches (StepBatchSampler)",
     )
-    p.add_argument("--batch-size", type=count, default=0, help="per-rank batch size (needed for --dealing step)")
-    p.add_argument("--drop-last-batch", action="store_true", help="the batch sampler drops its last partial batch")
+    p.add_argument(
+        "--batch-size", type=count, default=0, help="per-rank batch size (needed for --dealing step)"
+    )
+    p.add_argument(
+        "--drop-last-batch", action="store_true", help="the batch sampler drops its last partial batch"
+    )
 
     p = sub.add_parser("locate", help="which rank yields SAMPLE, at which local position and step")
     p.add_argument("sample", type=count, help="dataset index")

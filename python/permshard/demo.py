@@ -14,10 +14,10 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from .batch_sampler import ShardedBatchSampler
 from .data import TokenWindows, WindowBatch
 from .launch import launch
 from .proofs import verify
-from .batch_sampler import ShardedBatchSampler
 from .sampler import ShardedSampler
 
 SEQ_LEN = 128

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import weakref
+from types import FrameType
 from typing import Any, Optional
 
 #: Frames searched above the first item for the DataLoader's iterator.
@@ -27,7 +28,7 @@ def find_loader_iterator() -> Optional[weakref.ref[Any]]:
         from torch.utils.data.dataloader import _BaseDataLoaderIter
     except ImportError:  # a torch without it: count what the sampler yielded
         return None
-    frame = sys._getframe(1)
+    frame: Optional[FrameType] = sys._getframe(1)
     for _ in range(_DEPTH):
         if frame is None:
             return None

@@ -89,7 +89,9 @@ class BudgetConfig(ShardConfig):
         drop_last_batch: bool = False,
     ) -> None:
         if (dealing, batch_size, drop_last_batch) != (BUDGET_ALGORITHM, 0, False):
-            raise ValueError(f"token-budget batches are dealt by their plan: dealing must be {BUDGET_ALGORITHM!r}")
+            raise ValueError(
+                f"token-budget batches are dealt by their plan: dealing must be {BUDGET_ALGORITHM!r}"
+            )
         if block_size or window_blocks:
             raise ValueError(
                 "token-budget batches are planned over the perm-v1 order: block_size and "

@@ -248,7 +248,10 @@ mod tests {
                 }
                 assert!(seen.iter().all(|&c| c == 1), "{dealing:?} {pass:?}");
                 assert_eq!(dealing.owner(&pass, pass.end()), None);
-                assert_eq!(start.checked_sub(1).and_then(|p| dealing.owner(&pass, p)), None);
+                assert_eq!(
+                    start.checked_sub(1).and_then(|p| dealing.owner(&pass, p)),
+                    None
+                );
             }
         }
     }
@@ -274,7 +277,9 @@ mod tests {
         assert!(err.contains("'round-robin' or 'step'"), "{err}");
         let err = Dealing::new("step", 0, false).unwrap_err().to_string();
         assert!(err.contains("batch_size"), "{err}");
-        let err = Dealing::new("round-robin", 0, true).unwrap_err().to_string();
+        let err = Dealing::new("round-robin", 0, true)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("batch_size"), "{err}");
     }
 }

@@ -61,7 +61,14 @@ impl Partition {
         drop_last: bool,
         order: Order,
     ) -> Result<Self, Error> {
-        Self::dealt(n, num_replicas, start, drop_last, order, Dealing::ROUND_ROBIN)
+        Self::dealt(
+            n,
+            num_replicas,
+            start,
+            drop_last,
+            order,
+            Dealing::ROUND_ROBIN,
+        )
     }
 
     /// As [`Partition::new`], the positions dealt by `dealing` (a batch sampler that drops

@@ -97,7 +97,16 @@ impl Failure {
             Some(None) => (1, 0, 0),
             Some(Some((r, l))) => (2, r, l),
         };
-        [self.position, self.rank, self.local, self.sample, self.found, kind, r, l]
+        [
+            self.position,
+            self.rank,
+            self.local,
+            self.sample,
+            self.found,
+            kind,
+            r,
+            l,
+        ]
     }
 
     fn from_words(w: &[u64]) -> Result<Self, Error> {
@@ -105,7 +114,11 @@ impl Failure {
             0 => None,
             1 => Some(None),
             2 => Some(Some((w[6], w[7]))),
-            k => return Err(Error::Invalid(format!("a failure record of unknown kind {k}"))),
+            k => {
+                return Err(Error::Invalid(format!(
+                    "a failure record of unknown kind {k}"
+                )))
+            }
         };
         Ok(Failure {
             position: w[0],
@@ -308,7 +321,12 @@ pub fn prove_against(
         inverse.copy_from_slice(samples);
         order_inverse(order.as_ref(), inverse, n);
         let (mut real, mut padding) = (0u64, 0u64);
-        for (k, ((&sample, &found), &p)) in samples.iter().zip(inverse.iter()).zip(dealt.iter()).enumerate() {
+        for (k, ((&sample, &found), &p)) in samples
+            .iter()
+            .zip(inverse.iter())
+            .zip(dealt.iter())
+            .enumerate()
+        {
             let local = lo + k as u64;
             let mut failure = Failure {
                 position: p,
@@ -380,7 +398,9 @@ pub fn prove_against(
                         let (rank, chunk) = (ranks.start + task % proved, task / proved);
                         let lo = chunk * CHUNK;
                         let len = CHUNK.min(per_rank - lo) as usize;
-                        if let Err(e) = check_items(rank, lo, [&mut a[..len], &mut b[..len], &mut c[..len]]) {
+                        if let Err(e) =
+                            check_items(rank, lo, [&mut a[..len], &mut b[..len], &mut c[..len]])
+                        {
                             *error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
                             break;
                         }
@@ -574,7 +594,10 @@ mod tests {
                     for drop_last in [false, true] {
                         let part = dealt(order.clone(), w, start, drop_last, dealing);
                         let (inverse, bitmap) = both(&part);
-                        assert!(inverse.is_ok(), "{dealing:?} w={w} start={start}: {inverse:?}");
+                        assert!(
+                            inverse.is_ok(),
+                            "{dealing:?} w={w} start={start}: {inverse:?}"
+                        );
                         assert_eq!(inverse, bitmap, "{dealing:?} w={w} start={start}");
                     }
                 }
@@ -604,14 +627,18 @@ mod tests {
             let message = verify_inverse(&skipped, 2, &AtomicU64::new(0))
                 .unwrap_err()
                 .to_string();
-            assert!(message.contains("outside the pass: the dealing skips"), "{message}");
+            assert!(
+                message.contains("outside the pass: the dealing skips"),
+                "{message}"
+            );
         }
     }
 
     #[test]
     fn shares_cross_as_words_and_merge_to_the_whole() {
         let order: Order = Arc::new(Permutation::new(999, 5, 0).unwrap());
-        let part = dealt(order, 3, 10, false, Dealing::new("step", 4, false).unwrap()).misdeal(2, 7, 3);
+        let part =
+            dealt(order, 3, 10, false, Dealing::new("step", 4, false).unwrap()).misdeal(2, 7, 3);
         let whole = prove_ranks(&part, 0..3, 1, &AtomicU64::new(0)).unwrap();
         let mut merged = Share::default();
         for r in 0..3 {

@@ -159,19 +159,15 @@ class StepBatchSampler(ShardedBatchSampler):
         >>> loader = DataLoader(dataset, batch_sampler=StepBatchSampler(sampler, 32))
     """
 
-    def __init__(
-        self,
-        sampler: ShardedSampler,
-        batch_size: int,
-        drop_last: bool = False,
-        *,
-        as_array: Optional[bool] = None,
-    ) -> None:
-        super().__init__(sampler, batch_size, drop_last, as_array=as_array)
-        # Read by accelerate: total_batch_size = batch_size * num_processes.
-        self.num_processes = sampler.num_replicas
-        self.process_index = 0  # not a splitter: the sampler already holds the rank
-        self.split_batches = False
+    # Read by accelerate: total_batch_size = batch_size * num_processes; not a splitter
+    # (process_index 0): the sampler already holds the rank.
+    process_index = 0
+    split_batches = False
+
+    @property
+    def num_processes(self) -> int:
+        """The data-parallel ranks (accelerate reads it)."""
+        return self._sharded.num_replicas
 
     dealing = "step"
 

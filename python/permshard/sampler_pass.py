@@ -160,8 +160,7 @@ class SamplerPass:
         first = self._base == 0 and self._chunk is None and count > 0
         self._base, self._chunk = count, None
         if first:
-            self._loader = find_loader_iterator()
-            self._on_first_item(self)
+            self._first_item()
 
     def follow(self, base: int, chunk: Iterator[int], count: int) -> Iterator[int]:
         """Counts the items of ``chunk`` (local items ``[base, base + count)``) as they are
@@ -175,9 +174,14 @@ class SamplerPass:
         first = base == 0 and self._base == 0 and self._chunk is None
         self._base, self._chunk, self._chunk_len = base, chunk, count
         if first:
-            self._loader = find_loader_iterator()
-            self._on_first_item(self)
+            self._first_item()
         return chunk
+
+    def _first_item(self) -> None:
+        """The pass hands out its first item: find the DataLoader pulling it, if any (its
+        count is what state dicts save), then tell the sampler."""
+        self._loader = find_loader_iterator()
+        self._on_first_item(self)
 
     def yielded(self) -> int:
         """Items this rank has handed out in this pass (exact, even mid-chunk)."""

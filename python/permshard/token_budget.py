@@ -422,9 +422,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         saved = BudgetConfig.read_state(state, _RESUME_KEYS, strict=strict)
         self.config.check_resumable(saved)
         k = as_int("window_index", state["window_index"])
-        steps = as_int("steps", state["steps"])
-        if steps < 0:
-            raise ValueError(f"state_dict['steps'] must be >= 0, got {steps}")
+        steps = as_u64("state_dict['steps']", state["steps"])
         if not 0 <= k <= self._num_windows():
             raise ValueError(f"state_dict['window_index'] must be in [0, {self._num_windows()}], got {k}")
         size = min(self.n, (k + 1) * self.window) - k * self.window

@@ -283,11 +283,17 @@ impl Partition {
     /// `out[i]` = the sample of `rank`'s item `local_start + i`. Batched.
     pub fn fill_rank(&self, rank: u64, local_start: u64, out: &mut [u64]) -> Result<(), Error> {
         self.fill_dealt(rank, local_start, out)?;
-        for slot in out.iter_mut() {
+        self.samples_of(out);
+        Ok(())
+    }
+
+    /// Replaces global positions of the pass by their samples (padding wraps around):
+    /// what [`Partition::fill_rank`] does after dealing. Batched.
+    pub fn samples_of(&self, positions: &mut [u64]) {
+        for slot in positions.iter_mut() {
             *slot = self.wrap(*slot);
         }
-        self.map_positions(out);
-        Ok(())
+        self.map_positions(positions);
     }
 
     /// Replaces positions (already reduced below n) by their samples.

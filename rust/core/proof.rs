@@ -314,10 +314,12 @@ pub fn prove_against(
     let dealing = part.dealing();
     let check_items = |rank: u64, lo: u64, bufs: [&mut [u64]; 3]| {
         let [samples, inverse, dealt] = bufs;
-        part.fill_rank(rank, lo, samples)?;
-        // The positions the items are dealt from; the dealing must own each at exactly
-        // this (rank, local): the dealing is then injective, a bijection onto the pass.
+        // The positions the items are dealt from (the dealing must own each at exactly
+        // this (rank, local): it is then injective, a bijection onto the pass), and the
+        // stream from them as fill_rank yields it, dealt once.
         part.fill_dealt(rank, lo, dealt)?;
+        samples.copy_from_slice(dealt);
+        part.samples_of(samples);
         inverse.copy_from_slice(samples);
         order_inverse(order.as_ref(), inverse, n);
         let (mut real, mut padding) = (0u64, 0u64);

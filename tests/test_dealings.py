@@ -172,3 +172,21 @@ def test_the_step_dealing_is_proven_on_real_ranks_and_after_a_resume(world):
     counts = Counter(consumed + resumed_items)
     assert set(counts) == set(range(n))
     assert sum(counts.values()) - n == -(n - consumed_positions) % world  # padding only
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_what_each_sampler_proves_is_the_stream_it_yields(drop_last):
+    # The proof's partition, read back rank by rank, is exactly what the sampler yields:
+    # the certificate is of the yielded stream, not of another dealing of the same epoch.
+    n, w, bs = 61, 3, 4
+    for r in range(w):
+        for make in (
+            lambda: sampler(n, w, r),
+            lambda: ShardedBatchSampler(sampler(n, w, r), bs, drop_last),
+            lambda: StepBatchSampler(sampler(n, w, r), bs, drop_last),
+        ):
+            s = make()
+            part, config, rank, _ = s.proof_target()
+            yielded = [x for item in s for x in (item if isinstance(item, list) else [item])]
+            assert part.take_list(rank, 0, part.num_samples) == yielded, type(s).__name__
+            assert part.dealing == config.dealing == s.verify().dealing

@@ -180,12 +180,11 @@ def test_what_each_sampler_proves_is_the_stream_it_yields(drop_last):
     # the certificate is of the yielded stream, not of another dealing of the same epoch.
     n, w, bs = 61, 3, 4
     for r in range(w):
-        for make in (
-            lambda: sampler(n, w, r),
-            lambda: ShardedBatchSampler(sampler(n, w, r), bs, drop_last),
-            lambda: StepBatchSampler(sampler(n, w, r), bs, drop_last),
+        for s in (
+            sampler(n, w, r),
+            ShardedBatchSampler(sampler(n, w, r), bs, drop_last),
+            StepBatchSampler(sampler(n, w, r), bs, drop_last),
         ):
-            s = make()
             part, config, rank, _ = s.proof_target()
             yielded = [x for item in s for x in (item if isinstance(item, list) else [item])]
             assert part.take_list(rank, 0, part.num_samples) == yielded, type(s).__name__

@@ -22,9 +22,16 @@ __all__ = [
     "__version__",
     "check_document_indices",
     "check_sequence_layout",
+    "BudgetShare",
+    "BudgetStart",
+    "CoverageShare",
     "Failure",
     "Share",
+    "Verdict",
+    "WindowPlan",
     "judge",
+    "judge_alone",
+    "judge_coverage",
     "prove_ranks",
     "verify",
     "verify_inverse",
@@ -33,8 +40,6 @@ __all__ = [
 __version__: str
 ALGORITHM: str
 IDENTITY_ALGORITHM: str
-
-_Fingerprint = tuple[int, int, int, int]
 
 class ShardingError(ValueError): ...
 
@@ -54,21 +59,7 @@ class Permutation:
 
 @final
 class Sharding:
-    def __new__(
-        cls,
-        n: int,
-        num_replicas: int,
-        *,
-        seed: int = 0,
-        epoch: int = 0,
-        shuffle: bool = True,
-        drop_last: bool = False,
-        block_size: int = 0,
-        window_blocks: int = 0,
-        dealing: str = "round-robin",
-        batch_size: int = 0,
-        drop_last_batch: bool = False,
-    ) -> Sharding: ...
+    def __new__(cls, config: object) -> Sharding: ...
     @property
     def algorithm(self) -> str: ...
     @property
@@ -108,9 +99,32 @@ class Partition:
     def take_positions(self, start: int, stop: int) -> npt.NDArray[np.int64]: ...
     def take_positions_list(self, start: int, stop: int) -> list[int]: ...
     def locate(self, sample: int) -> list[tuple[int, int]]: ...
-    def coverage_share(
-        self, rank: int
-    ) -> tuple[_Fingerprint, _Fingerprint, _Fingerprint, _Fingerprint, _Fingerprint]: ...
+    def coverage_share(self, rank: int) -> CoverageShare: ...
+
+@final
+class Verdict:
+    @property
+    def start(self) -> int: ...
+    @property
+    def lengths(self) -> list[int]: ...
+    @property
+    def batches(self) -> int | None: ...
+    @property
+    def covered(self) -> int: ...
+    @property
+    def padding(self) -> int: ...
+    @property
+    def dropped(self) -> int: ...
+    @property
+    def consumed(self) -> int: ...
+
+@final
+class CoverageShare:
+    @staticmethod
+    def from_words(words: list[int]) -> CoverageShare: ...
+    def words(self) -> list[int]: ...
+
+def judge_coverage(partition: Partition, shares: list[CoverageShare]) -> Verdict: ...
 
 @final
 class Progress:
@@ -118,12 +132,8 @@ class Progress:
     @property
     def done(self) -> int: ...
 
-def verify(
-    partition: Partition, threads: int = 0, progress: Progress | None = None
-) -> tuple[int, int, int]: ...
-def verify_inverse(
-    partition: Partition, threads: int = 0, progress: Progress | None = None
-) -> tuple[int, int, int]: ...
+def verify(partition: Partition, threads: int = 0, progress: Progress | None = None) -> Verdict: ...
+def verify_inverse(partition: Partition, threads: int = 0, progress: Progress | None = None) -> Verdict: ...
 
 @final
 class Failure:
@@ -163,7 +173,8 @@ def prove_ranks(
     progress: Progress | None = None,
     reference: Partition | None = None,
 ) -> Share: ...
-def judge(partition: Partition, shares: list[Share]) -> tuple[int, int, int]: ...
+def judge(partition: Partition, shares: list[Share]) -> Verdict: ...
+def judge_alone(partition: Partition, share: Share) -> Verdict: ...
 
 MIX_ALGORITHM: str
 
@@ -190,7 +201,52 @@ class Mixture:
 BLOCK_ALGORITHM: str
 BUDGET_ALGORITHM: str
 
-_Taken = npt.NDArray[np.bool_] | None
+_Lengths = npt.NDArray[np.integer]
+
+@final
+class BudgetStart:
+    def __new__(
+        cls, budget: TokenBudget, window: int = 0, taken: bytes = ..., steps: int = 0
+    ) -> BudgetStart: ...
+    @property
+    def window(self) -> int: ...
+    @property
+    def steps(self) -> int: ...
+    @property
+    def taken(self) -> bytes: ...
+    def after(self, steps: int) -> BudgetStart: ...
+
+@final
+class WindowPlan:
+    def __new__(
+        cls,
+        samples: npt.NDArray[np.int64],
+        bounds: npt.NDArray[np.int64],
+        padding: int,
+        dropped: int,
+        world: int,
+    ) -> WindowPlan: ...
+    @property
+    def steps(self) -> int: ...
+    @property
+    def padding(self) -> int: ...
+    @property
+    def dropped(self) -> int: ...
+    @property
+    def samples(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def bounds(self) -> npt.NDArray[np.int64]: ...
+    def batch(self, step: int, rank: int) -> npt.NDArray[np.int64]: ...
+
+@final
+class BudgetShare:
+    @staticmethod
+    def from_words(words: list[int], world: int) -> BudgetShare: ...
+    def words(self, world: int) -> list[int]: ...
+    @property
+    def windows(self) -> int: ...
+    @property
+    def failed(self) -> int | None: ...
 
 @final
 class TokenBudget:
@@ -200,30 +256,16 @@ class TokenBudget:
     @property
     def windows(self) -> int: ...
     def samples(self, k: int) -> npt.NDArray[np.int64]: ...
-    def plan(
-        self, lengths: npt.NDArray[np.integer], k: int, taken: _Taken, world: int
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], int, int]: ...
-    def count_steps(
-        self,
-        lengths: npt.NDArray[np.integer],
-        k: int,
-        taken: _Taken,
-        first_step: int,
-        world: int,
-        threads: int = 0,
-    ) -> int: ...
-    def prove(
-        self,
-        lengths: npt.NDArray[np.integer],
-        k: int,
-        taken: _Taken,
-        first_step: int,
-        world: int,
-        samples: npt.NDArray[np.int64],
-        bounds: npt.NDArray[np.int64],
-        padding: int,
-        dropped: int,
-    ) -> tuple[list[int], int, int, int, int, int]: ...
+    def plan(self, lengths: _Lengths, start: BudgetStart, k: int, world: int) -> WindowPlan: ...
+    def resume(self, lengths: _Lengths, saved: BudgetStart, saved_world: int, world: int) -> BudgetStart: ...
+    def count_steps(self, lengths: _Lengths, start: BudgetStart, world: int, threads: int = 0) -> int: ...
+    def prove(self, lengths: _Lengths, start: BudgetStart, k: int, plan: WindowPlan) -> None: ...
+    def prove_windows(
+        self, lengths: _Lengths, start: BudgetStart, world: int, first: int, stride: int = 1, threads: int = 0
+    ) -> BudgetShare: ...
+    def judge(
+        self, lengths: _Lengths, start: BudgetStart, world: int, shares: list[BudgetShare]
+    ) -> Verdict: ...
 
 @final
 class BlockPermutation:

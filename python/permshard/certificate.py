@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .config import Configured, ShardConfig
+from . import _core
+from .config import Configured, EpochConfig
 
 
 @dataclass(frozen=True)
@@ -15,8 +17,8 @@ class Certificate(Configured):
     """What a proof established.
 
     Attributes:
-        config: the configuration proven (a :class:`ShardConfig`, or a sampler's extension
-            of it such as ``BudgetConfig``); its fields (``algorithm``, ``n``,
+        config: the configuration proven (a :class:`ShardConfig` or a
+            :class:`BudgetConfig`); its fields (``algorithm``, ``n``,
             ``num_replicas``, ``seed``, ``epoch``, ``shuffle``, ``drop_last``,
             ``dealing``) read as attributes too. ``dealing`` names how the proven stream
             was dealt: ``"round-robin"``, ``"step"``, or a token-budget plan's id.
@@ -45,7 +47,7 @@ class Certificate(Configured):
         (1000, 0, 0, 'inverse', 'perm-v1', 'round-robin')
     """
 
-    config: ShardConfig
+    config: EpochConfig
     lengths: tuple[int, ...]
     covered: int
     padding: int
@@ -56,6 +58,33 @@ class Certificate(Configured):
     consumed: int = 0
     batches: Optional[int] = None
     ranks: tuple[int, ...] = ()
+
+    @classmethod
+    def of(
+        cls, config: EpochConfig, verdict: _core.Verdict, method: str, ranks: Iterable[int], began: float
+    ) -> Certificate:
+        """The certificate of a proof's verdict (every proof's certificate is made here).
+
+        Args:
+            config (EpochConfig): the configuration proven.
+            verdict (Verdict): what the core's proof established.
+            method (str): ``"inverse"``, ``"bitmap"`` or ``"fingerprint"``.
+            ranks (iterable of int): the ranks whose streams were proven.
+            began (float): ``time.perf_counter()`` when the proof began.
+        """
+        return cls(
+            config=config,
+            lengths=tuple(verdict.lengths),
+            covered=verdict.covered,
+            padding=verdict.padding,
+            dropped=verdict.dropped,
+            seconds=time.perf_counter() - began,
+            method=method,
+            start=verdict.start,
+            consumed=verdict.consumed,
+            batches=verdict.batches,
+            ranks=tuple(sorted(ranks)),
+        )
 
     def __str__(self) -> str:
         resumed = (

@@ -1,7 +1,9 @@
-"""``ShardConfig``: everything that decides which samples each rank reads in an epoch.
+"""The configurations of an epoch: everything that decides which samples each rank reads.
 
-One frozen object behind the state dicts, the cross-rank consensus, ``Certificate``,
-``ShardPlan`` and ``describe()``: adding a field here adds it to all of them.
+:class:`ShardConfig` (the round-robin and step samplers) and :class:`BudgetConfig`
+(token-budget batches) are both an :class:`EpochConfig`: one frozen object behind the
+state dicts, the cross-rank consensus, ``Certificate``, ``ShardPlan`` and ``describe()``.
+Adding a field here adds it to all of them.
 """
 
 from __future__ import annotations
@@ -14,24 +16,183 @@ from typing import Any, ClassVar, TypeVar
 from . import _core
 from ._validation import as_int, as_positive, as_u64
 
-#: Fields added after the first release: a state dict without them has their default.
-_OPTIONAL_KEYS = {"block_size": 0, "window_blocks": 0}
+_Config = TypeVar("_Config", bound="EpochConfig")
 
-_Config = TypeVar("_Config", bound="ShardConfig")
+#: The algorithm id of the token-budget plan (the core's), recorded in state dicts.
+BUDGET_ALGORITHM = _core.BUDGET_ALGORITHM
 
 
 @dataclass(frozen=True, init=False)
-class ShardConfig:
-    """The configuration every rank must agree on (the rank itself is not part of it).
+class EpochConfig:
+    """What every epoch's configuration holds, and how it is saved, read back and agreed
+    on: a subclass adds its fields and names the order they imply (``algorithm``) and how
+    a pass is dealt (``dealing``). The rank itself is not part of it.
 
     Args:
         n (int): dataset length, ``>= 1``.
         num_replicas (int): number of data-parallel ranks.
-        seed (int, keyword-only): shuffle seed in ``[0, 2**64 - 1]``.
+        seed (int, keyword-only): key of the order, in ``[0, 2**64 - 1]``.
         epoch (int): epoch in ``[0, 2**64 - 1]``.
-        shuffle (bool): perm-v1 order (``True``) or the identity.
+        shuffle (bool): a keyed order (``True``) or the identity.
         drop_last (bool): drop the tail that does not fill a round of ranks, instead of
             padding it.
+    """
+
+    n: int
+    num_replicas: int
+    seed: int = 0
+    epoch: int = 0
+    shuffle: bool = True
+    drop_last: bool = False
+    dealing: str = field(init=False)  # how the pass is dealt, named by certificates
+    algorithm: str = field(init=False)  # the order the fields imply, recorded in state dicts
+
+    #: The fields of how a pass is dealt: agreed and certified, not saved.
+    dealing_keys: ClassVar[tuple[str, ...]] = ()
+
+    #: Fields a resume must share with the run that saved it (epoch and num_replicas may change).
+    resume_keys: ClassVar[tuple[str, ...]] = ("algorithm", "n", "seed", "shuffle", "drop_last")
+
+    #: Fields added after the first release: a state dict without them has this value.
+    optional_keys: ClassVar[Mapping[str, Any]] = {}
+
+    #: Keys an earlier release wrote and this one does not: accepted at this value only.
+    retired_keys: ClassVar[Mapping[str, Any]] = {}
+
+    def __init__(
+        self,
+        n: int,
+        num_replicas: int,
+        *,
+        seed: int = 0,
+        epoch: int = 0,
+        shuffle: bool = True,
+        drop_last: bool = False,
+    ) -> None:
+        self._set(
+            {
+                "n": as_u64("n", n, minimum=1),
+                "num_replicas": as_positive("num_replicas", num_replicas),
+                "seed": as_u64("seed", seed),
+                "epoch": as_u64("epoch", epoch),
+                "shuffle": bool(shuffle),
+                "drop_last": bool(drop_last),
+            }
+        )
+
+    def _set(self, values: Mapping[str, Any]) -> None:
+        for name, value in values.items():
+            object.__setattr__(self, name, value)  # frozen: normalise once, at construction
+
+    def replace(self: _Config, **changes: Any) -> _Config:
+        """A copy with ``changes`` applied (and validated).
+
+        Args:
+            **changes: new values of fields, by name (``epoch=3``).
+        """
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields, in declaration order."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def saved_fields(self) -> dict[str, Any]:
+        """The fields a state dict records: all but the dealing's."""
+        return {k: v for k, v in self.as_dict().items() if k not in self.dealing_keys}
+
+    def accepts_algorithm(self, algorithm: str) -> bool:
+        """Whether a state saved under ``algorithm`` continues under this configuration.
+
+        Args:
+            algorithm (str): the algorithm id a state dict recorded.
+        """
+        return algorithm == self.algorithm
+
+    @classmethod
+    def read_state(
+        cls: type[_Config], state: Mapping[str, Any], resume: Sequence[str], *, strict: bool = True
+    ) -> _Config:
+        """The configuration a state dict records, checked: every field and each of the
+        ``resume`` keys present and of its type (bools are bools, ints are ints), values
+        in range, the algorithm this one runs, and (``strict``) no other key.
+
+        Args:
+            state (Mapping): a state dict saved by a sampler's ``state_dict()``.
+            resume (sequence of str): the keys of the saved resume point.
+            strict (bool, optional): refuse keys this release does not write (torch's
+                ``load_state_dict(strict=True)`` convention). Default: ``True``.
+
+        Raises:
+            TypeError: ``state`` is not a mapping, or a value has the wrong type.
+            ValueError: a key is missing or unknown, a value is out of range, or the
+                algorithm differs.
+        """
+        if not isinstance(state, Mapping):
+            raise TypeError(f"state_dict must be a mapping, got {type(state).__name__}")
+        saved = [f for f in dataclasses.fields(cls) if f.name not in cls.dealing_keys]
+        keys = [f.name for f in saved] + list(resume)
+        missing = [k for k in keys if k not in state and k not in cls.optional_keys]
+        if missing:
+            saved_by = f" (of algorithm {state['algorithm']!r})" if "algorithm" in state else ""
+            raise ValueError(
+                f"state_dict{saved_by} is missing {missing} of a {cls.__name__}: pass a dict saved "
+                "by this sampler's state_dict()"
+            )
+        for key, value in cls.retired_keys.items():
+            if key in state and (type(state[key]) is not type(value) or state[key] != value):
+                raise ValueError(
+                    f"state_dict[{key!r}] must be {value!r} for a {cls.__name__}, got {state[key]!r}"
+                )
+        unknown = [k for k in state if k not in keys and k not in cls.retired_keys]
+        if strict and unknown:
+            raise ValueError(
+                f"state_dict has keys a {cls.__name__} does not save: {unknown}. Pass a dict saved by "
+                "this sampler's state_dict(), or load_state_dict(state, strict=False) to ignore them"
+            )
+        values = {f.name: state.get(f.name, cls.optional_keys.get(f.name)) for f in saved}
+        for f in saved:
+            _check_type(f"state_dict[{f.name!r}]", values[f.name], f)
+        config = cls(**{f.name: values[f.name] for f in saved if f.init})
+        if not config.accepts_algorithm(state["algorithm"]):
+            implied = {k: getattr(config, k) for k in cls.resume_keys if k not in ("algorithm", "n", "seed")}
+            raise ValueError(
+                f"state_dict is for algorithm {state['algorithm']!r}, but its fields ({implied}) mean "
+                f"{config.algorithm!r} for a {cls.__name__}: the saved order cannot be reproduced here "
+                "(or the state was edited)"
+            )
+        return config
+
+    def check_resumable(self, saved: EpochConfig) -> None:
+        """Raises ValueError unless a state saved under ``saved`` continues under this one.
+
+        Args:
+            saved (EpochConfig): the configuration a state dict recorded.
+        """
+        differ = [k for k in self.resume_keys if k != "algorithm" and getattr(saved, k) != getattr(self, k)]
+        because = "".join(
+            f"; state_dict has {k}={getattr(saved, k)!r}, this sampler {getattr(self, k)!r}" for k in differ
+        )
+        if saved.algorithm != self.algorithm:
+            raise ValueError(
+                f"state_dict is for algorithm {saved.algorithm!r}, this sampler runs "
+                f"{self.algorithm!r}; the saved order cannot be reproduced{because}"
+            )
+        if differ:
+            k = differ[0]
+            raise ValueError(
+                f"state_dict has {k}={getattr(saved, k)!r} but this sampler has {k}={getattr(self, k)!r}; "
+                f"build the sampler with the same {k} to resume"
+            )
+
+
+@dataclass(frozen=True, init=False)
+class ShardConfig(EpochConfig):
+    """The configuration of :class:`~permshard.ShardedSampler` and the batch samplers on
+    it: an :class:`EpochConfig`, the order's blocks, and how the pass is dealt.
+
+    Args:
+        n, num_replicas, seed, epoch, shuffle, drop_last: as in :class:`EpochConfig`
+            (``shuffle``: the perm-v1 order).
         block_size (int): ``0`` for perm-v1; else the block-v1 order (see
             :class:`permshard.BlockPermutation`) with blocks of this many samples.
         window_blocks (int): blocks shuffled together in block-v1 (``0`` without blocks).
@@ -58,87 +219,47 @@ class ShardConfig:
         125
     """
 
-    n: int
-    num_replicas: int
-    seed: int = 0
-    epoch: int = 0
-    shuffle: bool = True
-    drop_last: bool = False
     block_size: int = 0
     window_blocks: int = 0
     dealing: str = "round-robin"
     batch_size: int = 0
     drop_last_batch: bool = False
-    algorithm: str = field(init=False)
 
-    #: The fields of how a pass is dealt: agreed and certified, not saved (see above).
     dealing_keys: ClassVar[tuple[str, ...]] = ("dealing", "batch_size", "drop_last_batch")
-
-    #: Fields a resume must share with the run that saved it (epoch and num_replicas may change).
-    resume_keys: ClassVar[tuple[str, ...]] = (
-        "algorithm",
-        "n",
-        "seed",
-        "shuffle",
-        "drop_last",
-        "block_size",
-        "window_blocks",
-    )
+    resume_keys: ClassVar[tuple[str, ...]] = EpochConfig.resume_keys + ("block_size", "window_blocks")
+    optional_keys: ClassVar[Mapping[str, Any]] = {"block_size": 0, "window_blocks": 0}
 
     def __init__(
         self,
         n: int,
         num_replicas: int,
         *,
-        seed: int = 0,
-        epoch: int = 0,
-        shuffle: bool = True,
-        drop_last: bool = False,
         block_size: int = 0,
         window_blocks: int = 0,
         dealing: str = "round-robin",
         batch_size: int = 0,
         drop_last_batch: bool = False,
+        **epoch: Any,
     ) -> None:
+        super().__init__(n, num_replicas, **epoch)
         if not isinstance(dealing, str):
             raise TypeError(f"dealing must be a str ('round-robin' or 'step'), got {dealing!r}")
-        checked: dict[str, Any] = {
-            "n": as_u64("n", n, minimum=1),
-            "num_replicas": as_positive("num_replicas", num_replicas),
-            "seed": as_u64("seed", seed),
-            "epoch": as_u64("epoch", epoch),
-            "shuffle": bool(shuffle),
-            "drop_last": bool(drop_last),
-            "block_size": as_u64("block_size", block_size),
-            "window_blocks": as_u64("window_blocks", window_blocks),
-            "dealing": dealing,
-            "batch_size": as_u64("batch_size", batch_size),
-            "drop_last_batch": bool(drop_last_batch),
-        }
-        self._set(checked)
+        self._set(
+            {
+                "block_size": as_u64("block_size", block_size),
+                "window_blocks": as_u64("window_blocks", window_blocks),
+                "dealing": dealing,
+                "batch_size": as_u64("batch_size", batch_size),
+                "drop_last_batch": bool(drop_last_batch),
+            }
+        )
         # The core checks the fields together and names the order they imply.
         self._set({"algorithm": self.sharding().algorithm})
 
-    def _set(self, values: Mapping[str, Any]) -> None:
-        for name, value in values.items():
-            object.__setattr__(self, name, value)  # frozen: normalise once, at construction
-
     def sharding(self) -> _core.Sharding:
         """The core's description of this epoch (order, algorithm id, dealing, resume
-        limit)."""
-        return _core.Sharding(
-            self.n,
-            self.num_replicas,
-            seed=self.seed,
-            epoch=self.epoch,
-            shuffle=self.shuffle,
-            drop_last=self.drop_last,
-            block_size=self.block_size,
-            window_blocks=self.window_blocks,
-            dealing=self.dealing,
-            batch_size=self.batch_size,
-            drop_last_batch=self.drop_last_batch,
-        )
+        limit), built from this configuration's fields."""
+        return _core.Sharding(self)
 
     def partition(self, start: int = 0) -> _core.Partition:
         """The split of this epoch's positions ``[start, ...)`` across the ranks.
@@ -148,18 +269,6 @@ class ShardConfig:
         """
         return self.sharding().partition(start)
 
-    def replace(self: _Config, **changes: Any) -> _Config:
-        """A copy with ``changes`` applied (and validated).
-
-        Args:
-            **changes: new values of fields, by name (``epoch=3``).
-        """
-        return dataclasses.replace(self, **changes)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The fields, in declaration order."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
     def state_dict(self, consumed: int) -> dict[str, Any]:
         """A resume point: this configuration and ``consumed`` global positions of the epoch.
 
@@ -167,10 +276,6 @@ class ShardConfig:
             consumed (int): global positions of the epoch consumed so far.
         """
         return dict(self.saved_fields(), consumed=consumed)
-
-    def saved_fields(self) -> dict[str, Any]:
-        """The fields a state dict records: all but the dealing's."""
-        return {k: v for k, v in self.as_dict().items() if k not in self.dealing_keys}
 
     def accepts_algorithm(self, algorithm: str) -> bool:
         """Whether a state saved under ``algorithm`` continues under this configuration
@@ -180,54 +285,6 @@ class ShardConfig:
             algorithm (str): the algorithm id a state dict recorded.
         """
         return self.sharding().accepts_algorithm(algorithm)
-
-    @classmethod
-    def read_state(
-        cls: type[_Config], state: Mapping[str, Any], resume: Sequence[str], *, strict: bool = True
-    ) -> _Config:
-        """The configuration a state dict records, checked: every field and each of the
-        ``resume`` keys present and of its type (bools are bools, ints are ints), values
-        in range, the algorithm this one runs, and (``strict``) no other key.
-
-        Args:
-            state (Mapping): a state dict saved by a sampler's ``state_dict()``.
-            resume (sequence of str): the keys of the saved resume point.
-            strict (bool, optional): refuse keys this release does not write (torch's
-                ``load_state_dict(strict=True)`` convention). Default: ``True``.
-
-        Raises:
-            TypeError: ``state`` is not a mapping, or a value has the wrong type.
-            ValueError: a key is missing or unknown, a value is out of range, or the
-                algorithm differs.
-        """
-        if not isinstance(state, Mapping):
-            raise TypeError(f"state_dict must be a mapping, got {type(state).__name__}")
-        saved = [f for f in dataclasses.fields(cls) if f.name not in cls.dealing_keys]
-        keys = [f.name for f in saved] + list(resume)
-        missing = [k for k in keys if k not in state and k not in _OPTIONAL_KEYS]
-        if missing:
-            saved_by = f" (of algorithm {state['algorithm']!r})" if "algorithm" in state else ""
-            raise ValueError(
-                f"state_dict{saved_by} is missing {missing} of a {cls.__name__}: pass a dict saved "
-                "by this sampler's state_dict()"
-            )
-        unknown = [k for k in state if k not in keys]
-        if strict and unknown:
-            raise ValueError(
-                f"state_dict has keys a {cls.__name__} does not save: {unknown}. Pass a dict saved by "
-                "this sampler's state_dict(), or load_state_dict(state, strict=False) to ignore them"
-            )
-        for f in saved:
-            _check_type(f"state_dict[{f.name!r}]", state.get(f.name, _OPTIONAL_KEYS.get(f.name)), f)
-        arguments = {f.name: state.get(f.name, _OPTIONAL_KEYS.get(f.name)) for f in saved if f.init}
-        config = cls(**arguments)
-        if not config.accepts_algorithm(state["algorithm"]):
-            raise ValueError(
-                f"state_dict is for algorithm {state['algorithm']!r}, but its fields (shuffle="
-                f"{config.shuffle}, block_size={config.block_size}) mean {config.algorithm!r} for a "
-                f"{cls.__name__}: the saved order cannot be reproduced here (or the state was edited)"
-            )
-        return config
 
     @classmethod
     def from_state_dict(cls, state: Mapping[str, Any], *, strict: bool = True) -> tuple[ShardConfig, int]:
@@ -252,27 +309,54 @@ class ShardConfig:
             )
         return config, consumed
 
-    def check_resumable(self, saved: ShardConfig) -> None:
-        """Raises ValueError unless a state saved under ``saved`` continues under this one.
 
-        Args:
-            saved (ShardConfig): the configuration a state dict recorded.
-        """
-        differ = [k for k in self.resume_keys if k != "algorithm" and getattr(saved, k) != getattr(self, k)]
-        because = "".join(
-            f"; state_dict has {k}={getattr(saved, k)!r}, this sampler {getattr(self, k)!r}" for k in differ
+@dataclass(frozen=True, init=False)
+class BudgetConfig(EpochConfig):
+    """The configuration of :class:`~permshard.TokenBudgetBatchSampler`: an
+    :class:`EpochConfig` (the perm-v1 order the windows are read from, or the identity
+    without ``shuffle``) and the budget. Its ``algorithm`` and ``dealing`` are
+    ``budget-v1``: batches dealt by the plan.
+
+    Args:
+        n, num_replicas, seed, epoch, shuffle, drop_last: as in :class:`EpochConfig`.
+        max_tokens (int, keyword-only): the padded token budget of a batch.
+        window (int, keyword-only): positions planned together, ``>= num_replicas``.
+
+    Example::
+
+        >>> BudgetConfig(n=1000, num_replicas=2, max_tokens=4096).algorithm
+        'budget-v1'
+    """
+
+    max_tokens: int = 1
+    window: int = 1 << 16
+
+    dealing_keys: ClassVar[tuple[str, ...]] = ("dealing",)
+    resume_keys: ClassVar[tuple[str, ...]] = EpochConfig.resume_keys + ("max_tokens", "window")
+    #: 0.3.0 wrote ShardConfig's block fields into budget states, always 0.
+    retired_keys: ClassVar[Mapping[str, Any]] = {"block_size": 0, "window_blocks": 0}
+
+    def __init__(
+        self, n: int, num_replicas: int, *, max_tokens: int, window: int = 1 << 16, **epoch: Any
+    ) -> None:
+        super().__init__(n, num_replicas, **epoch)
+        max_tokens, window = as_positive("max_tokens", max_tokens), as_positive("window", window)
+        if window < self.num_replicas:
+            raise ValueError(f"window ({window}) must be at least num_replicas ({self.num_replicas})")
+        self._set(
+            {
+                "max_tokens": max_tokens,
+                "window": window,
+                "algorithm": BUDGET_ALGORITHM,
+                "dealing": BUDGET_ALGORITHM,
+            }
         )
-        if saved.algorithm != self.algorithm:
-            raise ValueError(
-                f"state_dict is for algorithm {saved.algorithm!r}, this sampler runs "
-                f"{self.algorithm!r}; the saved order cannot be reproduced{because}"
-            )
-        if differ:
-            k = differ[0]
-            raise ValueError(
-                f"state_dict has {k}={getattr(saved, k)!r} but this sampler has {k}={getattr(self, k)!r}; "
-                f"build the sampler with the same {k} to resume"
-            )
+
+    def planner(self) -> _core.TokenBudget:
+        """The core's planner of this epoch's windows."""
+        return _core.TokenBudget(
+            self.n, self.max_tokens, self.window, self.seed, self.epoch, self.shuffle, self.drop_last
+        )
 
 
 def _check_type(name: str, value: Any, spec: dataclasses.Field[Any]) -> None:
@@ -303,7 +387,7 @@ class Configured:
         True
     """
 
-    config: ShardConfig
+    config: EpochConfig
 
     def __getattr__(self, name: str) -> Any:
         # Called only for names not found normally; "config" itself must not recurse
@@ -318,6 +402,6 @@ class Configured:
         return sorted(set(super().__dir__()) | (_field_names(config) if config is not None else set()))
 
 
-def _field_names(config: ShardConfig) -> set[str]:
+def _field_names(config: EpochConfig) -> set[str]:
     """The fields of ``config``'s class (a sampler's extension adds its own)."""
     return {f.name for f in dataclasses.fields(config)}

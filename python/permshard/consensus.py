@@ -14,7 +14,7 @@ from torch.utils.data import Subset
 
 from ._core import ShardingError
 from .collectives import all_gather_u64
-from .config import ShardConfig
+from .config import EpochConfig
 from .guards import FIX_DOUBLE_SPLIT, double_split, subset_progression
 
 
@@ -116,7 +116,7 @@ _SENT_ALONG = ("rank", "subset_first", "subset_step")
 
 
 def _consensus_record(
-    config: ShardConfig, rank: int, dataset: Any, agreed: Sequence[Agreed]
+    config: EpochConfig, rank: int, dataset: Any, agreed: Sequence[Agreed]
 ) -> dict[str, Agreed]:
     """This process's consensus record, in the order consensus checks it: the
     configuration (algorithm first), the pass's ``agreed`` values, the dataset, then what
@@ -141,7 +141,7 @@ def _consensus_record(
 
 
 def check_consensus(
-    config: ShardConfig,
+    config: EpochConfig,
     rank: int,
     dataset: Any = None,
     *,
@@ -152,7 +152,7 @@ def check_consensus(
     raises ShardingError naming the first process and value that differ, and the fix.
 
     Args:
-        config (ShardConfig): this process's configuration (any sampler's).
+        config (EpochConfig): this process's configuration (any sampler's).
         rank (int): its sampler (data-parallel) rank.
         dataset (optional): its dataset, fingerprinted (default: ``config.n`` only).
         agreed (sequence of Agreed): the pass's other values every process must share:

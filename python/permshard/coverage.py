@@ -1,26 +1,124 @@
-"""The distributed proofs: consensus, then either every rank's coverage fingerprint
-summed across ranks, or (``exact=True``) every rank's own stream proven by the inverse and
-the counts added up. O(1) memory per rank either way."""
+"""The distributed proofs: consensus, then every rank's share of a proof, gathered once
+per rank and judged in the core. :func:`prove_across_ranks` is the one path every
+sampler's ``verify_distributed`` and ``verify_in_background`` take; the shares are a
+coverage fingerprint, or (exact) each rank's own stream proven by the inverse."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Callable
 
 import torch.distributed as dist
 
 from . import _core
-from ._core import ShardingError
 from .certificate import Certificate, PendingCertificate
-from .collectives import all_gather_u64, gather_by_rank
-from .config import ShardConfig
+from .collectives import gather_by_rank
+from .config import EpochConfig, ShardConfig
 from .consensus import FIX_RESUME, Agreed, check_consensus
 
 
-def _merge(a: Sequence[int], b: Sequence[int]) -> tuple[int, int, int, int]:
-    mask = 2**64 - 1
-    return ((a[0] + b[0]) & mask, (a[1] + b[1]) & mask, (a[2] + b[2]) & mask, a[3] ^ b[3])
+def prove_across_ranks(
+    config: EpochConfig,
+    rank: int,
+    *,
+    prove: Callable[[], list[int]],
+    judge: Callable[[list[list[int]]], _core.Verdict],
+    method: str,
+    agreed: Sequence[Agreed] = (),
+    dataset: Any = None,
+    group: Any = None,
+    background: bool = False,
+    caller: str = "verify_distributed",
+) -> PendingCertificate:
+    """Consensus now (a collective), then this rank's share: ``prove()``, the fixed-size
+    record of words the core's share gives (in a thread when ``background``). The pending
+    certificate's ``wait()`` gathers every rank's record once (model-parallel peers must
+    send the same one) and ``judge`` turns them, in rank order, into the core's verdict.
+
+    Args:
+        config (EpochConfig): the configuration every rank must agree on.
+        rank (int): this process's sampler (data-parallel) rank.
+        prove (callable): this rank's share, as words.
+        judge (callable): every rank's words, in rank order, to the core's verdict.
+        method (str): the certificate's method.
+        agreed (sequence of Agreed): what the ranks must share beside the configuration.
+        dataset: the dataset the consensus fingerprints.
+        group (ProcessGroup, optional): the process group (default: the world).
+        background (bool, optional): prove in a background thread. Default: ``False``.
+        caller (str, optional): the public method, for the error message.
+
+    Raises:
+        ValueError: torch.distributed is not initialized.
+        ShardingError: on every rank, from the consensus or the judgement.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        raise ValueError(f"{caller} needs torch.distributed to be initialized")
+    began = time.perf_counter()
+    check_consensus(config, rank, dataset, agreed=agreed, group=group)
+
+    def finish(words: list[int]) -> Certificate:
+        rows = gather_by_rank(rank, words, group, "proofs")
+        return Certificate.of(config, judge([rows[r] for r in sorted(rows)]), method, rows, began)
+
+    return PendingCertificate(prove, finish, background=background)
+
+
+def prove_pass(
+    part: _core.Partition,
+    config: ShardConfig,
+    rank: int,
+    dataset: Any = None,
+    group: Any = None,
+    *,
+    exact: bool = False,
+    background: bool = False,
+) -> PendingCertificate:
+    """The distributed proof of the pass ``part`` (from its resume point, if any), dealt
+    as ``config`` deals it. Each rank's share is either its coverage fingerprint (count,
+    sum, keyed-hash sum, XOR of what it yields, plus a 1/W slice of the samples outside
+    the pass and of ``[0, n)``: O((n + start) / W) time), or with ``exact`` its own stream
+    proven by the inverse of the order every rank agreed on, and its slice of the
+    positions outside the pass (O(n / W) work). O(1) memory per rank either way.
+
+    Args:
+        part: the pass this process iterates.
+        config: its configuration.
+        rank: this process's sampler (data-parallel) rank.
+        dataset: its dataset, fingerprinted by the consensus.
+        group: the process group (default: the world).
+        exact (bool, optional): the exact proof instead of the fingerprint.
+        background (bool, optional): prove in a background thread (exact only).
+
+    Raises:
+        ShardingError: naming the rank, the value that differs and the fix; with
+            ``exact=True`` the first counter-example (rank, local position, sample), on
+            every rank.
+    """
+    agreed_order = config.partition(part.start)  # a rank on another order fails the exact proof
+
+    def prove() -> list[int]:
+        if exact:
+            return _core.prove_ranks(part, rank, rank + 1, reference=agreed_order).words()
+        return part.coverage_share(rank).words()
+
+    def judge(rows: list[list[int]]) -> _core.Verdict:
+        if exact:
+            return _core.judge(part, [_core.Share.from_words(r) for r in rows])
+        return _core.judge_coverage(part, [_core.CoverageShare.from_words(r) for r in rows])
+
+    return prove_across_ranks(
+        config,
+        rank,
+        prove=prove,
+        judge=judge,
+        method="inverse" if exact else "fingerprint",
+        agreed=[Agreed("start", part.start, FIX_RESUME)],
+        dataset=dataset,
+        group=group,
+        background=background,
+        caller="verify_in_background" if background else "verify_distributed",
+    )
 
 
 def verify_distributed(
@@ -32,129 +130,14 @@ def verify_distributed(
     *,
     exact: bool = False,
 ) -> Certificate:
-    """Consensus, then coverage of the pass ``part`` (from its resume point, if any): each
-    rank fingerprints what it yields (count, sum, keyed-hash sum, XOR), plus a 1/W slice of
-    the samples consumed before the pass, of those dropped and of ``[0, n)``; the sums
-    across ranks must match. O((n + start) / W) time, O(1) memory per rank.
+    """Consensus, then the proof of the pass ``part`` across the ranks of ``group``: a
+    coverage fingerprint, or with ``exact=True`` every rank proving its own stream by the
+    inverse; see :func:`prove_pass`. A collective: every process of the group must call it.
 
     Args:
-        part: the pass this process iterates (``config.partition(start)``).
-        config: its configuration.
-        rank: this process's sampler (data-parallel) rank.
-        dataset: its dataset, fingerprinted by the consensus.
-        group: the process group (default: the world).
-        exact (bool, optional): prove instead, exactly: each rank proves its own stream
-            by the inverse (see :func:`permshard.verify` with ``rank=``) and its slice of
-            the positions outside the pass, then one fixed-size all-gather adds the counts
-            up (items, failures, the first counter-example). The consensus first makes
-            every rank's order the same one. O(n / W) work per rank. Default: ``False``.
-
-    Raises:
-        ShardingError: naming the rank, the value that differs and the fix; with
-            ``exact=True`` the first counter-example (rank, local position, sample), on
-            every rank.
+        part, config, rank, dataset, group, exact: as for :func:`prove_pass`.
     """
-    began = _agree(part, config, rank, dataset, group, "verify_distributed")
-    if exact:
-        return _exact(part, config, rank, group, began, background=False).wait()
-    yielded, padding, consumed, dropped, reference = part.coverage_share(rank)
-    mine = [rank, part.num_samples, *yielded, *padding, *consumed, *dropped, *reference]
-    totals = [(0, 0, 0, 0)] * 5
-    first_of_rank: dict[int, tuple[int, list[int]]] = {}
-    for proc, row in enumerate(all_gather_u64(mine, group)):
-        r, length = row[0], row[1]
-        if length != part.num_samples:
-            raise ShardingError(
-                f"rank {r} yields {length} samples in this pass, rank {rank} "
-                f"{part.num_samples}; DDP would hang on the last step. Use the same dataset "
-                "and num_replicas everywhere"
-            )
-        if r in first_of_rank:  # a model-parallel peer: must read exactly the same stream
-            peer, peer_row = first_of_rank[r]
-            if row[2:] != peer_row[2:]:
-                raise ShardingError(
-                    f"processes {peer} and {proc} share sampler rank {r} but yield different "
-                    "streams (their fingerprints differ): model-parallel peers must read "
-                    "identical data. Check that both run the same sampler class and dataset"
-                )
-            continue
-        first_of_rank[r] = (proc, row)
-        columns = [row[2 + 4 * i : 6 + 4 * i] for i in range(5)]
-        totals = [_merge(t, c) for t, c in zip(totals, columns)]
-    total_yielded, total_padding, total_consumed, total_dropped, total_reference = totals
-    if _merge(_merge(total_yielded, total_consumed), total_dropped) != total_reference:
-        raise ShardingError(
-            f"coverage fingerprint mismatch: the ranks together yield {total_yielded[0]:,} "
-            f"samples (+{total_consumed[0]:,} consumed before the pass, +{total_dropped[0]:,} "
-            f"dropped), but not each of [0, {config.n:,}) exactly once: some sample is "
-            "repeated and another missing although every rank announced the same "
-            "configuration. Check that every rank runs the same permshard build and sampler class"
-        )
-    return Certificate(
-        config=config,
-        lengths=(part.num_samples,) * config.num_replicas,
-        covered=total_yielded[0],
-        padding=total_padding[0],
-        dropped=total_dropped[0],
-        seconds=time.perf_counter() - began,
-        method="fingerprint",
-        start=part.start,
-        consumed=total_consumed[0],
-        ranks=tuple(sorted(first_of_rank)),
-    )
-
-
-def _agree(
-    part: _core.Partition, config: ShardConfig, rank: int, dataset: Any, group: Any, caller: str
-) -> float:
-    """The consensus every distributed proof starts with; returns when it began."""
-    if not (dist.is_available() and dist.is_initialized()):
-        raise ValueError(f"{caller} needs torch.distributed to be initialized")
-    began = time.perf_counter()
-    check_consensus(config, rank, dataset, agreed=[Agreed("start", part.start, FIX_RESUME)], group=group)
-    return began
-
-
-def _exact(
-    part: _core.Partition, config: ShardConfig, rank: int, group: Any, began: float, *, background: bool
-) -> PendingCertificate:
-    """Each process proves its rank's share by the inverse (in a thread when
-    ``background``); ``wait()`` adds the shares up, one per rank (model-parallel peers
-    prove the same one and must agree), and judges."""
-    return PendingCertificate(
-        lambda: _prove_share(part, config, rank),
-        lambda mine: _judge_shares(part, config, rank, group, began, mine),
-        background=background,
-    )
-
-
-def _prove_share(part: _core.Partition, config: ShardConfig, rank: int) -> list[int]:
-    """This rank's share of the exact proof, as the fixed-size record the ranks gather:
-    the stream this process yields, inverted by the order every rank agreed on."""
-    agreed = config.partition(part.start)
-    return _core.prove_ranks(part, rank, rank + 1, reference=agreed).words()
-
-
-def _judge_shares(
-    part: _core.Partition, config: ShardConfig, rank: int, group: Any, began: float, mine: list[int]
-) -> Certificate:
-    """Gathers every rank's share (:func:`_prove_share`); the core adds them up and judges."""
-    by_rank = gather_by_rank(rank, mine, group, "proofs")
-    shares = [_core.Share.from_words(row) for row in by_rank.values()]
-    covered, padding_total, not_yielded = _core.judge(part, shares)
-    consumed = min(part.start, config.n)
-    return Certificate(
-        config=config,
-        lengths=(part.num_samples,) * config.num_replicas,
-        covered=covered,
-        padding=padding_total,
-        dropped=not_yielded - consumed,
-        seconds=time.perf_counter() - began,
-        method="inverse",
-        start=part.start,
-        consumed=consumed,
-        ranks=tuple(sorted(by_rank)),
-    )
+    return prove_pass(part, config, rank, dataset, group, exact=exact).wait()
 
 
 def verify_in_background(
@@ -167,5 +150,4 @@ def verify_in_background(
     Args:
         part, config, rank, dataset, group: as for :func:`verify_distributed`.
     """
-    began = _agree(part, config, rank, dataset, group, "verify_in_background")
-    return _exact(part, config, rank, group, began, background=True)
+    return prove_pass(part, config, rank, dataset, group, exact=True, background=True)

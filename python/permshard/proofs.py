@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from typing import Callable, Optional, TypeVar
 
 from . import _core
@@ -96,29 +97,15 @@ def verify_partition(
         if not 0 <= rank < config.num_replicas:
             raise ValueError(f"rank must be in [0, {config.num_replicas}), got {rank}")
     began = time.perf_counter()
-    consumed = min(part.start, config.n)
     if rank is None:
         prove = _core.verify_inverse if method == "inverse" else _core.verify
-        covered, padding, not_yielded = _run(lambda progress: prove(part, threads, progress), on_progress)
-        ranks = tuple(range(config.num_replicas))
+        verdict = _run(lambda progress: prove(part, threads, progress), on_progress)
+        ranks: Sequence[int] = range(config.num_replicas)
     else:
         share = _run(lambda progress: _core.prove_ranks(part, rank, rank + 1, threads, progress), on_progress)
-        share.check()
-        covered, padding = share.real, share.padding
-        not_yielded = part.dropped + consumed  # declared; proven once every share passes
+        verdict = _core.judge_alone(part, share)  # the epoch is proven once every share is
         ranks = (rank,)
-    return Certificate(
-        config=config,
-        lengths=(part.num_samples,) * config.num_replicas,
-        covered=covered,
-        padding=padding,
-        dropped=not_yielded - consumed,
-        seconds=time.perf_counter() - began,
-        method=method,
-        start=part.start,
-        consumed=consumed,
-        ranks=ranks,
-    )
+    return Certificate.of(config, verdict, method, ranks, began)
 
 
 def verify(

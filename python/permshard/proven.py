@@ -40,7 +40,7 @@ class ProvenStream:
     def verify_distributed(self, group: Any = None, *, exact: bool = False) -> Certificate:
         """Consensus, then a proof of the pass being run across the ranks of ``group``:
         a coverage fingerprint, or with ``exact=True`` every rank proving its own stream
-        by the inverse; see :func:`permshard.coverage.verify_distributed`. A collective:
+        by the inverse; see :func:`permshard.coverage.prove_pass`. A collective:
         every process of the group must call it.
 
         Args:
@@ -48,7 +48,7 @@ class ProvenStream:
             exact (bool, optional): the exact proof instead of the fingerprint.
         """
         part, config, rank, dataset = self.proof_target()
-        return coverage.verify_distributed(part, config, rank, dataset, group, exact=exact)
+        return coverage.prove_pass(part, config, rank, dataset, group, exact=exact).wait()
 
     def verify_in_background(self, group: Any = None) -> PendingCertificate:
         """The exact distributed proof of :meth:`verify_distributed` (``exact=True``) with
@@ -67,4 +67,4 @@ class ProvenStream:
             >>> print(pending.wait())
         """
         part, config, rank, dataset = self.proof_target()
-        return coverage.verify_in_background(part, config, rank, dataset, group)
+        return coverage.prove_pass(part, config, rank, dataset, group, exact=True, background=True)

@@ -1,17 +1,15 @@
 """``TokenBudgetBatchSampler``: batches under a padded token budget, balanced across ranks,
-planned a window of the perm-v1 order at a time (budget-v1)."""
+planned a window of the perm-v1 order at a time (budget-v1). The core plans, counts,
+re-plans a resume and proves; this module speaks torch."""
 
 from __future__ import annotations
 
 import base64
-import copy
-import os
+import binascii
 import time
 from collections import deque
 from collections.abc import Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, ClassVar, Optional
+from typing import Any, Optional
 
 import numpy as np
 import numpy.typing as npt
@@ -19,145 +17,18 @@ import torch.distributed as dist
 from torch.utils.data import Sampler
 
 from . import _core
-from ._validation import as_int, as_positive, as_u64
+from ._validation import as_int, as_u64
 from .certificate import Certificate, PendingCertificate
-from .collectives import gather_by_rank
-from .config import ShardConfig
+from .config import BUDGET_ALGORITHM, BudgetConfig
 from .consensus import FIX_RESUME, Agreed, check_consensus, digest
+from .coverage import prove_across_ranks
 from .loader_count import delivered_batches, find_loader_iterator
 from .mesh import MeshDim, resolve_world
 
-#: The algorithm id of the token-budget plan (the core's), recorded in state dicts.
-BUDGET_ALGORITHM = _core.BUDGET_ALGORITHM
-
-#: A resume point under this sampler's world size: (window, its taken samples, steps done).
-_Start = tuple[int, Optional[npt.NDArray[np.bool_]], int]
+__all__ = ["BUDGET_ALGORITHM", "BudgetConfig", "TokenBudgetBatchSampler"]
 
 #: The keys of a saved resume point, beside the configuration.
 _RESUME_KEYS = ("window_index", "steps", "taken")
-
-
-@dataclass(frozen=True, init=False)
-class BudgetConfig(ShardConfig):
-    """The configuration of :class:`TokenBudgetBatchSampler`: a :class:`ShardConfig` (the
-    perm-v1 order the windows are read from, or the identity without ``shuffle``) and the
-    budget's fields. Its ``algorithm`` and ``dealing`` are ``budget-v1`` (batches dealt
-    by the plan); state dicts, the consensus and certificates read it as they read any
-    configuration.
-
-    Args:
-        n (int): number of samples.
-        num_replicas (int): data-parallel ranks.
-        max_tokens (int, keyword-only): the padded token budget of a batch.
-        window (int, keyword-only): positions planned together, ``>= num_replicas``.
-        seed, epoch, shuffle, drop_last (keyword-only): as in :class:`ShardConfig`.
-
-    Example::
-
-        >>> BudgetConfig(n=1000, num_replicas=2, max_tokens=4096).algorithm
-        'budget-v1'
-    """
-
-    max_tokens: int = 1
-    window: int = 1 << 16
-
-    resume_keys: ClassVar[tuple[str, ...]] = (
-        "algorithm",
-        "n",
-        "seed",
-        "shuffle",
-        "drop_last",
-        "max_tokens",
-        "window",
-    )
-
-    def __init__(
-        self,
-        n: int,
-        num_replicas: int,
-        *,
-        max_tokens: int,
-        window: int = 1 << 16,
-        seed: int = 0,
-        epoch: int = 0,
-        shuffle: bool = True,
-        drop_last: bool = False,
-        block_size: int = 0,
-        window_blocks: int = 0,
-        dealing: str = BUDGET_ALGORITHM,
-        batch_size: int = 0,
-        drop_last_batch: bool = False,
-    ) -> None:
-        if (dealing, batch_size, drop_last_batch) != (BUDGET_ALGORITHM, 0, False):
-            raise ValueError(
-                f"token-budget batches are dealt by their plan: dealing must be {BUDGET_ALGORITHM!r}"
-            )
-        if block_size or window_blocks:
-            raise ValueError(
-                "token-budget batches are planned over the perm-v1 order: block_size and "
-                "window_blocks must be 0"
-            )
-        super().__init__(n, num_replicas, seed=seed, epoch=epoch, shuffle=shuffle, drop_last=drop_last)
-        checked = {
-            "max_tokens": as_positive("max_tokens", max_tokens),
-            "window": as_positive("window", window),
-        }
-        if checked["window"] < self.num_replicas:
-            raise ValueError(
-                f"window ({checked['window']}) must be at least num_replicas ({self.num_replicas})"
-            )
-        self._set(dict(checked, algorithm=BUDGET_ALGORITHM, dealing=BUDGET_ALGORITHM))
-
-    def accepts_algorithm(self, algorithm: str) -> bool:
-        """Whether a state saved under ``algorithm`` continues here: ``budget-v1`` only.
-
-        Args:
-            algorithm (str): the algorithm id a state dict recorded.
-        """
-        return algorithm == BUDGET_ALGORITHM
-
-    def partition(self, start: int = 0) -> _core.Partition:
-        """Not available: token-budget batches are dealt by their plan, not round-robin.
-
-        Args:
-            start (int, optional): unused.
-
-        Raises:
-            TypeError: always.
-        """
-        raise TypeError(
-            "token-budget batches are dealt by their plan (budget-v1), not round-robin: use "
-            "TokenBudgetBatchSampler's iteration, len() and verify()"
-        )
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """One window's plan, from the core: ``samples`` sorted by length and ``bounds[s, r]``
-    the ``[start, stop)`` of rank ``r``'s batch at step ``s``; ``padding`` counts repeated
-    samples, ``dropped`` samples left out (``drop_last``)."""
-
-    samples: npt.NDArray[np.int64]
-    bounds: npt.NDArray[np.int64]
-    padding: int
-    dropped: int
-
-    @property
-    def steps(self) -> int:
-        return int(self.bounds.shape[0])
-
-    def batch(self, step: int, rank: int) -> npt.NDArray[np.int64]:
-        """Rank ``rank``'s batch at ``step`` (a new array)."""
-        i, j = self.bounds[step, rank]
-        return self.samples[i:j].copy()
-
-
-def _native(lengths: npt.NDArray[Any]) -> npt.NDArray[Any]:
-    """``lengths`` as the core reads it in place: contiguous, native byte order (a memmap
-    usually is already, and is then not copied)."""
-    if lengths.flags.c_contiguous and lengths.dtype.isnative:
-        return lengths
-    return np.ascontiguousarray(lengths, dtype=lengths.dtype.newbyteorder("="))
 
 
 class TokenBudgetBatchSampler(Sampler[list[int]]):
@@ -225,79 +96,57 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         if array.size == 0:
             raise ValueError("lengths is empty: a sampler needs at least one sample")
         self.lengths = array
-        self._lengths = _native(array)  # what the core reads
-        self.num_replicas, self.rank = resolve_world(num_replicas, rank, device_mesh, mesh_dim)
-        self.epoch = 0
-        # The configuration checks every field (the core those of the order).
-        config = BudgetConfig(
-            n=int(array.shape[0]),
-            num_replicas=self.num_replicas,
-            max_tokens=max_tokens,
-            window=window,
-            seed=seed,
-            shuffle=shuffle,
-            drop_last=drop_last,
-        )
-        self.max_tokens, self.window, self.seed = config.max_tokens, config.window, config.seed
-        self.shuffle, self.drop_last = config.shuffle, config.drop_last
+        # What the core reads in place: contiguous, native byte order (a memmap usually is).
+        native = array.flags.c_contiguous and array.dtype.isnative
+        self._lengths = array if native else np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("="))
+        num_replicas, self.rank = resolve_world(num_replicas, rank, device_mesh, mesh_dim)
         self.check_consensus = bool(check_consensus)
-        # The resume point: window index, samples of that window already consumed, steps of
-        # its plan done (under `_resume_replicas` ranks).
-        self._resume: tuple[int, Optional[npt.NDArray[np.bool_]], int, int] = (0, None, 0, self.num_replicas)
-        # The last steps handed out in this pass: (steps handed so far, window, taken, step).
-        self._progress: deque[tuple[int, int, Optional[npt.NDArray[np.bool_]], int]] = deque(maxlen=4096)
+        self._set_config(
+            BudgetConfig(
+                int(array.shape[0]),
+                num_replicas,
+                max_tokens=max_tokens,
+                window=window,
+                seed=seed,
+                shuffle=shuffle,
+                drop_last=drop_last,
+            )  # fmt: skip
+        )
+
+    def _set_config(self, config: BudgetConfig) -> None:
+        """A new epoch's configuration and its planner, from the epoch's start."""
+        self.config, self._planner = config, config.planner()
+        self._saved = (_core.BudgetStart(self._planner), config.num_replicas)  # (start, its world)
+        self._progress: deque[tuple[int, _core.BudgetStart]] = deque(maxlen=4096)  # (handed, after)
         self._handed = 0
         self._loader: Any = None  # the DataLoader iterator pulling the batches, if any
-        self._lengths_cache: dict[int, int] = {}
-        self._budget: Optional[tuple[int, _core.TokenBudget]] = None  # (epoch, its planner)
+        self._length: Optional[tuple[Any, int]] = None
 
-    # -- the plan -----------------------------------------------------------------------------
+    def __getattr__(self, name: str) -> Any:
+        # The configuration's fields read as attributes (n, num_replicas, seed, epoch, ...).
+        config = self.__dict__.get("config")
+        if config is not None and name in config.as_dict():
+            return getattr(config, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-    @property
-    def n(self) -> int:
-        """Number of samples (``len(lengths)``)."""
-        return int(self.lengths.shape[0])
-
-    @property
-    def config(self) -> BudgetConfig:
-        """The configuration of the current epoch, as every rank must agree on it."""
-        return BudgetConfig(
-            n=self.n,
-            num_replicas=self.num_replicas,
-            max_tokens=self.max_tokens,
-            window=self.window,
-            seed=self.seed,
-            epoch=self.epoch,
-            shuffle=self.shuffle,
-            drop_last=self.drop_last,
-        )
-
-    def _num_windows(self) -> int:
-        return -(-self.n // self.window)
-
-    def _core_plan(self) -> _core.TokenBudget:
-        """The core's planner of this epoch (built once per epoch)."""
-        if self._budget is None or self._budget[0] != self.epoch:
-            planner = _core.TokenBudget(
-                self.n, self.max_tokens, self.window, self.seed, self.epoch, self.shuffle, self.drop_last
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in BudgetConfig.__dataclass_fields__:
+            raise AttributeError(
+                f"{name} is part of the sampler's configuration: build a new sampler, or set_epoch()"
             )
-            self._budget = (self.epoch, planner)
-        return self._budget[1]
-
-    def _samples(self, k: int) -> npt.NDArray[np.int64]:
-        """The samples at positions ``[k·window, (k+1)·window)`` of the epoch's order."""
-        return self._core_plan().samples(k)
-
-    def _plan(self, k: int, taken: Optional[npt.NDArray[np.bool_]], world: int) -> _Plan:
-        """The steps of window ``k`` without its ``taken`` samples, for ``world`` ranks."""
-        samples, bounds, padding, dropped = self._core_plan().plan(self._lengths, k, taken, world)
-        return _Plan(samples, bounds.reshape(-1, world, 2), padding, dropped)
+        super().__setattr__(name, value)
 
     def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_budget"] = None  # native, rebuilt on demand
-        state["_loader"] = None  # a weak reference, of this process only
+        start, world = self._saved
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_planner", "_progress", "_loader")}
+        state["_saved"] = (start.window, start.taken, start.steps, world)  # native: rebuilt
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        window, taken, steps, world = state.pop("_saved")
+        self.__dict__.update(state)
+        self._set_config(self.config)
+        self._saved = (_core.BudgetStart(self._planner, window, taken, steps), world)
 
     # -- iteration -----------------------------------------------------------------------------
 
@@ -308,76 +157,55 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             epoch (int): the epoch, in ``[0, 2**64 - 1]``.
         """
         epoch = as_u64("epoch", epoch)
-        if epoch != self.epoch:
-            self._resume = (0, None, 0, self.num_replicas)
-        self.epoch = epoch
+        if epoch != self.config.epoch:
+            self._set_config(self.config.replace(epoch=epoch))
 
-    def _start(self) -> _Start:
-        """The resume point as (window, taken, steps) under this sampler's world size."""
-        k, taken, steps, world = self._resume
-        if world == self.num_replicas or k >= self._num_windows():
-            return k, taken, steps
-        # Another world size: what the saved plan consumed is taken; the rest is re-planned.
-        plan = self._plan(k, taken, world)
-        consumed = np.zeros(min(self.n, (k + 1) * self.window) - k * self.window, dtype=bool)
-        if taken is not None:
-            consumed |= taken
-        done = np.concatenate(  # a saved step count past the plan (an edited state): all of it
-            [plan.batch(s, r) for s in range(min(steps, plan.steps)) for r in range(world)]
-            or [np.zeros(0, np.int64)]
-        )
-        window = self._samples(k)
-        by_sample = np.argsort(window)  # the window's positions of the samples done
-        consumed[by_sample[np.searchsorted(window, done, sorter=by_sample)]] = True
-        return k, consumed, 0
+    def _start(self) -> _core.BudgetStart:
+        """The pass's first window, its taken samples and steps done, under this world size."""
+        start, world = self._saved
+        return self._planner.resume(self._lengths, start, world, self.num_replicas)
 
     def __iter__(self) -> Iterator[Any]:
         if self.check_consensus and dist.is_available() and dist.is_initialized():
             check_consensus(self.config, self.rank, agreed=self._agreed())
-        k, taken, first_step = self._start()
+        start, world = self._start(), self.num_replicas
         self._progress.clear()
-        self._handed = 0
-        self._loader = None
-        while k < self._num_windows():
-            plan = self._plan(k, taken, self.num_replicas)
-            for s in range(first_step, plan.steps):
+        self._handed, self._loader = 0, None
+        for k in range(start.window, self._planner.windows):
+            first = start if k == start.window else _core.BudgetStart(self._planner, k)
+            plan = self._planner.plan(self._lengths, start, k, world)
+            for s in range(first.steps, plan.steps):
                 if self._handed == 0:
                     self._loader = find_loader_iterator()  # what it hands the loop is consumed
                 self._handed += 1
-                self._progress.append((self._handed, k, taken, s + 1))
+                self._progress.append((self._handed, first.after(s + 1)))
                 batch = plan.batch(s, self.rank)
                 yield batch if self.as_array else batch.tolist()
-            k, taken, first_step = k + 1, None, 0
 
     def __len__(self) -> int:
         """Batches per rank in this epoch (from the resume point): the core plans every
-        window on all cores (GIL released), once per epoch, O(window) memory per core."""
-        key = hash((self.epoch, self._resume[0], self._resume[2], self.num_replicas))
-        if key not in self._lengths_cache:
-            k, taken, first = self._start()
-            total = self._core_plan().count_steps(self._lengths, k, taken, first, self.num_replicas)
-            self._lengths_cache = {key: total}
-        return self._lengths_cache[key]
+        window on all cores (GIL released), once per resume point, O(window) per core."""
+        if self._length is None or self._length[0] is not self._saved:
+            steps = self._planner.count_steps(self._lengths, self._start(), self.num_replicas)
+            self._length = (self._saved, steps)
+        return self._length[1]
 
     def _agreed(self) -> list[Agreed]:
         """What every process of the group must share beside the configuration: the resume
         point and the lengths (model-parallel peers share a rank)."""
-        k, taken, steps, world = self._resume
-        probe = np.concatenate([self.lengths[: min(self.n, 1024)], self.lengths[max(0, self.n - 1024) :]])
+        start, world = self._saved
+        probe = np.concatenate([self.lengths[:1024], self.lengths[-1024:]]).astype(np.int64)
         return [
-            Agreed("window_index", k, FIX_RESUME),
-            Agreed("steps", steps, FIX_RESUME),
+            Agreed("window_index", start.window, FIX_RESUME),
+            Agreed("steps", start.steps, FIX_RESUME),
             Agreed("saved num_replicas", world, FIX_RESUME),
-            Agreed("taken", digest(_encode_taken(taken)), FIX_RESUME, digest=True),
+            Agreed("taken", digest(start.taken), FIX_RESUME, digest=True),
             Agreed(
-                "lengths",
-                digest(np.asarray(probe, dtype=np.int64)),
-                "build the sampler from the same lengths on every rank",
-                digest=True,
+                "lengths", digest(probe), "build the sampler from the same lengths on every rank", digest=True
             ),
         ]
 
-    # -- state and proofs -------------------------------------------------------------------------
+    # -- state ------------------------------------------------------------------------------------
 
     def state_dict(self, consumed_steps: Optional[int] = None) -> dict[str, Any]:
         """The resume point, O(window): the configuration, the window being planned, its
@@ -395,15 +223,16 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             done = as_int("consumed_steps", consumed_steps)
         oldest = self._handed - len(self._progress)
         if done == 0:
-            k, taken, steps = self._start()
+            start = self._start()
         elif oldest < done <= self._handed:
-            _, k, taken, steps = self._progress[done - oldest - 1]
+            start = self._progress[done - oldest - 1][1]
         else:
             raise ValueError(
                 f"consumed_steps must be in [{max(oldest + 1, 0) if oldest else 0}, {self._handed}] (batches "
                 f"this rank handed out in this pass, the last {len(self._progress)} remembered), got {done}"
             )
-        return dict(self.config.saved_fields(), window_index=k, steps=steps, taken=_encode_taken(taken))
+        taken = base64.b64encode(start.taken).decode()
+        return dict(self.config.saved_fields(), window_index=start.window, steps=start.steps, taken=taken)
 
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
         """Restores a resume point, possibly saved with another number of ranks: the rest
@@ -416,76 +245,27 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
                 ignores them). Default: ``True``.
 
         Raises:
-            TypeError: ``state`` is not a mapping.
+            TypeError: ``state`` is not a mapping, or a value has the wrong type.
             ValueError: it was saved by another sampler or configuration, or edited.
         """
         saved = BudgetConfig.read_state(state, _RESUME_KEYS, strict=strict)
         self.config.check_resumable(saved)
-        k = as_int("window_index", state["window_index"])
-        steps = as_u64("state_dict['steps']", state["steps"])
-        if not 0 <= k <= self._num_windows():
-            raise ValueError(f"state_dict['window_index'] must be in [0, {self._num_windows()}], got {k}")
-        size = min(self.n, (k + 1) * self.window) - k * self.window
-        taken = _decode_taken(state["taken"], size)
-        self.epoch = saved.epoch
-        self._resume = (k, taken, steps, saved.num_replicas)
-        self._progress.clear()
-        self._handed = 0
+        if not isinstance(state["taken"], str):
+            raise TypeError(
+                f"state_dict['taken'] must be a base64 string, got {type(state['taken']).__name__}"
+            )
+        try:
+            taken = base64.b64decode(state["taken"], validate=True)
+        except binascii.Error:
+            raise ValueError("state_dict['taken'] is not valid base64: the state was edited") from None
+        config = self.config.replace(epoch=saved.epoch)
+        planner = config.planner()
+        window = as_u64("state_dict['window_index']", state["window_index"])
+        start = _core.BudgetStart(planner, window, taken, as_u64("state_dict['steps']", state["steps"]))
+        self._set_config(config)
+        self._saved = (start, saved.num_replicas)
 
-    def _prove_window(self, k: int, start: _Start) -> Any:
-        """The core's proof of window ``k``'s plan, as handed out, in the pass from
-        ``start`` (see :meth:`verify`): ``(samples per rank, steps, consumed, covered,
-        padding, dropped)``, or ShardingError."""
-        first, taken, first_step = start
-        window_taken, skip = (taken, first_step) if k == first else (None, 0)
-        plan = self._plan(k, window_taken, self.num_replicas)
-        return self._core_plan().prove(
-            self._lengths, k, window_taken, skip, self.num_replicas, plan.samples, plan.bounds.ravel(),
-            plan.padding, plan.dropped,
-        )  # fmt: skip
-
-    def _prove(self, windows: range, start: _Start) -> tuple[list[int], list[int], Optional[int]]:
-        """Proves ``windows`` of the pass from ``start`` (:meth:`_start`), a window per core
-        at a time (the core releases the GIL). Returns the totals ``[steps, consumed,
-        covered, padding, dropped]``, the samples per rank, and the first window whose
-        proof failed (``None``: none)."""
-        self._core_plan()  # built here, not raced for by the threads
-
-        def one(k: int) -> tuple[int, Any]:
-            try:
-                return k, self._prove_window(k, start)
-            except _core.ShardingError:
-                return k, None
-
-        totals, per_rank = [0] * 5, [0] * self.num_replicas
-        with ThreadPoolExecutor(max(1, min(len(windows), os.cpu_count() or 1))) as pool:
-            for k, proven in pool.map(one, windows):  # in window order
-                if proven is None:
-                    pool.shutdown(cancel_futures=True)
-                    return totals, per_rank, k
-                ranks, *counts = proven
-                totals = [t + c for t, c in zip(totals, counts)]
-                per_rank = [t + c for t, c in zip(per_rank, ranks)]
-        return totals, per_rank, None
-
-    def _certificate(
-        self, totals: list[int], per_rank: list[int], began: float, ranks: Any, first_window: int
-    ) -> Certificate:
-        steps, consumed, covered, padding, dropped = totals
-        start = min(first_window * self.window, self.n)
-        return Certificate(
-            config=self.config,
-            lengths=tuple(per_rank),
-            covered=covered,
-            padding=padding,
-            dropped=dropped,
-            seconds=time.perf_counter() - began,
-            method="inverse",
-            start=start,
-            consumed=start + consumed,
-            batches=steps,
-            ranks=tuple(ranks),
-        )
+    # -- proofs -----------------------------------------------------------------------------------
 
     def verify(self) -> Certificate:
         """Exact proof of the pass being run (from its resume point, if any), by the order's
@@ -501,13 +281,10 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         Raises:
             ShardingError: with what is missing, repeated or over the budget.
         """
-        began = time.perf_counter()
-        start = self._start()
-        totals, per_rank, failed = self._prove(range(start[0], self._num_windows()), start)
-        if failed is not None:
-            self._prove_window(failed, start)  # raises the core's counter-example
-            raise _core.ShardingError(f"the proof of window {failed} failed")
-        return self._certificate(totals, per_rank, began, range(self.num_replicas), start[0])
+        began, start, world = time.perf_counter(), self._start(), self.num_replicas
+        share = self._planner.prove_windows(self._lengths, start, world, start.window)
+        verdict = self._planner.judge(self._lengths, start, world, [share])
+        return Certificate.of(self.config, verdict, "inverse", range(world), began)
 
     def verify_distributed(self, group: Any = None, *, exact: bool = True) -> Certificate:
         """Consensus, then the exact proof of :meth:`verify` split across the ranks of
@@ -543,50 +320,26 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         return self._distributed(group, background=True)
 
     def _distributed(self, group: Any, background: bool) -> PendingCertificate:
-        """Consensus, then this rank's windows proven (in a thread when ``background``),
-        gathered and judged by the pending certificate's ``wait``."""
-        if not (dist.is_available() and dist.is_initialized()):
-            raise ValueError("verify_distributed needs torch.distributed to be initialized")
-        began = time.perf_counter()
-        check_consensus(self.config, self.rank, agreed=self._agreed(), group=group)
-        snapshot = copy.copy(self)  # the pass as it is now, whatever this sampler does next
-        world, start = self.num_replicas, snapshot._start()
-        windows = range(start[0] + self.rank, snapshot._num_windows(), world)
+        # The pass as it is now, whatever this sampler does next (all of it immutable).
+        planner, lengths, start, world = self._planner, self._lengths, self._start(), self.num_replicas
 
-        def finish(proven: tuple[list[int], list[int], Optional[int]]) -> Certificate:
-            totals, per_rank, failed = proven
-            mine = [2**64 - 1 if failed is None else failed, *totals, *per_rank]
-            rows = gather_by_rank(self.rank, mine, group, "proofs")
-            failures = [row[0] for row in rows.values() if row[0] != 2**64 - 1]
-            if failures:  # every rank proves the first failing window again, for its message
-                snapshot._prove_window(min(failures), start)
-                raise _core.ShardingError(f"the proof of window {min(failures)} failed on another rank")
-            totals = [sum(row[1 + i] for row in rows.values()) for i in range(5)]
-            per_rank = [sum(row[6 + r] for row in rows.values()) for r in range(world)]
-            return snapshot._certificate(totals, per_rank, began, sorted(rows), start[0])
+        def prove() -> list[int]:
+            share = planner.prove_windows(lengths, start, world, start.window + self.rank, world)
+            return share.words(world)
 
-        return PendingCertificate(lambda: snapshot._prove(windows, start), finish, background=background)
+        def judge(rows: list[list[int]]) -> _core.Verdict:
+            return planner.judge(
+                lengths, start, world, [_core.BudgetShare.from_words(r, world) for r in rows]
+            )
 
-
-def _encode_taken(taken: Optional[npt.NDArray[np.bool_]]) -> str:
-    """The samples of the resume window taken before it, as base64 bits (``""``: none)."""
-    return "" if taken is None else base64.b64encode(np.packbits(taken).tobytes()).decode()
-
-
-def _decode_taken(text: Any, size: int) -> Optional[npt.NDArray[np.bool_]]:
-    """:func:`_encode_taken`'s bits back, for a window of ``size`` positions."""
-    if not isinstance(text, str):
-        raise TypeError(f"state_dict['taken'] must be a base64 string, got {type(text).__name__}")
-    if not text:
-        return None
-    try:
-        bits = np.frombuffer(base64.b64decode(text, validate=True), dtype=np.uint8)
-    except ValueError:
-        raise ValueError("state_dict['taken'] is not valid base64: the state was edited") from None
-    if bits.size != -(-size // 8):
-        raise ValueError(
-            f"state_dict['taken'] holds {bits.size * 8} bits for a window of {size} positions: the "
-            "state was saved with another window or edited"
+        return prove_across_ranks(
+            self.config,
+            self.rank,
+            prove=prove,
+            judge=judge,
+            method="inverse",
+            agreed=self._agreed(),
+            group=group,
+            background=background,
+            caller="verify_in_background" if background else "verify_distributed",
         )
-    taken: npt.NDArray[np.bool_] = np.unpackbits(bits)[:size].astype(bool)
-    return taken

@@ -11,9 +11,9 @@
 //! O(1) memory, O(1) both ways.
 
 use crate::error::Error;
-use crate::mix::chain;
 use crate::order::SampleOrder;
 use crate::permutation::Permutation;
+use crate::splitmix::chain;
 
 /// The algorithm id of the block order, recorded in state dicts and certificates.
 pub const BLOCK_ALGORITHM: &str = "block-v1";

@@ -1,6 +1,6 @@
 //! An O(1)-memory summary of a multiset of sample ids, additive across ranks.
 
-use crate::mix::splitmix64;
+use crate::splitmix::splitmix64;
 
 /// Key of the hash column, so the summary is not a function of plain sums alone.
 const HASH_KEY: u64 = 0x6669_6e67_6572_7072; // "fingerpr"
@@ -46,6 +46,24 @@ impl Fingerprint {
             sum: self.sum.wrapping_add(other.sum),
             hash_sum: self.hash_sum.wrapping_add(other.hash_sum),
             xor: self.xor ^ other.xor,
+        }
+    }
+
+    /// Words of [`Fingerprint::to_words`].
+    pub const WORDS: usize = 4;
+
+    /// The four columns as words, for a fixed-size record.
+    pub fn to_words(&self) -> [u64; Self::WORDS] {
+        [self.count, self.sum, self.hash_sum, self.xor]
+    }
+
+    /// The fingerprint of the first [`Fingerprint::WORDS`] of `w` (at least that many).
+    pub fn from_words(w: &[u64]) -> Fingerprint {
+        Fingerprint {
+            count: w[0],
+            sum: w[1],
+            hash_sum: w[2],
+            xor: w[3],
         }
     }
 

@@ -15,36 +15,49 @@
 //! * [`TokenBudget`] — budget-v1: batches under a padded token budget, planned and proven
 //!   a window of the order at a time.
 //! * [`Mixture`] — mix-v1: weighted sources, position → (source, index), no build step.
-//! * [`verify`] — the exact proof that ranks are disjoint and cover the data.
+//! * [`verify_inverse`], [`prove_ranks`], [`judge`] — the exact proof by the inverse, in
+//!   O(1) memory, split across ranks; [`verify`] — the same by a bitmap of `n` bits;
+//!   [`judge_coverage`] — the distributed fingerprint proof; each gives a [`Verdict`].
 //! * [`Fingerprint`] — an O(1)-memory summary of a multiset of sample ids.
 //! * [`check_sequence_layout`], [`check_document_indices`] — a Megatron `.idx`'s arrays.
 
+mod bitmap_proof;
 mod block;
 mod budget;
+mod coverage;
 mod dealing;
 mod error;
 mod fingerprint;
 mod indexed;
-mod mix;
+mod inverse_proof;
 mod mixture;
 mod order;
 mod partition;
 mod permutation;
-mod proof;
+mod pool;
 mod sharding;
-mod verify;
+mod splitmix;
+mod verdict;
 
+pub use bitmap_proof::verify;
 pub use block::{BlockPermutation, BLOCK_ALGORITHM};
-pub use budget::{window_seed, Lengths, TokenBudget, WindowPlan, WindowProof, BUDGET_ALGORITHM};
+pub use budget::{
+    window_seed, BudgetShare, BudgetStart, Lengths, TokenBudget, WindowPlan, WindowProof,
+    BUDGET_ALGORITHM,
+};
+pub use coverage::{judge_coverage, CoverageShare};
 pub use dealing::{Dealing, Layout, Pass};
 pub use error::{range_len, Error};
 pub use fingerprint::Fingerprint;
 pub use indexed::{check_document_indices, check_sequence_layout};
-pub use mix::splitmix64;
+pub use inverse_proof::{
+    judge, judge_alone, prove_against, prove_ranks, verify_inverse, Failure, Share, OUTSIDE,
+};
 pub use mixture::{Mixture, MixtureProof, MIX_ALGORITHM};
 pub use order::{Explicit, Identity, Order, SampleOrder};
-pub use partition::{CoverageShare, Partition};
+pub use partition::{Outside, Partition};
 pub use permutation::{Permutation, ALGORITHM};
-pub use proof::{judge, prove_against, prove_ranks, verify_inverse, Failure, Share, OUTSIDE};
+pub use pool::{worker_threads, CHUNK};
 pub use sharding::{Sharding, IDENTITY_ALGORITHM};
-pub use verify::{verify, Certificate};
+pub use splitmix::splitmix64;
+pub use verdict::Verdict;

@@ -9,28 +9,7 @@
 
 use crate::dealing::{Dealing, Pass};
 use crate::error::Error;
-use crate::fingerprint::Fingerprint;
 use crate::order::Order;
-
-/// Items filled per batched call while fingerprinting.
-const FINGERPRINT_CHUNK: u64 = 1 << 16;
-
-/// One rank's part of the distributed coverage proof. Summed over the ranks of a pass,
-/// `yielded + consumed + dropped` equals `reference` exactly when every sample of `[0, n)`
-/// is yielded once in this pass, consumed before it (a resume) or declared dropped.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CoverageShare {
-    /// The samples this rank yields at positions below `n`.
-    pub yielded: Fingerprint,
-    /// The samples this rank yields at padding positions (`>= n`).
-    pub padding: Fingerprint,
-    /// Its 1/W slice of the samples consumed before this pass (positions `[0, start)`).
-    pub consumed: Fingerprint,
-    /// Its 1/W slice of the samples no rank yields (`drop_last`, positions `[end, n)`).
-    pub dropped: Fingerprint,
-    /// Its 1/W slice of the ids `[0, n)`.
-    pub reference: Fingerprint,
-}
 
 /// The split of one epoch (or of its remainder after `start` consumed positions) across
 /// `num_replicas` ranks.
@@ -46,6 +25,44 @@ pub struct Partition {
     /// A broken dealing, `(rank, local, position)`: what the proofs' tests must catch.
     #[cfg(test)]
     misdealt: Option<(u64, u64, u64)>,
+}
+
+/// The positions of `[0, n)` outside a pass, `[0, min(start, n))` (consumed before a
+/// resume) then `[max(end, start), n)` (dropped), numbered `0..count` so that the ranks
+/// of every proof take contiguous 1/W slices of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outside {
+    consumed: u64,
+    tail_start: u64,
+    count: u64,
+}
+
+impl Outside {
+    /// Positions outside the pass.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// Of them, those consumed before the pass (numbered first).
+    pub fn consumed(&self) -> u64 {
+        self.consumed
+    }
+
+    /// The `i`-th position outside the pass.
+    pub fn position(&self, i: u64) -> u64 {
+        if i < self.consumed {
+            i
+        } else {
+            self.tail_start + (i - self.consumed)
+        }
+    }
+
+    /// The slice `[lo, hi)` of the outside positions (their numbers) that ranks `ranks`
+    /// of `num_replicas` check.
+    pub fn slice(&self, ranks: &std::ops::Range<u64>, num_replicas: u64) -> (u64, u64) {
+        let cut = |r: u64| ((self.count as u128 * r as u128) / num_replicas as u128) as u64;
+        (cut(ranks.start), cut(ranks.end))
+    }
 }
 
 impl Partition {
@@ -336,74 +353,15 @@ impl Partition {
         Ok(())
     }
 
-    /// Fingerprints of what `rank` yields in this pass: `(real, padding)`, split by
-    /// whether the position is below `n`. O(num_samples) time, O(1) memory.
-    pub fn rank_fingerprint(&self, rank: u64) -> Result<(Fingerprint, Fingerprint), Error> {
-        self.check_slice(rank, 0, 0)?;
-        let mut real = Fingerprint::default();
-        let mut padding = Fingerprint::default();
-        let first_padding = self.first_padding(rank)?;
-        let mut buf = vec![0u64; FINGERPRINT_CHUNK.min(self.num_samples) as usize];
-        let mut local = 0;
-        while local < self.num_samples {
-            let len = (buf.len() as u64).min(self.num_samples - local);
-            let items = &mut buf[..len as usize];
-            self.fill_rank(rank, local, items)?;
-            // Items before first_padding sit below n; the rest repeat samples.
-            let real_len = first_padding.saturating_sub(local).min(len) as usize;
-            real.add_all(&items[..real_len]);
-            padding.add_all(&items[real_len..]);
-            local += len;
+    /// The positions of `[0, n)` outside this pass: consumed before it, then dropped.
+    pub fn outside(&self) -> Outside {
+        let consumed = self.start.min(self.n);
+        let tail_start = self.end().max(self.start).min(self.n);
+        Outside {
+            consumed,
+            tail_start,
+            count: consumed + (self.n - tail_start),
         }
-        Ok((real, padding))
-    }
-
-    /// The fingerprint of the samples at positions `[lo, hi)` of the order (`hi <= n`):
-    /// what a resume consumed before this pass, or what `drop_last` leaves out.
-    pub fn positions_fingerprint(&self, lo: u64, hi: u64) -> Result<Fingerprint, Error> {
-        if lo > hi || hi > self.n {
-            return Err(Error::Invalid(format!(
-                "positions [{lo}, {hi}) are not inside the order [0, {})",
-                self.n
-            )));
-        }
-        let mut f = Fingerprint::default();
-        let mut buf = vec![0u64; FINGERPRINT_CHUNK.min(hi - lo) as usize];
-        let mut p = lo;
-        while p < hi {
-            let len = (buf.len() as u64).min(hi - p);
-            let items = &mut buf[..len as usize];
-            for (i, slot) in items.iter_mut().enumerate() {
-                *slot = p + i as u64;
-            }
-            self.map_positions(items);
-            f.add_all(items);
-            p += len;
-        }
-        Ok(f)
-    }
-
-    /// What `rank` contributes to the distributed coverage proof of this pass; see
-    /// [`CoverageShare`]. O((n + start) / W) time, O(1) memory.
-    pub fn coverage_share(&self, rank: u64) -> Result<CoverageShare, Error> {
-        let (yielded, padding) = self.rank_fingerprint(rank)?;
-        let w = self.num_replicas;
-        let slice = |lo: u64, hi: u64| {
-            let (len, r, w) = ((hi - lo) as u128, rank as u128, w as u128);
-            (lo + (len * r / w) as u64, lo + (len * (r + 1) / w) as u64)
-        };
-        let consumed_end = self.start.min(self.n);
-        let (c_lo, c_hi) = slice(0, consumed_end);
-        let dropped_start = self.end().max(consumed_end).min(self.n);
-        let (d_lo, d_hi) = slice(dropped_start, self.n);
-        let (r_lo, r_hi) = slice(0, self.n);
-        Ok(CoverageShare {
-            yielded,
-            padding,
-            consumed: self.positions_fingerprint(c_lo, c_hi)?,
-            dropped: self.positions_fingerprint(d_lo, d_hi)?,
-            reference: Fingerprint::of_range(r_lo, r_hi),
-        })
     }
 
     /// Every `(rank, local position)` that yields `sample` in this partition: none when it
@@ -557,39 +515,6 @@ mod tests {
     }
 
     #[test]
-    fn coverage_shares_add_up_to_the_reference_after_any_resume() {
-        for (n, w, drop_last) in [(23, 5, false), (23, 5, true), (7, 9, false), (64, 4, true)] {
-            for start in 0..=n + 2 {
-                let part = Partition::new(n, w, start, drop_last, shuffled(n)).unwrap();
-                let mut total = CoverageShare::default();
-                for r in 0..w {
-                    let s = part.coverage_share(r).unwrap();
-                    total.yielded = total.yielded.merge(&s.yielded);
-                    total.consumed = total.consumed.merge(&s.consumed);
-                    total.dropped = total.dropped.merge(&s.dropped);
-                    total.reference = total.reference.merge(&s.reference);
-                }
-                let all = total.yielded.merge(&total.consumed).merge(&total.dropped);
-                assert_eq!(
-                    all,
-                    Fingerprint::of_range(0, n),
-                    "n={n} w={w} start={start}"
-                );
-                assert_eq!(total.reference, Fingerprint::of_range(0, n));
-            }
-        }
-        // A pass that repeats a consumed sample does not add up: the proof can fail.
-        let part = Partition::new(10, 2, 4, false, identity(10)).unwrap();
-        let mut wrong = Fingerprint::default();
-        for r in 0..2 {
-            let s = part.coverage_share(r).unwrap();
-            wrong = wrong.merge(&s.yielded).merge(&s.dropped);
-        }
-        wrong.add(0); // sample 0 once more instead of the consumed [0, 4)
-        assert_ne!(wrong, Fingerprint::of_range(0, 10));
-    }
-
-    #[test]
     fn first_padding_matches_the_positions_of_every_rank() {
         for (n, w) in [(10u64, 4u64), (3, 8), (17, 5), (12, 4), (1, 1)] {
             for start in 0..=n + 2 {
@@ -625,10 +550,6 @@ mod tests {
             .is_violation());
         assert!(!part.checked_sample_at(12).unwrap_err().is_violation());
         assert_eq!(part.checked_sample_at(11).unwrap(), 1);
-        assert!(!part
-            .positions_fingerprint(3, 11)
-            .unwrap_err()
-            .is_violation());
     }
 
     #[test]

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use crate::error::Error;
-use crate::mix::{chain, splitmix64};
+use crate::splitmix::{chain, splitmix64};
 
 /// Name and version of the construction; stored in every state dict.
 pub const ALGORITHM: &str = "perm-v1";

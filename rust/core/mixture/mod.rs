@@ -26,8 +26,8 @@ mod tree;
 mod weights;
 
 use crate::error::Error;
-use crate::mix::chain;
 use crate::permutation::Permutation;
+use crate::splitmix::chain;
 use cursor::Cursor;
 use tree::Tree;
 use weights::integer_weights;

@@ -11,9 +11,7 @@
 use super::cursor::Cursor;
 use super::Mixture;
 use crate::error::{range_len, Error};
-
-/// Positions read and proven in one go.
-const CHUNK: u64 = 1 << 16;
+use crate::pool::CHUNK;
 
 /// What a mixture proof checked.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

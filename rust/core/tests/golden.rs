@@ -126,7 +126,7 @@ fn budget_golden_vectors_match() {
         assert_eq!(ranks, want, "n={n} world={world}");
         assert_eq!(
             budget
-                .count_steps(lengths.as_slice(), 0, None, 0, world, 2)
+                .count_steps(lengths.as_slice(), &Default::default(), world, 2)
                 .unwrap(),
             want[0].len() as u64
         );

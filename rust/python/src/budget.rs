@@ -1,35 +1,28 @@
-//! `_core.TokenBudget`: budget-v1 plans of a window and their proof, over a numpy array
-//! of lengths (any native integer dtype, read in place: a memmap is never copied).
+//! `_core.TokenBudget`: budget-v1 plans of a window, resume points, and their proof, over
+//! a numpy array of lengths (any native integer dtype, read in place: a memmap is never
+//! copied).
 
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1};
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 
-use permshard_core::WindowPlan;
+use permshard_core::{BudgetShare, BudgetStart, WindowPlan};
 
 use crate::convert::{compute, int64_array, non_negative};
 use crate::errors::to_py;
-
-/// A plan as Python receives it: `(samples, bounds, padding, dropped)`, `bounds` the flat
-/// `[start, stop)` pairs of the batches, step-major.
-type PlanTuple<'py> = (
-    Bound<'py, PyArray1<i64>>,
-    Bound<'py, PyArray1<i64>>,
-    u64,
-    u64,
-);
-
-/// A window's proof as Python receives it:
-/// `(samples per rank, steps, consumed, covered, padding, dropped)`.
-type ProofTuple = (Vec<u64>, u64, u64, u64, u64, u64);
+use crate::verify::PyVerdict;
 
 /// Runs `$body` with `$slice` bound to the lengths as a slice of their own dtype.
 macro_rules! with_lengths {
-    ($lengths:expr, $slice:ident => $body:expr; $($t:ty),*) => {{
+    ($lengths:expr, $slice:ident => $body:expr) => {{
         let lengths = $lengths;
+        with_lengths!(@ lengths, $slice => $body; u8, u16, u32, u64, i8, i16, i32, i64)
+    }};
+    (@ $lengths:ident, $slice:ident => $body:expr; $($t:ty),*) => {{
         'dispatch: {
         $(
-            if let Ok(array) = lengths.cast::<PyArray1<$t>>() {
+            if let Ok(array) = $lengths.cast::<PyArray1<$t>>() {
                 let array = array.readonly();
                 let $slice = array.as_slice()?;
                 break 'dispatch $body;
@@ -38,10 +31,179 @@ macro_rules! with_lengths {
         Err(PyTypeError::new_err(format!(
             "lengths must be a contiguous 1-D array of a native integer dtype, got {}; pass \
              np.ascontiguousarray(lengths, dtype=np.int64)",
-            lengths.getattr("dtype").map_or_else(|_| lengths.get_type().to_string(), |d| d.to_string())
+            $lengths.getattr("dtype").map_or_else(|_| $lengths.get_type().to_string(), |d| d.to_string())
         )))
         }
     }};
+}
+
+/// A resume point of the plan: a window, its positions taken before, steps done.
+#[pyclass(frozen, module = "permshard._core", name = "BudgetStart")]
+pub struct PyBudgetStart {
+    inner: BudgetStart,
+}
+
+#[pymethods]
+impl PyBudgetStart {
+    /// The resume point of `budget` at `window` after `steps` steps of its plan; `taken`
+    /// holds a bit per position of the window (numpy's `packbits`), empty for none.
+    #[new]
+    #[pyo3(signature = (budget, window = 0, taken = b"".as_slice(), steps = 0))]
+    fn new(budget: &TokenBudget, window: u64, taken: &[u8], steps: u64) -> PyResult<Self> {
+        let inner = BudgetStart::new(&budget.inner, window, taken, steps).map_err(to_py)?;
+        Ok(PyBudgetStart { inner })
+    }
+
+    /// The window the pass starts in.
+    #[getter]
+    fn window(&self) -> u64 {
+        self.inner.window()
+    }
+
+    /// Steps of its plan done before.
+    #[getter]
+    fn steps(&self) -> u64 {
+        self.inner.steps()
+    }
+
+    /// The taken positions' bits, as `BudgetStart(..., taken=)` reads them.
+    #[getter]
+    fn taken<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.inner.taken_bits())
+    }
+
+    /// The same window after `steps` steps of its plan.
+    fn after(&self, steps: u64) -> Self {
+        PyBudgetStart {
+            inner: self.inner.after(steps),
+        }
+    }
+}
+
+/// One window's plan: its samples sorted by length and each rank's batch per step.
+#[pyclass(frozen, module = "permshard._core", name = "WindowPlan")]
+pub struct PyWindowPlan {
+    inner: WindowPlan,
+    world: u64,
+}
+
+#[pymethods]
+impl PyWindowPlan {
+    /// A plan as handed out: `samples`, the flat `[start, stop)` pairs `bounds` of the
+    /// batches (step-major, `world` per step), declared `padding` and `dropped`.
+    #[new]
+    fn new(
+        samples: PyReadonlyArray1<'_, i64>,
+        bounds: PyReadonlyArray1<'_, i64>,
+        padding: u64,
+        dropped: u64,
+        world: u64,
+    ) -> PyResult<Self> {
+        let samples = non_negative(samples.as_slice()?, "samples")?;
+        let bounds = non_negative(bounds.as_slice()?, "bounds")?;
+        if bounds.len() % 2 != 0 || world == 0 {
+            return Err(PyValueError::new_err(
+                "bounds must hold [start, stop) pairs and world must be at least 1",
+            ));
+        }
+        let bounds = bounds.chunks(2).map(|p| (p[0], p[1])).collect();
+        let inner = WindowPlan {
+            samples,
+            bounds,
+            padding,
+            dropped,
+        };
+        Ok(PyWindowPlan { inner, world })
+    }
+
+    /// Steps of one batch per rank.
+    #[getter]
+    fn steps(&self) -> u64 {
+        self.inner.steps(self.world)
+    }
+
+    #[getter]
+    fn padding(&self) -> u64 {
+        self.inner.padding
+    }
+
+    #[getter]
+    fn dropped(&self) -> u64 {
+        self.inner.dropped
+    }
+
+    /// The window's samples, sorted by length (a new int64 array).
+    #[getter]
+    fn samples<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        int64_array(py, 1 << 63, self.inner.samples.clone())
+    }
+
+    /// The flat `[start, stop)` pairs of the batches, step-major (a new int64 array).
+    #[getter]
+    fn bounds<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        let flat = self
+            .inner
+            .bounds
+            .iter()
+            .flat_map(|&(i, j)| [i, j])
+            .collect();
+        int64_array(py, 1 << 63, flat)
+    }
+
+    /// Rank `rank`'s batch at step `step` (a new int64 array).
+    fn batch<'py>(
+        &self,
+        py: Python<'py>,
+        step: u64,
+        rank: u64,
+    ) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        if step >= self.steps() || rank >= self.world {
+            return Err(PyValueError::new_err(format!(
+                "step {step} of {}, rank {rank} of {}: out of the plan",
+                self.steps(),
+                self.world
+            )));
+        }
+        let (i, j) = self.inner.bounds[(step * self.world + rank) as usize];
+        int64_array(
+            py,
+            1 << 63,
+            self.inner.samples[i as usize..j as usize].to_vec(),
+        )
+    }
+}
+
+/// What a proof of some windows found, as ranks exchange it.
+#[pyclass(frozen, module = "permshard._core", name = "BudgetShare")]
+pub struct PyBudgetShare {
+    inner: BudgetShare,
+}
+
+#[pymethods]
+impl PyBudgetShare {
+    /// A share from the record of `words(world)` (another rank's, gathered).
+    #[staticmethod]
+    fn from_words(words: Vec<u64>, world: u64) -> PyResult<Self> {
+        let inner = BudgetShare::from_words(&words, world).map_err(to_py)?;
+        Ok(PyBudgetShare { inner })
+    }
+
+    /// The fixed-size record of `8 + world` unsigned 64-bit words.
+    fn words(&self, world: u64) -> Vec<u64> {
+        self.inner.to_words(world)
+    }
+
+    /// Windows proven.
+    #[getter]
+    fn windows(&self) -> u64 {
+        self.inner.windows
+    }
+
+    /// The smallest window whose proof failed, or `None`.
+    #[getter]
+    fn failed(&self) -> Option<u64> {
+        self.inner.failed
+    }
 }
 
 #[pyclass(frozen, module = "permshard._core", name = "TokenBudget")]
@@ -81,86 +243,98 @@ impl TokenBudget {
         int64_array(py, self.inner.n(), samples)
     }
 
-    /// The plan of window `k` for `world` ranks, without the `taken` samples.
-    #[pyo3(signature = (lengths, k, taken, world))]
-    fn plan<'py>(
+    /// The plan of window `k` for `world` ranks in the pass from `start`.
+    fn plan(
         &self,
-        py: Python<'py>,
-        lengths: &Bound<'py, PyAny>,
+        py: Python<'_>,
+        lengths: &Bound<'_, PyAny>,
+        start: &PyBudgetStart,
         k: u64,
-        taken: Option<PyReadonlyArray1<'py, bool>>,
         world: u64,
-    ) -> PyResult<PlanTuple<'py>> {
-        let taken = taken.as_ref().map(|t| t.as_slice()).transpose()?;
-        let inner = &self.inner;
-        let plan = with_lengths!(lengths, l => compute(py, inner.window(), || inner.plan(l, k, taken, world)).map_err(to_py); u8, u16, u32, u64, i8, i16, i32, i64)?;
-        let bounds = plan.bounds.iter().flat_map(|&(i, j)| [i, j]).collect();
-        Ok((
-            int64_array(py, inner.n(), plan.samples)?,
-            int64_array(py, inner.n(), bounds)?,
-            plan.padding,
-            plan.dropped,
-        ))
+    ) -> PyResult<PyWindowPlan> {
+        let (inner, taken) = (&self.inner, start.inner.taken_in(k));
+        let plan = with_lengths!(lengths, l => compute(py, inner.window(), || inner.plan(l, k, taken, world)).map_err(to_py))?;
+        Ok(PyWindowPlan { inner: plan, world })
     }
 
-    /// Steps per rank from window `k` (from its step `first_step`) to the epoch's end.
-    #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (lengths, k, taken, first_step, world, threads = 0))]
-    fn count_steps<'py>(
+    /// `saved`, a resume point under `saved_world` ranks, under `world` ranks.
+    fn resume(
         &self,
-        py: Python<'py>,
-        lengths: &Bound<'py, PyAny>,
-        k: u64,
-        taken: Option<PyReadonlyArray1<'py, bool>>,
-        first_step: u64,
+        py: Python<'_>,
+        lengths: &Bound<'_, PyAny>,
+        saved: &PyBudgetStart,
+        saved_world: u64,
+        world: u64,
+    ) -> PyResult<PyBudgetStart> {
+        let inner = &self.inner;
+        let start = with_lengths!(lengths, l => compute(py, inner.window(), || inner.resume(l, &saved.inner, saved_world, world)).map_err(to_py))?;
+        Ok(PyBudgetStart { inner: start })
+    }
+
+    /// Steps per rank from `start` to the epoch's end (every window planned, GIL released).
+    #[pyo3(signature = (lengths, start, world, threads = 0))]
+    fn count_steps(
+        &self,
+        py: Python<'_>,
+        lengths: &Bound<'_, PyAny>,
+        start: &PyBudgetStart,
         world: u64,
         threads: usize,
     ) -> PyResult<u64> {
-        let taken = taken.as_ref().map(|t| t.as_slice()).transpose()?;
         let inner = &self.inner;
-        with_lengths!(lengths, l => py.detach(|| inner.count_steps(l, k, taken, first_step, world, threads)).map_err(to_py); u8, u16, u32, u64, i8, i16, i32, i64)
+        with_lengths!(lengths, l => py.detach(|| inner.count_steps(l, &start.inner, world, threads)).map_err(to_py))
     }
 
-    /// Proves a plan of window `k` as handed out (`samples`, flat `bounds`, declared
-    /// `padding` and `dropped`); ShardingError with the counter-example.
-    #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (lengths, k, taken, first_step, world, samples, bounds, padding, dropped))]
-    fn prove<'py>(
+    /// Proves `plan`, as handed out, a plan of window `k` in the pass from `start`;
+    /// ShardingError with the counter-example.
+    fn prove(
         &self,
-        py: Python<'py>,
-        lengths: &Bound<'py, PyAny>,
+        py: Python<'_>,
+        lengths: &Bound<'_, PyAny>,
+        start: &PyBudgetStart,
         k: u64,
-        taken: Option<PyReadonlyArray1<'py, bool>>,
-        first_step: u64,
-        world: u64,
-        samples: PyReadonlyArray1<'py, i64>,
-        bounds: PyReadonlyArray1<'py, i64>,
-        padding: u64,
-        dropped: u64,
-    ) -> PyResult<ProofTuple> {
-        let taken = taken.as_ref().map(|t| t.as_slice()).transpose()?;
-        let (samples, bounds) = (
-            non_negative(samples.as_slice()?, "samples")?,
-            non_negative(bounds.as_slice()?, "bounds")?,
-        );
-        let plan = WindowPlan {
-            samples,
-            bounds: bounds
-                .chunks(2)
-                .map(|p| (p[0], p.get(1).copied().unwrap_or(0)))
-                .collect(),
-            padding,
-            dropped,
-        };
+        plan: &PyWindowPlan,
+    ) -> PyResult<()> {
         let inner = &self.inner;
-        let proof = with_lengths!(lengths, l => compute(py, plan.samples.len() as u64, || inner.prove(l, k, taken, first_step, world, &plan)).map_err(to_py); u8, u16, u32, u64, i8, i16, i32, i64)?;
-        Ok((
-            proof.per_rank,
-            proof.steps,
-            proof.consumed,
-            proof.covered,
-            proof.padding,
-            proof.dropped,
-        ))
+        let items = plan.inner.samples.len() as u64;
+        with_lengths!(lengths, l => compute(py, items, || inner.prove(l, &start.inner, k, plan.world, &plan.inner)).map_err(to_py))?;
+        Ok(())
+    }
+
+    /// Proves the windows `first, first + stride, ...` of the pass from `start` for
+    /// `world` ranks, every core (GIL released); failures are recorded, not raised.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (lengths, start, world, first, stride = 1, threads = 0))]
+    fn prove_windows(
+        &self,
+        py: Python<'_>,
+        lengths: &Bound<'_, PyAny>,
+        start: &PyBudgetStart,
+        world: u64,
+        first: u64,
+        stride: u64,
+        threads: usize,
+    ) -> PyResult<PyBudgetShare> {
+        let inner = &self.inner;
+        let share = with_lengths!(lengths, l => py.detach(|| inner.prove_windows(l, &start.inner, world, first, stride, threads)).map_err(to_py))?;
+        Ok(PyBudgetShare { inner: share })
+    }
+
+    /// Judges the shares of every rank, added up in the core: the verdict, or
+    /// ShardingError with the first failing window's counter-example.
+    fn judge(
+        &self,
+        py: Python<'_>,
+        lengths: &Bound<'_, PyAny>,
+        start: &PyBudgetStart,
+        world: u64,
+        shares: Vec<PyRef<'_, PyBudgetShare>>,
+    ) -> PyResult<PyVerdict> {
+        let total = shares
+            .iter()
+            .fold(BudgetShare::default(), |t, s| t.merge(&s.inner));
+        let inner = &self.inner;
+        let verdict = with_lengths!(lengths, l => compute(py, inner.window(), || inner.judge(l, &start.inner, world, &total)).map_err(to_py))?;
+        Ok(PyVerdict { inner: verdict })
     }
 }

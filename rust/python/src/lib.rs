@@ -19,7 +19,7 @@ mod _core {
     #[pymodule_export]
     use super::block::BlockPermutation;
     #[pymodule_export]
-    use super::budget::TokenBudget;
+    use super::budget::{PyBudgetShare, PyBudgetStart, PyWindowPlan, TokenBudget};
     #[pymodule_export]
     use super::errors::ShardingError;
     #[pymodule_export]
@@ -33,7 +33,10 @@ mod _core {
     #[pymodule_export]
     use super::sharding::Sharding;
     #[pymodule_export]
-    use super::verify::{judge, prove_ranks, verify, verify_inverse, Progress, PyFailure, PyShare};
+    use super::verify::{
+        judge, judge_alone, judge_coverage, prove_ranks, verify, verify_inverse, Progress,
+        PyCoverageShare, PyFailure, PyShare, PyVerdict,
+    };
 
     use pyo3::prelude::*;
 

@@ -3,26 +3,11 @@
 use numpy::PyArray1;
 use pyo3::prelude::*;
 
-use permshard_core::{range_len, Fingerprint};
+use permshard_core::{range_len, CoverageShare};
 
 use crate::convert::{alloc, compute, int64_array};
 use crate::errors::to_py;
-
-/// The four columns of a fingerprint, as Python receives them.
-pub type FingerprintTuple = (u64, u64, u64, u64);
-
-/// A coverage share, as Python receives it.
-pub type CoverageTuple = (
-    FingerprintTuple,
-    FingerprintTuple,
-    FingerprintTuple,
-    FingerprintTuple,
-    FingerprintTuple,
-);
-
-pub fn fingerprint_tuple(f: &Fingerprint) -> FingerprintTuple {
-    (f.count, f.sum, f.hash_sum, f.xor)
-}
+use crate::verify::PyCoverageShare;
 
 #[pyclass(frozen, module = "permshard._core", name = "Partition")]
 pub struct Partition {
@@ -137,19 +122,12 @@ impl Partition {
         self.inner.locate(sample).map_err(to_py)
     }
 
-    /// This rank's share of the distributed coverage proof:
-    /// `(yielded, padding, consumed, dropped, reference)` fingerprints.
-    fn coverage_share(&self, py: Python<'_>, rank: u64) -> PyResult<CoverageTuple> {
-        let share = py
-            .detach(|| self.inner.coverage_share(rank))
+    /// This rank's share of the distributed coverage proof (GIL released).
+    fn coverage_share(&self, py: Python<'_>, rank: u64) -> PyResult<PyCoverageShare> {
+        let inner = py
+            .detach(|| CoverageShare::of_rank(&self.inner, rank))
             .map_err(to_py)?;
-        Ok((
-            fingerprint_tuple(&share.yielded),
-            fingerprint_tuple(&share.padding),
-            fingerprint_tuple(&share.consumed),
-            fingerprint_tuple(&share.dropped),
-            fingerprint_tuple(&share.reference),
-        ))
+        Ok(PyCoverageShare { inner })
     }
 }
 

@@ -1,11 +1,22 @@
 //! `_core.Sharding`: what an epoch is (fields, order, algorithm id, resume limit, dealing).
 
+use pyo3::exceptions::PyValueError;
+use pyo3::conversion::FromPyObjectOwned;
 use pyo3::prelude::*;
 
 use permshard_core::Dealing;
 
 use crate::errors::to_py;
 use crate::partition::Partition;
+
+/// The field `name` of a configuration object, converted (TypeError or ValueError naming
+/// it otherwise).
+fn field<'py, T: FromPyObjectOwned<'py>>(config: &Bound<'py, PyAny>, name: &str) -> PyResult<T> {
+    config.getattr(name)?.extract::<T>().map_err(|e| {
+        let e: PyErr = e.into();
+        PyValueError::new_err(format!("the configuration's {name} is not valid here: {e}"))
+    })
+}
 
 #[pyclass(frozen, module = "permshard._core", name = "Sharding")]
 pub struct Sharding {
@@ -14,32 +25,25 @@ pub struct Sharding {
 
 #[pymethods]
 impl Sharding {
+    /// The core's description of the epoch `config` describes: any object with the
+    /// fields of a `ShardConfig` as attributes (the one list of them is Python's).
     #[new]
-    #[pyo3(signature = (n, num_replicas, *, seed = 0, epoch = 0, shuffle = true, drop_last = false, block_size = 0, window_blocks = 0, dealing = "round-robin", batch_size = 0, drop_last_batch = false))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        n: u64,
-        num_replicas: u64,
-        seed: u64,
-        epoch: u64,
-        shuffle: bool,
-        drop_last: bool,
-        block_size: u64,
-        window_blocks: u64,
-        dealing: &str,
-        batch_size: u64,
-        drop_last_batch: bool,
-    ) -> PyResult<Self> {
-        let dealing = Dealing::new(dealing, batch_size, drop_last_batch).map_err(to_py)?;
+    fn new(config: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let dealing = Dealing::new(
+            &field::<String>(config, "dealing")?,
+            field(config, "batch_size")?,
+            field(config, "drop_last_batch")?,
+        )
+        .map_err(to_py)?;
         let inner = permshard_core::Sharding::new(
-            n,
-            num_replicas,
-            seed,
-            epoch,
-            shuffle,
-            drop_last,
-            block_size,
-            window_blocks,
+            field(config, "n")?,
+            field(config, "num_replicas")?,
+            field(config, "seed")?,
+            field(config, "epoch")?,
+            field(config, "shuffle")?,
+            field(config, "drop_last")?,
+            field(config, "block_size")?,
+            field(config, "window_blocks")?,
         )
         .map_err(to_py)?
         .with_dealing(dealing);

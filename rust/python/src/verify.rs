@@ -1,15 +1,88 @@
-//! The exact proofs (`verify`: the bitmap; `verify_inverse`, `prove_ranks`, `judge`: by
-//! the inverse) and their progress counter.
+//! The proofs (`verify`: the bitmap; `verify_inverse`, `prove_ranks`, `judge`: by the
+//! inverse; `judge_coverage`: the fingerprint), their shares, their `Verdict` and their
+//! progress counter.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use pyo3::prelude::*;
 
-use permshard_core::{Failure, Share, OUTSIDE};
+use permshard_core::{CoverageShare, Failure, Share, Verdict, OUTSIDE};
 
 use crate::errors::to_py;
 use crate::partition::Partition;
+
+/// What an exact proof established: the counts a certificate reports.
+#[pyclass(frozen, module = "permshard._core", name = "Verdict")]
+pub struct PyVerdict {
+    pub inner: Verdict,
+}
+
+#[pymethods]
+impl PyVerdict {
+    /// Global positions consumed before the proven pass.
+    #[getter]
+    fn start(&self) -> u64 {
+        self.inner.start
+    }
+
+    /// Items each rank yields in the pass.
+    #[getter]
+    fn lengths(&self) -> Vec<u64> {
+        self.inner.lengths.clone()
+    }
+
+    /// Batches per rank, for a dealing that plans its batches (else `None`).
+    #[getter]
+    fn batches(&self) -> Option<u64> {
+        self.inner.batches
+    }
+
+    /// Distinct samples yielded, all ranks together.
+    #[getter]
+    fn covered(&self) -> u64 {
+        self.inner.covered
+    }
+
+    /// Items that repeat a sample.
+    #[getter]
+    fn padding(&self) -> u64 {
+        self.inner.padding
+    }
+
+    /// Samples no rank yields, beside those consumed before the pass.
+    #[getter]
+    fn dropped(&self) -> u64 {
+        self.inner.dropped
+    }
+
+    /// Samples consumed before the pass.
+    #[getter]
+    fn consumed(&self) -> u64 {
+        self.inner.consumed
+    }
+}
+
+/// One rank's part of the distributed coverage proof (five fingerprints).
+#[pyclass(frozen, module = "permshard._core", name = "CoverageShare")]
+pub struct PyCoverageShare {
+    pub inner: CoverageShare,
+}
+
+#[pymethods]
+impl PyCoverageShare {
+    /// A share from the record of `words()` (another rank's, gathered).
+    #[staticmethod]
+    fn from_words(words: Vec<u64>) -> PyResult<Self> {
+        let inner = CoverageShare::from_words(&words).map_err(to_py)?;
+        Ok(PyCoverageShare { inner })
+    }
+
+    /// The fixed-size record of unsigned 64-bit words ranks exchange.
+    fn words(&self) -> Vec<u64> {
+        self.inner.to_words().to_vec()
+    }
+}
 
 /// A counter the proof advances while it runs, readable from another Python thread.
 #[pyclass(frozen, module = "permshard._core", name = "Progress")]
@@ -140,8 +213,7 @@ fn counter(progress: Option<&Progress>) -> Arc<AtomicU64> {
     progress.map_or_else(|| Arc::new(AtomicU64::new(0)), |p| p.done.clone())
 }
 
-/// Proves `partition` exact with the bitmap; returns `(covered, padding, dropped)` or
-/// raises ShardingError.
+/// Proves `partition` exact with the bitmap; the verdict, or ShardingError.
 #[pyfunction]
 #[pyo3(signature = (partition, threads = 0, progress = None))]
 pub fn verify(
@@ -149,17 +221,16 @@ pub fn verify(
     partition: &Partition,
     threads: usize,
     progress: Option<&Progress>,
-) -> PyResult<(u64, u64, u64)> {
+) -> PyResult<PyVerdict> {
     let counter = counter(progress);
     let part = &partition.inner;
-    let cert = py
+    let inner = py
         .detach(|| permshard_core::verify(part, threads, &counter))
         .map_err(to_py)?;
-    Ok((cert.covered, cert.padding, cert.dropped))
+    Ok(PyVerdict { inner })
 }
 
-/// Proves `partition` exact by the inverse (O(1) memory); returns
-/// `(covered, padding, dropped)` or raises ShardingError.
+/// Proves `partition` exact by the inverse (O(1) memory); the verdict, or ShardingError.
 #[pyfunction]
 #[pyo3(signature = (partition, threads = 0, progress = None))]
 pub fn verify_inverse(
@@ -167,11 +238,13 @@ pub fn verify_inverse(
     partition: &Partition,
     threads: usize,
     progress: Option<&Progress>,
-) -> PyResult<(u64, u64, u64)> {
+) -> PyResult<PyVerdict> {
     let counter = counter(progress);
     let part = &partition.inner;
-    py.detach(|| permshard_core::verify_inverse(part, threads, &counter))
-        .map_err(to_py)
+    let inner = py
+        .detach(|| permshard_core::verify_inverse(part, threads, &counter))
+        .map_err(to_py)?;
+    Ok(PyVerdict { inner })
 }
 
 /// Proves the streams of ranks `[first_rank, stop_rank)` and their slice of the positions
@@ -199,12 +272,33 @@ pub fn prove_ranks(
     Ok(PyShare { inner: share })
 }
 
-/// Judges the shares of every rank, added up in the core; returns `(covered, padding,
-/// dropped)` or raises ShardingError with the earliest counter-example.
+/// Judges the shares of every rank, added up in the core: the verdict, or ShardingError
+/// with the earliest counter-example.
 #[pyfunction]
-pub fn judge(partition: &Partition, shares: Vec<PyRef<'_, PyShare>>) -> PyResult<(u64, u64, u64)> {
+pub fn judge(partition: &Partition, shares: Vec<PyRef<'_, PyShare>>) -> PyResult<PyVerdict> {
     let total = shares
         .iter()
         .fold(Share::default(), |total, share| total.merge(&share.inner));
-    permshard_core::judge(&partition.inner, &total).map_err(to_py)
+    let inner = permshard_core::judge(&partition.inner, &total).map_err(to_py)?;
+    Ok(PyVerdict { inner })
+}
+
+/// Judges one rank's share alone (its stream and its slice of the positions outside the
+/// pass): the verdict, or ShardingError with its first counter-example.
+#[pyfunction]
+pub fn judge_alone(partition: &Partition, share: &PyShare) -> PyResult<PyVerdict> {
+    let inner = permshard_core::judge_alone(&partition.inner, &share.inner).map_err(to_py)?;
+    Ok(PyVerdict { inner })
+}
+
+/// Judges every rank's coverage share, in rank order, in the core: the verdict, or
+/// ShardingError.
+#[pyfunction]
+pub fn judge_coverage(
+    partition: &Partition,
+    shares: Vec<PyRef<'_, PyCoverageShare>>,
+) -> PyResult<PyVerdict> {
+    let shares: Vec<CoverageShare> = shares.iter().map(|s| s.inner).collect();
+    let inner = permshard_core::judge_coverage(&partition.inner, &shares).map_err(to_py)?;
+    Ok(PyVerdict { inner })
 }

@@ -19,9 +19,8 @@ use std::sync::Mutex;
 use crate::error::Error;
 use crate::order::{Order, SampleOrder};
 use crate::partition::Partition;
-
-/// Items per unit of work: one batched fill, one batched inverse, one progress tick.
-const CHUNK: u64 = 1 << 16;
+use crate::pool::{self, CHUNK};
+use crate::verdict::Verdict;
 
 /// Marks a failure at a position outside the pass (no rank, no local index).
 pub const OUTSIDE: u64 = u64::MAX;
@@ -208,41 +207,6 @@ impl Share {
     }
 }
 
-/// The positions outside the pass, `[0, min(start, n))` then `[max(end, start), n)`,
-/// numbered `0..count` so that ranks can take contiguous slices of them.
-struct Outside {
-    consumed: u64,
-    tail_start: u64,
-    count: u64,
-}
-
-impl Outside {
-    fn of(part: &Partition) -> Self {
-        let n = part.n();
-        let consumed = part.start().min(n);
-        let tail_start = part.end().max(part.start()).min(n);
-        Outside {
-            consumed,
-            tail_start,
-            count: consumed + (n - tail_start),
-        }
-    }
-
-    fn position(&self, i: u64) -> u64 {
-        if i < self.consumed {
-            i
-        } else {
-            self.tail_start + (i - self.consumed)
-        }
-    }
-
-    /// The slice `[lo, hi)` of the outside positions that ranks `ranks` check.
-    fn slice(&self, ranks: &Range<u64>, num_replicas: u64) -> (u64, u64) {
-        let cut = |r: u64| ((self.count as u128 * r as u128) / num_replicas as u128) as u64;
-        (cut(ranks.start), cut(ranks.end))
-    }
-}
-
 #[derive(Default)]
 struct Tally {
     real: AtomicU64,
@@ -301,14 +265,12 @@ pub fn prove_against(
     }
     let (n, per_rank) = (part.n(), part.num_samples());
     let order = reference;
-    let outside = Outside::of(part);
+    let outside = part.outside();
     let (out_lo, out_hi) = outside.slice(&ranks, w);
     let proved = ranks.end - ranks.start;
     let item_tasks = per_rank.div_ceil(CHUNK) * proved;
     let tasks = item_tasks + (out_hi - out_lo).div_ceil(CHUNK);
-    let next = AtomicU64::new(0);
     let tally = Tally::default();
-    let threads = worker_threads(threads, tasks);
 
     let pass = part.pass();
     let dealing = part.dealing();
@@ -384,43 +346,22 @@ pub fn prove_against(
             .fetch_add(positions.len() as u64, Ordering::Relaxed);
     };
 
-    let error: Mutex<Option<Error>> = Mutex::new(None);
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| {
-                let mut a = vec![0u64; CHUNK as usize];
-                let mut b = vec![0u64; CHUNK as usize];
-                let mut c = vec![0u64; CHUNK as usize];
-                loop {
-                    let task = next.fetch_add(1, Ordering::Relaxed);
-                    if task >= tasks {
-                        break;
-                    }
-                    let len = if task < item_tasks {
-                        let (rank, chunk) = (ranks.start + task % proved, task / proved);
-                        let lo = chunk * CHUNK;
-                        let len = CHUNK.min(per_rank - lo) as usize;
-                        if let Err(e) =
-                            check_items(rank, lo, [&mut a[..len], &mut b[..len], &mut c[..len]])
-                        {
-                            *error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
-                            break;
-                        }
-                        len
-                    } else {
-                        let lo = out_lo + (task - item_tasks) * CHUNK;
-                        let len = CHUNK.min(out_hi - lo) as usize;
-                        check_outside(lo, &mut a[..len], &mut b[..len], &mut c[..len]);
-                        len
-                    };
-                    progress.fetch_add(len as u64, Ordering::Relaxed);
-                }
-            });
-        }
-    });
-    if let Some(e) = error.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        return Err(e);
-    }
+    pool::run(threads, tasks, pool::buffers::<3>, |[a, b, c], task| {
+        let len = if task < item_tasks {
+            let (rank, chunk) = (ranks.start + task % proved, task / proved);
+            let lo = chunk * CHUNK;
+            let len = CHUNK.min(per_rank - lo) as usize;
+            check_items(rank, lo, [&mut a[..len], &mut b[..len], &mut c[..len]])?;
+            len
+        } else {
+            let lo = out_lo + (task - item_tasks) * CHUNK;
+            let len = CHUNK.min(out_hi - lo) as usize;
+            check_outside(lo, &mut a[..len], &mut b[..len], &mut c[..len]);
+            len
+        };
+        progress.fetch_add(len as u64, Ordering::Relaxed);
+        Ok(())
+    })?;
     Ok(Share {
         items: per_rank * proved,
         real: tally.real.into_inner(),
@@ -429,15 +370,6 @@ pub fn prove_against(
         failures: tally.failures.into_inner(),
         first: tally.first.into_inner().unwrap_or_else(|e| e.into_inner()),
     })
-}
-
-/// Threads for `tasks` tasks: `threads`, or all cores for `0`; never more than the tasks.
-pub(crate) fn worker_threads(threads: usize, tasks: u64) -> usize {
-    let threads = match threads {
-        0 => std::thread::available_parallelism().map_or(1, |t| t.get()),
-        t => t,
-    };
-    threads.min(tasks.clamp(1, usize::MAX as u64) as usize)
 }
 
 /// Samples to positions (batched); a value that is not a sample (`>= n`) becomes
@@ -457,20 +389,19 @@ fn order_inverse(order: &dyn SampleOrder, values: &mut [u64], n: u64) {
 }
 
 /// Judges the shares of every rank (added up): the streams hold exactly the positions
-/// `[min(start, n), min(end, n))` below `n`, every other position of `[0, n)` was checked,
-/// and nothing failed. Returns `(covered, padding, dropped)`.
-pub fn judge(part: &Partition, total: &Share) -> Result<(u64, u64, u64), Error> {
+/// of the pass below `n`, every other position of `[0, n)` was checked, and nothing
+/// failed.
+pub fn judge(part: &Partition, total: &Share) -> Result<Verdict, Error> {
     if let Some(first) = total.first {
         return Err(Error::Violation(first.report(total.failures)));
     }
-    let n = part.n();
-    let lo = part.start().min(n);
-    let hi = part.end().max(part.start()).min(n);
+    let outside = part.outside().count();
+    let inside = part.n() - outside;
     let expected = (
         part.total_size(),
-        hi - lo,
-        part.total_size() - (hi - lo),
-        n - (hi - lo),
+        inside,
+        part.total_size() - inside,
+        outside,
     );
     let got = (total.items, total.real, total.padding, total.outside);
     if got != expected {
@@ -480,7 +411,27 @@ pub fn judge(part: &Partition, total: &Share) -> Result<(u64, u64, u64), Error> 
             got.0, got.1, got.2, got.3, expected.0, expected.1, expected.2, expected.3
         )));
     }
-    Ok((total.real, total.padding, total.outside))
+    Ok(Verdict::of_pass(
+        part,
+        total.real,
+        total.padding,
+        total.outside,
+    ))
+}
+
+/// Judges one rank's share alone: nothing failed in its stream and its slice of the
+/// positions outside the pass. The epoch is proven once every rank's share is.
+pub fn judge_alone(part: &Partition, share: &Share) -> Result<Verdict, Error> {
+    if let Some(first) = share.first {
+        return Err(Error::Violation(first.report(share.failures)));
+    }
+    let not_yielded = part.dropped() + part.start().min(part.n()); // declared
+    Ok(Verdict::of_pass(
+        part,
+        share.real,
+        share.padding,
+        not_yielded,
+    ))
 }
 
 /// The whole exact proof by the inverse: every rank's stream and every position outside
@@ -489,7 +440,7 @@ pub fn verify_inverse(
     part: &Partition,
     threads: usize,
     progress: &AtomicU64,
-) -> Result<(u64, u64, u64), Error> {
+) -> Result<Verdict, Error> {
     let share = prove_ranks(part, 0..part.num_replicas(), threads, progress)?;
     judge(part, &share)
 }
@@ -497,24 +448,24 @@ pub fn verify_inverse(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bitmap_proof::verify;
     use crate::block::BlockPermutation;
     use crate::dealing::Dealing;
     use crate::order::{Explicit, Identity, Order};
     use crate::permutation::Permutation;
-    use crate::verify::verify;
     use std::sync::Arc;
 
     fn partition(order: Order, w: u64, start: u64, drop_last: bool) -> Partition {
         Partition::new(order.len(), w, start, drop_last, order).unwrap()
     }
 
-    /// `(covered, padding, dropped)`, or the refusal.
-    type Verdict = Result<(u64, u64, u64), Error>;
+    /// A proof's verdict, or its refusal.
+    type Outcome = Result<Verdict, Error>;
 
     /// Both proofs on one partition: the same verdict, the same counts.
-    fn both(part: &Partition) -> (Verdict, Verdict) {
+    fn both(part: &Partition) -> (Outcome, Outcome) {
         let inverse = verify_inverse(part, 2, &AtomicU64::new(0));
-        let bitmap = verify(part, 2, &AtomicU64::new(0)).map(|c| (c.covered, c.padding, c.dropped));
+        let bitmap = verify(part, 2, &AtomicU64::new(0));
         (inverse, bitmap)
     }
 

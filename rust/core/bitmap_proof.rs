@@ -5,26 +5,8 @@ use std::sync::Mutex;
 
 use crate::error::Error;
 use crate::partition::Partition;
-
-/// Items per unit of work: one batched fill and one progress tick.
-const CHUNK: u64 = 1 << 16;
-
-/// What [`verify`] proved about a [`Partition`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Certificate {
-    /// Samples in the epoch.
-    pub n: u64,
-    /// Ranks.
-    pub num_replicas: u64,
-    /// Items each rank yields.
-    pub num_samples: u64,
-    /// Distinct samples yielded, all ranks together.
-    pub covered: u64,
-    /// Items that repeat an already-yielded sample (positions `>= n`).
-    pub padding: u64,
-    /// Samples of the epoch no rank yields (`drop_last`, or consumed before a resume).
-    pub dropped: u64,
-}
+use crate::pool::{self, CHUNK};
+use crate::verdict::Verdict;
 
 /// The first counter-example found, by global position.
 #[derive(Default)]
@@ -50,11 +32,7 @@ impl FirstViolation {
 /// once, that padding only repeats samples some rank yields, and that nothing else is
 /// missing than the declared dropped positions. Uses `n / 8` bytes and `threads` threads
 /// (`0`: all cores). `progress` grows by the number of items checked.
-pub fn verify(
-    part: &Partition,
-    threads: usize,
-    progress: &AtomicU64,
-) -> Result<Certificate, Error> {
+pub fn verify(part: &Partition, threads: usize, progress: &AtomicU64) -> Result<Verdict, Error> {
     let n = part.n();
     let w = part.num_replicas();
     let per_rank = part.num_samples();
@@ -69,59 +47,47 @@ pub fn verify(
     bitmap.extend((0..words).map(|_| AtomicU64::new(0)));
     let chunks_per_rank = per_rank.div_ceil(CHUNK);
     let tasks = chunks_per_rank * w;
-    let next_task = AtomicU64::new(0);
     let padding = AtomicU64::new(0);
     let first = FirstViolation::default();
-    let threads = match threads {
-        0 => std::thread::available_parallelism().map_or(1, |t| t.get()),
-        t => t,
-    }
-    .min(tasks.max(1) as usize);
 
     // Pass 1: every real position (p < n) sets its sample's bit; a bit already set is a
     // sample yielded twice.
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| {
-                let mut buf = vec![0u64; CHUNK as usize];
-                loop {
-                    let task = next_task.fetch_add(1, Ordering::Relaxed);
-                    if task >= tasks {
-                        break;
-                    }
-                    let (rank, chunk) = (task % w, task / w);
-                    let lo = chunk * CHUNK;
-                    let len = CHUNK.min(per_rank - lo) as usize;
-                    let items = &mut buf[..len];
-                    if let Err(e) = part.fill_rank(rank, lo, items) {
-                        first.record(0, || e.to_string());
-                        break;
-                    }
-                    let mut pad = 0;
-                    for (k, &sample) in items.iter().enumerate() {
-                        let local = lo + k as u64;
-                        let p = part.position(rank, local);
-                        if p >= n {
-                            pad += 1;
-                            continue;
-                        }
-                        let bit = 1u64 << (sample % 64);
-                        let old = bitmap[(sample / 64) as usize].fetch_or(bit, Ordering::Relaxed);
-                        if old & bit != 0 {
-                            first.record(p, || {
-                                format!(
-                                    "sample {sample} is yielded twice: again by rank {rank} at \
-                                     local position {local} (global position {p})"
-                                )
-                            });
-                        }
-                    }
-                    padding.fetch_add(pad, Ordering::Relaxed);
-                    progress.fetch_add(len as u64, Ordering::Relaxed);
+    pool::run(
+        threads,
+        tasks,
+        pool::buffers::<2>,
+        |[samples, dealt], task| {
+            let (rank, chunk) = (task % w, task / w);
+            let lo = chunk * CHUNK;
+            let len = CHUNK.min(per_rank - lo) as usize;
+            let (items, positions) = (&mut samples[..len], &mut dealt[..len]);
+            // The positions dealt once per chunk (not a division per item under step).
+            part.fill_dealt(rank, lo, positions)?;
+            items.copy_from_slice(positions);
+            part.samples_of(items);
+            let mut pad = 0;
+            for (k, (&sample, &p)) in items.iter().zip(positions.iter()).enumerate() {
+                let local = lo + k as u64;
+                if p >= n {
+                    pad += 1;
+                    continue;
                 }
-            });
-        }
-    });
+                let bit = 1u64 << (sample % 64);
+                let old = bitmap[(sample / 64) as usize].fetch_or(bit, Ordering::Relaxed);
+                if old & bit != 0 {
+                    first.record(p, || {
+                        format!(
+                            "sample {sample} is yielded twice: again by rank {rank} at \
+                         local position {local} (global position {p})"
+                        )
+                    });
+                }
+            }
+            padding.fetch_add(pad, Ordering::Relaxed);
+            progress.fetch_add(len as u64, Ordering::Relaxed);
+            Ok(())
+        },
+    )?;
     first.into_result()?;
     let is_set = |s: u64| bitmap[(s / 64) as usize].load(Ordering::Relaxed) & (1 << (s % 64)) != 0;
 
@@ -136,9 +102,8 @@ pub fn verify(
             )));
         }
     }
-    let dropped = part.dropped() + part.start().min(n);
-    let consumed_or_dropped = (0..part.start().min(n)).chain(part.end().max(part.start())..n);
-    for p in consumed_or_dropped {
+    let outside = part.outside();
+    for p in (0..outside.count()).map(|i| outside.position(i)) {
         let sample = part.sample_at(p);
         if is_set(sample) {
             return Err(Error::Violation(format!(
@@ -153,6 +118,7 @@ pub fn verify(
         .iter()
         .map(|w| w.load(Ordering::Relaxed).count_ones() as u64)
         .sum();
+    let dropped = outside.count();
     if covered + dropped != n {
         let missing = (0..n).find(|&s| !is_set(s)).unwrap_or(0);
         return Err(Error::Violation(format!(
@@ -161,14 +127,12 @@ pub fn verify(
             n - covered
         )));
     }
-    Ok(Certificate {
-        n,
-        num_replicas: w,
-        num_samples: per_rank,
+    Ok(Verdict::of_pass(
+        part,
         covered,
-        padding: padding.into_inner(),
+        padding.into_inner(),
         dropped,
-    })
+    ))
 }
 
 #[cfg(test)]
@@ -178,7 +142,7 @@ mod tests {
     use crate::permutation::Permutation;
     use std::sync::Arc;
 
-    fn check(n: u64, w: u64, start: u64, drop_last: bool) -> Certificate {
+    fn check(n: u64, w: u64, start: u64, drop_last: bool) -> Verdict {
         let order = Arc::new(Permutation::new(n, 3, 1).unwrap()) as Order;
         let part = Partition::new(n, w, start, drop_last, order).unwrap();
         let progress = AtomicU64::new(0);
@@ -231,14 +195,14 @@ mod tests {
             for drop_last in [false, true] {
                 let cert = check(n, w, 0, drop_last);
                 assert_eq!(
-                    (cert.covered, cert.padding, cert.dropped),
+                    (cert.covered, cert.padding, cert.dropped + cert.consumed),
                     brute_force(n, w, drop_last)
                 );
             }
         }
     }
 
-    fn explicit(order: &[u64], w: u64, drop_last: bool) -> Result<Certificate, Error> {
+    fn explicit(order: &[u64], w: u64, drop_last: bool) -> Result<Verdict, Error> {
         let part = Partition::new(
             order.len() as u64,
             w,
@@ -268,7 +232,10 @@ mod tests {
     fn counter_examples_are_reported() {
         // A valid explicit order passes, and agrees with the brute-force numbers.
         let cert = explicit(&[3, 0, 4, 1, 2], 2, false).unwrap();
-        assert_eq!((cert.covered, cert.padding, cert.dropped), (5, 1, 0));
+        assert_eq!(
+            (cert.covered, cert.padding, cert.dropped + cert.consumed),
+            (5, 1, 0)
+        );
         // Sample 2 twice (positions 1 and 3), sample 1 never.
         let err = explicit(&[0, 2, 3, 2, 4], 2, false)
             .unwrap_err()
@@ -287,7 +254,10 @@ mod tests {
         );
         // The same order with sample 1 at the dropped position is exact.
         let cert = explicit(&[0, 2, 3, 4, 1], 2, true).unwrap();
-        assert_eq!((cert.covered, cert.padding, cert.dropped), (4, 0, 1));
+        assert_eq!(
+            (cert.covered, cert.padding, cert.dropped + cert.consumed),
+            (4, 0, 1)
+        );
         let err = explicit(&[0, 2, 2, 3, 4], 3, false)
             .unwrap_err()
             .to_string();
@@ -301,7 +271,7 @@ mod tests {
                 let cert = check(100, 3, start, drop_last);
                 let (covered, padding, dropped) = brute_force_from(100, 3, start, drop_last);
                 assert_eq!(
-                    (cert.covered, cert.padding, cert.dropped),
+                    (cert.covered, cert.padding, cert.dropped + cert.consumed),
                     (covered, padding, dropped),
                     "start {start}, drop_last {drop_last}"
                 );
@@ -310,6 +280,9 @@ mod tests {
         // By hand: resumed at 50 of 100 over 3 ranks, 17 items each: positions [50, 101),
         // one of them padding; the 50 consumed before are declared dropped.
         let cert = check(100, 3, 50, false);
-        assert_eq!((cert.covered, cert.padding, cert.dropped), (50, 1, 50));
+        assert_eq!(
+            (cert.covered, cert.padding, cert.dropped + cert.consumed),
+            (50, 1, 50)
+        );
     }
 }

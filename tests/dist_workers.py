@@ -123,6 +123,24 @@ def exact_proofs(rank: int, world: int, n: int, model_parallel: bool) -> dict:
     return out
 
 
+class _FailingWindows:
+    """A token-budget planner whose proof of its windows reports the first one failed
+    (what a broken plan on one process gives); everything else is the real planner's."""
+
+    def __init__(self, planner) -> None:  # type: ignore[no-untyped-def]
+        self._planner = planner
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self._planner, name)
+
+    def prove_windows(self, lengths, start, world, first, stride=1, threads=0):  # type: ignore[no-untyped-def]
+        from permshard import _core
+
+        words = self._planner.prove_windows(lengths, start, world, first, stride, threads).words(world)
+        words[1:3] = [1, first]  # failed: the first window proven
+        return _core.BudgetShare.from_words(words, world)
+
+
 def _exact_budget_proofs(rank: int, world: int, n: int, w: int, r: int) -> dict:
     """TokenBudgetBatchSampler.verify_distributed: split across the ranks, next to the
     local proof; after a resume from 3 ranks; a plan broken on the last process."""
@@ -156,15 +174,8 @@ def _exact_budget_proofs(rank: int, world: int, n: int, w: int, r: int) -> dict:
     resumed.load_state_dict(donor.state_dict())
     out["budget_resumed"] = both(resumed)
     broken = sampler()
-    if rank == world - 1:  # one process hands out a plan with a sample twice
-        plan = broken._plan
-
-        def break_it(k, taken, ranks):  # type: ignore[no-untyped-def]
-            bad = plan(k, taken, ranks)
-            bad.samples[1] = bad.samples[0]
-            return bad
-
-        broken._plan = break_it  # type: ignore[method-assign]
+    if rank == world - 1:  # one process's proof finds its first window broken
+        broken._planner = _FailingWindows(broken._planner)  # type: ignore[assignment]
     out["budget_broken"] = expect_error(broken.verify_distributed, ShardingError)
     return out
 

@@ -9,6 +9,7 @@ import re
 import threading
 import time
 
+import native
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -135,7 +136,7 @@ def test_native_layer_never_panics():
         p.forward(10)
     with pytest.raises(ValueError):
         p.take(3, 2)
-    part = _core.Sharding(10, 3, shuffle=False).partition()
+    part = native.sharding(10, 3, shuffle=False).partition()
     with pytest.raises(ValueError, match="Invalid rank 3"):
         part.take(3, 0, 1)
     with pytest.raises(ValueError, match=r"invalid range \[2, 7\): expected 0 <= start <= stop <= 4"):
@@ -146,9 +147,9 @@ def test_native_layer_never_panics():
     with pytest.raises(ValueError, match=r"invalid range \[5, 4\)"):
         part.take_positions_list(5, 4)
     with pytest.raises(ValueError):
-        _core.Sharding(10, 0).partition()
+        native.sharding(10, 0).partition()
     with pytest.raises(ValueError):
-        _core.Sharding(2**64 - 1, 2).partition()
+        native.sharding(2**64 - 1, 2).partition()
 
 
 def test_pickle_and_equality():
@@ -221,9 +222,8 @@ def test_take_releases_the_gil():
 
 
 def test_coverage_share_releases_the_gil():
-    from permshard import _core
 
-    part = _core.Sharding(60_000_000, 1).partition()
+    part = native.sharding(60_000_000, 1).partition()
     assert releases_the_gil(lambda: part.coverage_share(0))
 
 

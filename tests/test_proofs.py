@@ -7,6 +7,7 @@ import time
 import warnings
 from collections import Counter
 
+import native
 import pytest
 import torch
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Subset
@@ -190,8 +191,8 @@ def test_sharding_error_is_exported():
     "call",
     [
         lambda: permshard.verify(2**64 - 1, 2),
-        lambda: _core.Sharding(10, 3).partition(3).take_positions_list(2, 3),
-        lambda: _core.Sharding(10, 3).partition(3).sample_at(12),
+        lambda: native.sharding(10, 3).partition(3).take_positions_list(2, 3),
+        lambda: native.sharding(10, 3).partition(3).sample_at(12),
     ],
 )
 def test_argument_errors_are_never_sharding_errors(call):

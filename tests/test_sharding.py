@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import native
 import pytest
 from reference_perm_v1 import ReferencePermutation
 
@@ -70,9 +71,9 @@ def test_a_state_naming_another_order_is_refused():
 
 
 def test_the_core_decides_and_checks():
-    core = _core.Sharding(10, 4, shuffle=False)
+    core = native.sharding(10, 4, shuffle=False)
     assert core.algorithm == _core.IDENTITY_ALGORITHM == "identity"
-    assert core.max_consumed == 13 and _core.Sharding(10, 4, drop_last=True).max_consumed == 10
+    assert core.max_consumed == 13 and native.sharding(10, 4, drop_last=True).max_consumed == 10
     with pytest.raises(ValueError, match="needs shuffle=True"):
         ShardConfig(n=10, num_replicas=2, shuffle=False, block_size=4, window_blocks=2)
     with pytest.raises(ValueError, match="needs window_blocks"):

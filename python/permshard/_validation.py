@@ -32,3 +32,34 @@ def as_positive(name: str, value: Any) -> int:
     if not 1 <= number <= U64_MAX:
         raise ValueError(f"{name} should be a positive integer below 2**64, got {number}")
     return number
+
+
+def as_lengths(lengths: Any) -> tuple[Any, Any]:
+    """``(lengths, native)``: one length per sample as a 1-D integer numpy array (a memmap
+    stays one), and the same in the layout the core reads in place (contiguous, native
+    byte order; usually the array itself, not a copy)."""
+    import numpy as np
+
+    array = lengths if isinstance(lengths, np.ndarray) else np.asarray(lengths)
+    if array.ndim != 1 or array.dtype.kind not in "ui":
+        raise TypeError(
+            f"lengths must be a 1-D integer array (one length per sample), got {array.ndim}-D {array.dtype}"
+        )
+    if array.size == 0:
+        raise ValueError("lengths is empty: a sampler needs at least one sample")
+    if array.flags.c_contiguous and array.dtype.isnative:
+        return array, array
+    return array, np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("="))
+
+
+def as_base64(name: str, value: Any) -> bytes:
+    """The bytes a base64 string of a saved state holds."""
+    import base64
+    import binascii
+
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a base64 string, got {type(value).__name__}")
+    try:
+        return base64.b64decode(value, validate=True)
+    except binascii.Error:
+        raise ValueError(f"{name} is not valid base64: the state was edited") from None

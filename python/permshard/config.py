@@ -402,6 +402,32 @@ class Configured:
         return sorted(set(super().__dir__()) | (_field_names(config) if config is not None else set()))
 
 
+class HoldsConfig(Configured):
+    """A sampler whose only epoch state is its configuration, ``config``: the fields read
+    as attributes (DistributedSampler's ``num_replicas``, ``epoch``, ``seed``,
+    ``shuffle``, ``drop_last``), and a field assigned (``sampler.epoch = 3``) replaces the
+    configuration by a checked copy, through :meth:`_reconfigure`.
+
+    Example::
+
+        >>> sampler = ShardedSampler(1000, num_replicas=4, rank=0)
+        >>> sampler.epoch = 3
+        >>> sampler.config.epoch
+        3
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        config = self.__dict__.get("config")
+        if config is not None and name in _field_names(config):
+            self._reconfigure(config.replace(**{name: value}))
+        else:
+            super().__setattr__(name, value)
+
+    def _reconfigure(self, config: Any) -> None:
+        """Adopts ``config``, a checked copy of the configuration with a field changed."""
+        self.__dict__["config"] = config
+
+
 def _field_names(config: EpochConfig) -> set[str]:
     """The fields of ``config``'s class (a sampler's extension adds its own)."""
     return {f.name for f in dataclasses.fields(config)}

@@ -1,5 +1,5 @@
-"""``ProvenStream``: the proofs every round-robin or step sampler offers, of the stream it
-yields: ``verify()``, ``verify_distributed()`` and ``verify_in_background()``."""
+"""``ProvenStream``: the proofs every sampler offers, of the stream it yields: ``verify()``,
+``verify_distributed()`` and ``verify_in_background()``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from .config import ShardConfig
 
 class ProvenStream:
     """Proofs of the pass a sampler is running (from its resume point, if any), dealt the
-    way the sampler deals it: a subclass says what it yields with :meth:`proof_target`.
+    way the sampler deals it: a subclass says what it yields with :meth:`proof_target`
+    (or, for a stream that is not a partition's, overrides :meth:`verify` and
+    :meth:`_distributed`).
 
     Example::
 
@@ -47,8 +49,7 @@ class ProvenStream:
             group (ProcessGroup, optional): the process group (default: the world).
             exact (bool, optional): the exact proof instead of the fingerprint.
         """
-        part, config, rank, dataset = self.proof_target()
-        return coverage.prove_pass(part, config, rank, dataset, group, exact=exact).wait()
+        return self._distributed(group, exact=exact, background=False).wait()
 
     def verify_in_background(self, group: Any = None) -> PendingCertificate:
         """The exact distributed proof of :meth:`verify_distributed` (``exact=True``) with
@@ -66,5 +67,10 @@ class ProvenStream:
             >>> for batch in loader: ...
             >>> print(pending.wait())
         """
+        return self._distributed(group, exact=True, background=True)
+
+    def _distributed(self, group: Any, *, exact: bool, background: bool) -> PendingCertificate:
+        """The distributed proof (consensus now; the rest in ``wait()``); a sampler whose
+        stream is not a partition's proves it its own way here."""
         part, config, rank, dataset = self.proof_target()
-        return coverage.prove_pass(part, config, rank, dataset, group, exact=True, background=True)
+        return coverage.prove_pass(part, config, rank, dataset, group, exact=exact, background=background)

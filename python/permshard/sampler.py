@@ -12,7 +12,7 @@ from torch.utils.data import DistributedSampler
 
 from . import _core, consensus, guards
 from ._validation import as_int, as_positive, as_u64
-from .config import ShardConfig
+from .config import HoldsConfig, ShardConfig
 from .epoch_index import wants_epoch
 from .mesh import MeshDim, resolve_world
 from .plan import ShardPlan, build_plan
@@ -48,7 +48,7 @@ def dataset_length(dataset: Any) -> int:
     return n
 
 
-class ShardedSampler(DistributedSampler[int], ProvenStream):
+class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
     r"""Sampler that restricts data loading to a subset of the dataset, in O(1) memory.
 
     A drop-in for :class:`torch.utils.data.DistributedSampler` (and a subclass of it): the
@@ -115,6 +115,8 @@ class ShardedSampler(DistributedSampler[int], ProvenStream):
         ...     train(loader)
     """
 
+    config: ShardConfig  # the configuration of the current epoch, as every rank must agree on it
+
     def __init__(
         self,
         dataset: Union[Sized, int],
@@ -133,17 +135,19 @@ class ShardedSampler(DistributedSampler[int], ProvenStream):
     ) -> None:
         # DistributedSampler.__init__ is not called: it would compute nothing we use.
         self.dataset = dataset  # type: ignore[assignment]
-        self._n = dataset_length(dataset)
-        self.num_replicas, self.rank = resolve_world(num_replicas, rank, device_mesh, mesh_dim)
-        self.shuffle = bool(shuffle)
-        self.seed = as_u64("seed", seed)
-        self.drop_last = bool(drop_last)
+        num_replicas, self.rank = resolve_world(num_replicas, rank, device_mesh, mesh_dim)
         self.auto_epoch = bool(auto_epoch)
         self.check_consensus = bool(check_consensus)
-        self.block_size = 0 if block_size is None else as_positive("block_size", block_size)
-        self.window_blocks = 0 if window_blocks is None else as_positive("window_blocks", window_blocks)
-        self.epoch = 0
-        _ = self.config  # refuses block_size without shuffle=True or window_blocks
+        # The only epoch state: checked here (block_size needs shuffle and window_blocks).
+        self.config = ShardConfig(
+            dataset_length(dataset),
+            num_replicas,
+            seed=seed,
+            shuffle=shuffle,
+            drop_last=drop_last,
+            block_size=0 if block_size is None else as_positive("block_size", block_size),
+            window_blocks=0 if window_blocks is None else as_positive("window_blocks", window_blocks),
+        )
         if self.block_size and hasattr(dataset, "block_order"):
             dataset.block_order = True  # the locality protocol: reads come in blocks
         self._partitions: dict[tuple[ShardConfig, int], _core.Partition] = {}
@@ -157,24 +161,11 @@ class ShardedSampler(DistributedSampler[int], ProvenStream):
 
     # -- DistributedSampler's attributes -------------------------------------------------
 
-    @property
-    def n(self) -> int:
-        """Length of the dataset."""
-        return self._n
-
-    @property
-    def config(self) -> ShardConfig:
-        """The configuration of the current epoch, as every rank must agree on it."""
-        return ShardConfig(
-            n=self._n,
-            num_replicas=self.num_replicas,
-            seed=self.seed,
-            epoch=self.epoch,
-            shuffle=self.shuffle,
-            drop_last=self.drop_last,
-            block_size=self.block_size,
-            window_blocks=self.window_blocks,
-        )
+    def _reconfigure(self, config: ShardConfig) -> None:
+        """A field assigned (``sampler.epoch = 3``): another epoch drops the resume point."""
+        if config.epoch != self.config.epoch:
+            self._start = 0
+        super()._reconfigure(config)
 
     @property
     def num_samples(self) -> int:
@@ -209,10 +200,7 @@ class ShardedSampler(DistributedSampler[int], ProvenStream):
         Args:
             epoch (int): epoch number, in ``[0, 2**64 - 1]``.
         """
-        epoch = as_u64("epoch", epoch)
-        if epoch != self.epoch:
-            self._start = 0
-        self.epoch = epoch
+        self.epoch = as_u64("epoch", epoch)  # another epoch drops the resume point
         self._iterated_epoch = None
 
     # -- iteration -------------------------------------------------------------------------
@@ -235,9 +223,9 @@ class ShardedSampler(DistributedSampler[int], ProvenStream):
         if isinstance(self.dataset, int):
             return
         n = len(self.dataset)  # type: ignore[arg-type]
-        if n != self._n:
+        if n != self.n:
             raise ValueError(
-                f"the dataset's length changed from {self._n} to {n} since the sampler was "
+                f"the dataset's length changed from {self.n} to {n} since the sampler was "
                 "built; build a new ShardedSampler for the new dataset"
             )
 
@@ -340,8 +328,8 @@ class ShardedSampler(DistributedSampler[int], ProvenStream):
             epoch (int, optional): the epoch to look in. Default: the current epoch.
         """
         sample = as_int("sample", sample)
-        if not 0 <= sample < self._n:
-            raise ValueError(f"sample {sample} is not in range({self._n})")
+        if not 0 <= sample < self.n:
+            raise ValueError(f"sample {sample} is not in range({self.n})")
         if epoch is None:
             start = self._pass_start()
             epoch = self.epoch
@@ -461,8 +449,7 @@ class ShardedSampler(DistributedSampler[int], ProvenStream):
         """
         saved, consumed = ShardConfig.from_state_dict(state_dict, strict=strict)
         self.config.check_resumable(saved)
-        epoch = saved.epoch
-        self.epoch = epoch
+        self.epoch = saved.epoch
         self._start = consumed
         self._pass = None
         self._iterated_epoch = None
@@ -477,7 +464,7 @@ class ShardedSampler(DistributedSampler[int], ProvenStream):
 
     def __repr__(self) -> str:
         return (
-            f"ShardedSampler(n={self._n}, num_replicas={self.num_replicas}, rank={self.rank}, "
+            f"ShardedSampler(n={self.n}, num_replicas={self.num_replicas}, rank={self.rank}, "
             f"shuffle={self.shuffle}, seed={self.seed}, drop_last={self.drop_last}, "
             f"epoch={self.epoch}, num_samples={self.num_samples})"
         )

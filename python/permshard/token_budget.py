@@ -5,7 +5,6 @@ re-plans a resume and proves; this module speaks torch."""
 from __future__ import annotations
 
 import base64
-import binascii
 import time
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -17,13 +16,14 @@ import torch.distributed as dist
 from torch.utils.data import Sampler
 
 from . import _core
-from ._validation import as_int, as_u64
+from ._validation import as_base64, as_int, as_lengths, as_u64
 from .certificate import Certificate, PendingCertificate
-from .config import BUDGET_ALGORITHM, BudgetConfig
+from .config import BUDGET_ALGORITHM, BudgetConfig, HoldsConfig
 from .consensus import FIX_RESUME, Agreed, check_consensus, digest
 from .coverage import prove_across_ranks
 from .loader_count import delivered_batches, find_loader_iterator
 from .mesh import MeshDim, resolve_world
+from .proven import ProvenStream
 
 __all__ = ["BUDGET_ALGORITHM", "BudgetConfig", "TokenBudgetBatchSampler"]
 
@@ -31,7 +31,7 @@ __all__ = ["BUDGET_ALGORITHM", "BudgetConfig", "TokenBudgetBatchSampler"]
 _RESUME_KEYS = ("window_index", "steps", "taken")
 
 
-class TokenBudgetBatchSampler(Sampler[list[int]]):
+class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
     r"""Batches of variable-length samples under a padded token budget, the same number
     on every rank, every sample once per epoch across ranks.
 
@@ -71,6 +71,8 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         ...     for batch in loader: ...
     """
 
+    config: BudgetConfig  # the configuration of the current epoch, as every rank must agree on it
+
     def __init__(
         self,
         lengths: npt.ArrayLike,
@@ -88,22 +90,12 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         as_array: bool = False,
     ) -> None:
         self.as_array = bool(as_array)
-        array = lengths if isinstance(lengths, np.ndarray) else np.asarray(lengths)
-        if array.ndim != 1 or array.dtype.kind not in "ui":
-            raise TypeError(
-                f"lengths must be a 1-D integer array (one length per sample), got {array.ndim}-D {array.dtype}"
-            )
-        if array.size == 0:
-            raise ValueError("lengths is empty: a sampler needs at least one sample")
-        self.lengths = array
-        # What the core reads in place: contiguous, native byte order (a memmap usually is).
-        native = array.flags.c_contiguous and array.dtype.isnative
-        self._lengths = array if native else np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("="))
+        self.lengths, self._lengths = as_lengths(lengths)  # the core reads _lengths in place
         num_replicas, self.rank = resolve_world(num_replicas, rank, device_mesh, mesh_dim)
         self.check_consensus = bool(check_consensus)
         self._set_config(
             BudgetConfig(
-                int(array.shape[0]),
+                len(self.lengths),
                 num_replicas,
                 max_tokens=max_tokens,
                 window=window,
@@ -116,37 +108,26 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     def _set_config(self, config: BudgetConfig) -> None:
         """A new epoch's configuration and its planner, from the epoch's start."""
         self.config, self._planner = config, config.planner()
-        self._saved = (_core.BudgetStart(self._planner), config.num_replicas)  # (start, its world)
+        self._saved = (0, b"", 0, config.num_replicas)  # resume point: window, taken, steps, world
+        self._length: Optional[tuple[Any, int]] = None
+        self._forget_pass()
+
+    def _forget_pass(self) -> None:  # the steps handed out in the pass being run
         self._progress: deque[tuple[int, _core.BudgetStart]] = deque(maxlen=4096)  # (handed, after)
         self._handed = 0
         self._loader: Any = None  # the DataLoader iterator pulling the batches, if any
-        self._length: Optional[tuple[Any, int]] = None
 
-    def __getattr__(self, name: str) -> Any:
-        # The configuration's fields read as attributes (n, num_replicas, seed, epoch, ...).
-        config = self.__dict__.get("config")
-        if config is not None and name in config.as_dict():
-            return getattr(config, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in BudgetConfig.__dataclass_fields__:
-            raise AttributeError(
-                f"{name} is part of the sampler's configuration: build a new sampler, or set_epoch()"
-            )
-        super().__setattr__(name, value)
+    def _reconfigure(self, config: BudgetConfig) -> None:
+        """A field assigned (``sampler.epoch = 3``): a new plan, from the epoch's start."""
+        if config != self.config:
+            self._set_config(config)
 
     def __getstate__(self) -> dict[str, Any]:
-        start, world = self._saved
-        state = {k: v for k, v in self.__dict__.items() if k not in ("_planner", "_progress", "_loader")}
-        state["_saved"] = (start.window, start.taken, start.steps, world)  # native: rebuilt
-        return state
+        return {k: v for k, v in self.__dict__.items() if k not in ("_planner", "_progress", "_loader")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        window, taken, steps, world = state.pop("_saved")
-        self.__dict__.update(state)
-        self._set_config(self.config)
-        self._saved = (_core.BudgetStart(self._planner, window, taken, steps), world)
+        self.__dict__.update(state, _planner=state["config"].planner())  # native: rebuilt
+        self._forget_pass()
 
     # -- iteration -----------------------------------------------------------------------------
 
@@ -156,21 +137,19 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         Args:
             epoch (int): the epoch, in ``[0, 2**64 - 1]``.
         """
-        epoch = as_u64("epoch", epoch)
-        if epoch != self.config.epoch:
-            self._set_config(self.config.replace(epoch=epoch))
+        self.epoch = as_u64("epoch", epoch)
 
     def _start(self) -> _core.BudgetStart:
         """The pass's first window, its taken samples and steps done, under this world size."""
-        start, world = self._saved
-        return self._planner.resume(self._lengths, start, world, self.num_replicas)
+        window, taken, steps, world = self._saved
+        saved = _core.BudgetStart(self._planner, window, taken, steps)
+        return self._planner.resume(self._lengths, saved, world, self.num_replicas)
 
     def __iter__(self) -> Iterator[Any]:
         if self.check_consensus and dist.is_available() and dist.is_initialized():
             check_consensus(self.config, self.rank, agreed=self._agreed())
         start, world = self._start(), self.num_replicas
-        self._progress.clear()
-        self._handed, self._loader = 0, None
+        self._forget_pass()
         for k in range(start.window, self._planner.windows):
             first = start if k == start.window else _core.BudgetStart(self._planner, k)
             plan = self._planner.plan(self._lengths, start, k, world)
@@ -193,13 +172,13 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     def _agreed(self) -> list[Agreed]:
         """What every process of the group must share beside the configuration: the resume
         point and the lengths (model-parallel peers share a rank)."""
-        start, world = self._saved
+        window, taken, steps, world = self._saved
         probe = np.concatenate([self.lengths[:1024], self.lengths[-1024:]]).astype(np.int64)
         return [
-            Agreed("window_index", start.window, FIX_RESUME),
-            Agreed("steps", start.steps, FIX_RESUME),
+            Agreed("window_index", window, FIX_RESUME),
+            Agreed("steps", steps, FIX_RESUME),
             Agreed("saved num_replicas", world, FIX_RESUME),
-            Agreed("taken", digest(start.taken), FIX_RESUME, digest=True),
+            Agreed("taken", digest(taken), FIX_RESUME, digest=True),
             Agreed(
                 "lengths", digest(probe), "build the sampler from the same lengths on every rank", digest=True
             ),
@@ -250,76 +229,52 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         """
         saved = BudgetConfig.read_state(state, _RESUME_KEYS, strict=strict)
         self.config.check_resumable(saved)
-        if not isinstance(state["taken"], str):
-            raise TypeError(
-                f"state_dict['taken'] must be a base64 string, got {type(state['taken']).__name__}"
-            )
-        try:
-            taken = base64.b64decode(state["taken"], validate=True)
-        except binascii.Error:
-            raise ValueError("state_dict['taken'] is not valid base64: the state was edited") from None
-        config = self.config.replace(epoch=saved.epoch)
-        planner = config.planner()
+        taken = as_base64("state_dict['taken']", state["taken"])
         window = as_u64("state_dict['window_index']", state["window_index"])
-        start = _core.BudgetStart(planner, window, taken, as_u64("state_dict['steps']", state["steps"]))
-        self._set_config(config)
-        self._saved = (start, saved.num_replicas)
+        steps = as_u64("state_dict['steps']", state["steps"])
+        self.epoch = saved.epoch
+        _core.BudgetStart(self._planner, window, taken, steps)  # checked by the core
+        self._saved = (window, taken, steps, saved.num_replicas)
+        self._forget_pass()
 
     # -- proofs -----------------------------------------------------------------------------------
 
-    def verify(self) -> Certificate:
+    def verify(self, method: str = "inverse") -> Certificate:
         """Exact proof of the pass being run (from its resume point, if any), by the order's
         inverse: each window's plan, for every rank, as the sampler hands it out, holds
         every position of the window not consumed before exactly once (but for declared
         padding and drops), in whole steps of one batch per rank, every batch under the
         budget. A window per core at a time: O(window) memory per core at any ``n``.
 
-        Returns:
-            Certificate: ``lengths`` (samples per rank), ``batches`` (per rank), coverage,
-            padding and drops, ``consumed`` (samples consumed before the pass).
+        Args:
+            method (str, optional): ``"inverse"``, the only proof of these plans.
 
         Raises:
             ShardingError: with what is missing, repeated or over the budget.
         """
+        if method != "inverse":
+            raise ValueError(
+                f"token-budget plans are proven by the inverse: method must be 'inverse', got {method!r}"
+            )
         began, start, world = time.perf_counter(), self._start(), self.num_replicas
         share = self._planner.prove_windows(self._lengths, start, world, start.window)
         verdict = self._planner.judge(self._lengths, start, world, [share])
         return Certificate.of(self.config, verdict, "inverse", range(world), began)
 
     def verify_distributed(self, group: Any = None, *, exact: bool = True) -> Certificate:
-        """Consensus, then the exact proof of :meth:`verify` split across the ranks of
-        ``group``: rank ``r`` proves the windows ``first + r, first + r + W, ...`` of the
-        pass for every rank, and one fixed-size all-gather adds the counts up. O(n / W)
-        work and O(window) memory per rank. A collective: every process of the group
-        must call it.
+        """Consensus, then the proof of :meth:`verify` split across the ranks of ``group``:
+        rank ``r`` proves the windows ``first + r, first + r + W, ...`` for every rank, one
+        small all-gather adds the counts up (O(n / W) work per rank). A collective.
 
         Args:
             group (ProcessGroup, optional): the process group (default: the world).
-            exact (bool, optional): ``True`` (the only proof of these plans; accepted
-                so that every sampler's ``verify_distributed(exact=True)`` reads alike).
-
-        Raises:
-            ShardingError: on every rank, with the first failing window's counter-example.
+            exact (bool, optional): ``True``, the only proof of these plans.
         """
+        return self._distributed(group, exact=exact, background=False).wait()
+
+    def _distributed(self, group: Any, *, exact: bool, background: bool) -> PendingCertificate:
         if not exact:
-            raise ValueError(
-                "token-budget plans have no fingerprint proof: call verify_distributed() (exact)"
-            )
-        return self._distributed(group, background=False).wait()
-
-    def verify_in_background(self, group: Any = None) -> PendingCertificate:
-        """The proof of :meth:`verify_distributed` with this rank's windows proven in a
-        background thread while training goes on (the plans of the pass as they are now:
-        a later ``set_epoch`` or resume does not change what is proven); the consensus now,
-        the one small collective when every rank calls :meth:`PendingCertificate.wait`.
-        A collective: every process of the group must call it.
-
-        Args:
-            group (ProcessGroup, optional): the process group (default: the world).
-        """
-        return self._distributed(group, background=True)
-
-    def _distributed(self, group: Any, background: bool) -> PendingCertificate:
+            raise ValueError("token-budget plans have no fingerprint proof: call verify_distributed()")
         # The pass as it is now, whatever this sampler does next (all of it immutable).
         planner, lengths, start, world = self._planner, self._lengths, self._start(), self.num_replicas
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from collections.abc import Sequence
@@ -10,6 +11,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, NoReturn, Optional
 
 from ._core import ShardingError
+from .config import ShardConfig
 
 
 class _Parser(argparse.ArgumentParser):
@@ -51,15 +53,30 @@ def stage(text: str) -> tuple[int, list[float]]:
     return count(start), weights(rest)
 
 
-def _sharding_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-n", type=count, required=True, help="dataset length N (1e9 works)")
-    p.add_argument("-w", "--world", type=count, required=True, help="number of ranks W")
-    p.add_argument("--seed", type=count, default=0, help="shuffle seed (default 0)")
-    p.add_argument("--epoch", type=count, default=0, help="epoch (default 0)")
-    p.add_argument("--drop-last", action="store_true", help="drop the tail instead of padding")
-    p.add_argument(
-        "--no-shuffle", action="store_true", help="identity order (DistributedSampler shuffle=False)"
-    )
+def _config_args(p: argparse.ArgumentParser, *, dealing: bool = False, given: Sequence[str] = ()) -> None:
+    """The flags of :class:`ShardConfig`'s fields, from the fields themselves (their
+    metadata): all but the dealing's (unless ``dealing``) and those ``given`` otherwise."""
+    for f in dataclasses.fields(ShardConfig):
+        if not f.init or f.name in given or (f.name in ShardConfig.dealing_keys and not dealing):
+            continue
+        flags = f.metadata.get("flags", (f"--{f.name.replace('_', '-')}",))
+        options: dict[str, Any] = {"dest": f.name, "help": f.metadata["help"]}
+        if "metavar" in f.metadata:
+            options["metavar"] = f.metadata["metavar"]
+        if f.type == "bool":
+            options["action"] = "store_false" if f.default else "store_true"
+        elif f.type == "str":
+            options.update(choices=f.metadata["choices"], default=f.default)
+        else:
+            required = f.default is dataclasses.MISSING
+            options.update(type=count, required=required, default=None if required else f.default)
+        p.add_argument(*flags, **options)
+
+
+def _config(args: argparse.Namespace, **given: Any) -> ShardConfig:
+    """The configuration the flags of :func:`_config_args` (and ``given``) describe."""
+    fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(ShardConfig) if hasattr(args, f.name)}
+    return ShardConfig(**fields, **given)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -70,11 +87,11 @@ def parser() -> argparse.ArgumentParser:
     sub.required = True
 
     p = sub.add_parser("plan", help="per-rank table: samples, padding, dropped, steps")
-    _sharding_args(p)
-    p.add_argument("--batch-size", type=count, help="add a steps column for this batch size")
+    _config_args(p)
+    p.add_argument("--batch-size", dest="steps_of", type=count, help="add a steps column for this batch size")
 
     p = sub.add_parser("verify", help="exact proof (by the inverse, O(1) memory), with a progress bar")
-    _sharding_args(p)
+    _config_args(p, dealing=True)
     p.add_argument(
         "--method",
         choices=("inverse", "bitmap"),
@@ -85,23 +102,11 @@ def parser() -> argparse.ArgumentParser:
         "--rank", type=count, help="prove only this rank's share (each machine of a cluster its own)"
     )
     p.add_argument("--threads", type=count, default=0, help="worker threads (default: every core)")
-    p.add_argument(
-        "--dealing",
-        choices=("round-robin", "step"),
-        default="round-robin",
-        help="round-robin: DistributedSampler's (default); step: accelerate's whole batches (StepBatchSampler)",
-    )
-    p.add_argument(
-        "--batch-size", type=count, default=0, help="per-rank batch size (needed for --dealing step)"
-    )
-    p.add_argument(
-        "--drop-last-batch", action="store_true", help="the batch sampler drops its last partial batch"
-    )
 
     p = sub.add_parser("locate", help="which rank yields SAMPLE, at which local position and step")
     p.add_argument("sample", type=count, help="dataset index")
-    _sharding_args(p)
-    p.add_argument("--batch-size", type=count, help="also print the step")
+    _config_args(p)
+    p.add_argument("--batch-size", dest="steps_of", type=count, help="also print the step")
 
     p = sub.add_parser("mix", help="realised proportions of a weighted mixture at a few prefixes")
     p.add_argument("--sizes", type=counts, required=True, help="samples per source, e.g. 1e9,1e6,5e5")
@@ -133,14 +138,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--part", default="train", choices=["train", "valid", "test"], help="default train")
     p.add_argument("--num-samples", type=count, help="blend length (default: every source read once)")
     p.add_argument("--mix-seed", type=count, default=0, help="seed of the blend's passes (default 0)")
-    p.add_argument("-w", "--world", type=count, required=True, help="data-parallel ranks W")
+    _config_args(p, given=("n",))
     p.add_argument("--rank", type=count, required=True, help="data-parallel rank")
     p.add_argument("--step", type=count, required=True, help="step within the epoch")
-    p.add_argument("--batch-size", type=count, required=True, help="per-rank batch size")
-    p.add_argument("--seed", type=count, default=0, help="sampler seed (default 0)")
-    p.add_argument("--epoch", type=count, default=0, help="epoch (default 0)")
-    p.add_argument("--drop-last", action="store_true", help="drop the tail instead of padding")
-    p.add_argument("--no-shuffle", action="store_true", help="identity order")
+    p.add_argument("--batch-size", dest="steps_of", type=count, required=True, help="per-rank batch size")
 
     p = sub.add_parser("bench", help="side by side with DistributedSampler, in fresh processes")
     p.add_argument("--n", type=counts, default=[10**6, 10**7, 10**8], help="sizes, e.g. 1e6,1e7,1e8")
@@ -154,26 +155,13 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
-def _sampler(args: argparse.Namespace, rank: int = 0):  # type: ignore[no-untyped-def]
-    from .sampler import ShardedSampler
-
-    s = ShardedSampler(
-        args.n,
-        num_replicas=args.world,
-        rank=rank,
-        shuffle=not args.no_shuffle,
-        seed=args.seed,
-        drop_last=args.drop_last,
-        check_consensus=False,
-    )
-    s.set_epoch(args.epoch)
-    return s
-
-
 def _plan(args: argparse.Namespace) -> int:
-    plan = _sampler(args).plan()
+    from .plan import build_plan
+
+    config = _config(args)
+    plan = build_plan(config.partition(), config, 0)
     print(str(plan).splitlines()[0])
-    print(plan.table(args.batch_size))
+    print(plan.table(args.steps_of))
     print(
         f"total_size={plan.total_size:,}  padding={len(plan.padding_positions)}  dropped={len(plan.dropped_samples)}"
     )
@@ -185,20 +173,9 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from .config import ShardConfig
     from .proofs import verify_partition
 
-    config = ShardConfig(
-        args.n,
-        args.world,
-        seed=args.seed,
-        epoch=args.epoch,
-        shuffle=not args.no_shuffle,
-        drop_last=args.drop_last,
-        dealing=args.dealing,
-        batch_size=args.batch_size,
-        drop_last_batch=args.drop_last_batch,
-    )
+    config = _config(args)
     part = config.partition()
     outside = config.n - min(part.end, config.n)  # positions no rank yields (drop_last)
     if args.method == "bitmap":
@@ -206,7 +183,8 @@ def _verify(args: argparse.Namespace) -> int:
     elif args.rank is None:
         total = part.total_size + outside
     else:  # its stream and its slice of the positions outside the pass
-        total = part.num_samples + outside * (args.rank + 1) // args.world - outside * args.rank // args.world
+        w = config.num_replicas
+        total = part.num_samples + outside * (args.rank + 1) // w - outside * args.rank // w
     bar: list[Any] = []  # created at the first tick, after the arguments were accepted
     last = [0]
 
@@ -234,7 +212,7 @@ def _verify(args: argparse.Namespace) -> int:
     )
     if args.rank is not None:
         print(
-            f"projected cluster wall time: {cert.seconds:.1f} s with each of the {args.world} ranks proving "
+            f"projected cluster wall time: {cert.seconds:.1f} s with each of the {config.num_replicas} ranks proving "
             "its share on a machine like this one"
         )
     return 0
@@ -255,14 +233,17 @@ def _progress(total: int):  # type: ignore[no-untyped-def]
 
 
 def _locate(args: argparse.Namespace) -> int:
-    hits = _sampler(args).locate(args.sample)
+    config = _config(args)
+    if args.sample >= config.n:
+        raise ValueError(f"sample {args.sample} is not in range({config.n})")
+    hits = config.partition().locate(args.sample)
     if not hits:
         print(f"sample {args.sample:,} is not yielded in epoch {args.epoch} (dropped by drop_last)")
         return 0
     for rank, local in hits:
         step = (
-            f", step {local // args.batch_size:,} (item {local % args.batch_size} of the batch)"
-            if args.batch_size
+            f", step {local // args.steps_of:,} (item {local % args.steps_of} of the batch)"
+            if args.steps_of
             else ""
         )
         print(f"sample {args.sample:,}: rank {rank}, local position {local:,}{step}")
@@ -336,31 +317,23 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from .config import ShardConfig
     from .data.mixed import MixedDataset
 
-    if args.rank >= args.world:
-        raise ValueError(f"--rank {args.rank} is not below --world {args.world}")
+    if args.rank >= args.num_replicas:
+        raise ValueError(f"--rank {args.rank} is not below --world {args.num_replicas}")
     blend = MixedDataset.from_data_path(
         args.data_path, args.seq_len, args.num_samples, args.mix_seed, split=args.split, part=args.part
     )
-    config = ShardConfig(
-        n=len(blend),
-        num_replicas=args.world,
-        seed=args.seed,
-        epoch=args.epoch,
-        shuffle=not args.no_shuffle,
-        drop_last=args.drop_last,
-    )
+    config = _config(args, n=len(blend))
     part = config.partition()
-    first = args.step * args.batch_size
+    first = args.step * args.steps_of
     if first >= part.num_samples:
         raise ValueError(
             f"step {args.step} is past the epoch: rank {args.rank} has {part.num_samples:,} samples"
         )
-    count = min(args.batch_size, part.num_samples - first)
+    count = min(args.steps_of, part.num_samples - first)
     positions = part.take_list(args.rank, first, first + count)
-    print(f"{blend!r}\nrank {args.rank} of {args.world}, epoch {args.epoch}, step {args.step}:")
+    print(f"{blend!r}\nrank {args.rank} of {config.num_replicas}, epoch {config.epoch}, step {args.step}:")
     for k, position in enumerate(positions):
         source, window = blend.mixture[position]
         ds = blend.datasets[source]

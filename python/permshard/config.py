@@ -38,12 +38,18 @@ class EpochConfig:
             padding it.
     """
 
-    n: int
-    num_replicas: int
-    seed: int = 0
-    epoch: int = 0
-    shuffle: bool = True
-    drop_last: bool = False
+    # Each field's metadata: its command-line flags (default ``--field-name``) and help.
+    n: int = field(metadata={"flags": ("-n",), "help": "dataset length N (1e9 works)"})
+    num_replicas: int = field(
+        metadata={"flags": ("-w", "--world"), "metavar": "W", "help": "number of ranks W"}
+    )
+    seed: int = field(default=0, metadata={"help": "key of the order (default 0)"})
+    epoch: int = field(default=0, metadata={"help": "epoch (default 0)"})
+    shuffle: bool = field(
+        default=True,
+        metadata={"flags": ("--no-shuffle",), "help": "identity order (DistributedSampler shuffle=False)"},
+    )
+    drop_last: bool = field(default=False, metadata={"help": "drop the tail instead of padding"})
     dealing: str = field(init=False)  # how the pass is dealt, named by certificates
     algorithm: str = field(init=False)  # the order the fields imply, recorded in state dicts
 
@@ -219,11 +225,21 @@ class ShardConfig(EpochConfig):
         125
     """
 
-    block_size: int = 0
-    window_blocks: int = 0
-    dealing: str = "round-robin"
-    batch_size: int = 0
-    drop_last_batch: bool = False
+    block_size: int = field(
+        default=0, metadata={"help": "block-v1: blocks of this many samples (default 0: perm-v1)"}
+    )
+    window_blocks: int = field(default=0, metadata={"help": "block-v1: blocks shuffled together"})
+    dealing: str = field(
+        default="round-robin",
+        metadata={
+            "choices": ("round-robin", "step"),
+            "help": "round-robin: DistributedSampler's (default); step: accelerate's whole batches (StepBatchSampler)",
+        },
+    )
+    batch_size: int = field(default=0, metadata={"help": "per-rank batch size (needed for --dealing step)"})
+    drop_last_batch: bool = field(
+        default=False, metadata={"help": "the batch sampler drops its last partial batch"}
+    )
 
     dealing_keys: ClassVar[tuple[str, ...]] = ("dealing", "batch_size", "drop_last_batch")
     resume_keys: ClassVar[tuple[str, ...]] = EpochConfig.resume_keys + ("block_size", "window_blocks")

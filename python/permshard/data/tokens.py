@@ -1,10 +1,12 @@
 """``TokenWindows``: fixed-length training windows over token files (flat, or Megatron
-indexed datasets with their splits and documents), memory-mapped."""
+indexed datasets with their splits and documents), memory-mapped: the windows, their
+per-epoch shift and their batches. The files are :mod:`~permshard.data.token_files`'s,
+where a window comes from :mod:`~permshard.data.provenance`'s, the document masks
+:mod:`~permshard.data.documents`'."""
 
 from __future__ import annotations
 
 import copy
-import mmap
 import os
 from collections.abc import Sequence
 from typing import Any, Optional, Union
@@ -18,9 +20,8 @@ from torch.utils.data import Dataset, get_worker_info
 from .._validation import as_int, as_positive, as_u64
 from ..epoch_index import epoch_of
 from .documents import DocumentBatch, collate_items
-from .indexed import MegatronIndex, find_prefix, search_sorted, starts_with_index_magic
-
-PathLike = Union[str, "os.PathLike[str]"]
+from .provenance import WindowProvenance
+from .token_files import PathLike
 
 
 class WindowBatch(list[torch.Tensor]):
@@ -43,7 +44,7 @@ class WindowBatch(list[torch.Tensor]):
         self.tensor = tensor
 
 
-class TokenWindows(Dataset[Any]):
+class TokenWindows(WindowProvenance, Dataset[Any]):
     r"""Windows of ``seq_len + 1`` tokens over token files: flat ones, or Megatron
     indexed datasets (``prefix.bin`` + ``prefix.idx``) with their splits and documents.
 
@@ -133,20 +134,9 @@ class TokenWindows(Dataset[Any]):
         self.pin_memory = bool(pin_memory)
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
-        if len(paths) == 0:
-            raise ValueError("paths is empty: pass at least one token file")
         self.seq_len = as_positive("seq_len", seq_len)
         self.split, self.part = split, part
-        prefixes = [find_prefix(p) for p in paths]
-        self.indexes = [None if prefix is None else MegatronIndex(prefix) for prefix in prefixes]
-        self.dtype = self._resolve_dtype(dtype)
-        self.paths = [os.fspath(p) if ix is None else ix.bin_path for p, ix in zip(paths, self.indexes)]
-        if split is not None and any(ix is None for ix in self.indexes):
-            flat = next(p for p, ix in zip(self.paths, self.indexes) if ix is None)
-            raise ValueError(
-                f"split= needs Megatron indexed datasets (prefix.bin + prefix.idx) to split by "
-                f"documents, but {flat} is a flat token file: write it with write_indexed, or drop split"
-            )
+        self._read_files(paths, dtype, split, part)
         self.documents = bool(documents)
         self.eod_id = None if eod_id is None else as_int("eod_id", eod_id)
         self.reset_position_ids = bool(reset_position_ids)
@@ -158,22 +148,6 @@ class TokenWindows(Dataset[Any]):
         self.seed = as_u64("seed", seed)
         self.shift = 0
         self._shifts: dict[int, int] = {}
-        #: Per file, the sequences ``[lo, hi)`` of the part read (Megatron files only).
-        self.sequence_ranges: list[Optional[tuple[int, int]]] = []
-        #: Per file, the token offset of the part read, and its number of tokens.
-        self.first_tokens: list[int] = []
-        self.sizes: list[int] = []
-        for path, ix in zip(self.paths, self.indexes):
-            if ix is None:
-                self.sequence_ranges.append(None)
-                self.first_tokens.append(0)
-                self.sizes.append(self._tokens_in(path))
-                continue
-            lo, hi = ix.sequence_range(split, part)
-            self.sequence_ranges.append((lo, hi))
-            first = ix.token_offset(lo)
-            self.first_tokens.append(first)
-            self.sizes.append(ix.token_offset(hi) - first)
         # Window i of a file is tokens [s + i·L, s + i·L + L + 1): it fits while
         # s + i·L + L + 1 <= m. Unshifted (s = 0) that is (m - 1) // L windows; shifted,
         # counted for the largest shift s = L - 1 so the count never depends on it.
@@ -193,30 +167,7 @@ class TokenWindows(Dataset[Any]):
         #: Set by a ShardedSampler with ``block_size``: reads come in blocks, so the
         #: memmaps keep the kernel's read-ahead instead of asking for random access.
         self.block_order = False
-        self._maps: Optional[list[np.memmap]] = None
         self._views: Optional[list[npt.NDArray[Any]]] = None
-        self._coarse: dict[int, tuple[npt.NDArray[np.int64], int]] = {}
-
-    def _resolve_dtype(self, dtype: Optional[npt.DTypeLike]) -> np.dtype[Any]:
-        """The one token dtype of all files: given, or the ``.idx``'s, else uint16."""
-        found = {ix.dtype for ix in self.indexes if ix is not None}
-        if dtype is not None:
-            wanted = np.dtype(dtype)
-            if wanted.kind not in "ui":
-                raise ValueError(f"dtype must be an integer type, got {wanted}")
-            for ix in self.indexes:
-                if ix is not None and ix.dtype != wanted:
-                    raise ValueError(
-                        f"dtype={wanted} but {ix.idx_path} stores {ix.dtype}: drop dtype= to read "
-                        "it from the index, or pass the right one"
-                    )
-            return wanted
-        if len(found) > 1:
-            raise ValueError(
-                f"the Megatron indexes store different dtypes ({sorted(map(str, found))}): read "
-                "them as separate TokenWindows (e.g. blended with MixedDataset)"
-            )
-        return found.pop() if found else np.dtype(np.uint16)
 
     def _check_document_options(self) -> None:
         flags = {
@@ -238,55 +189,6 @@ class TokenWindows(Dataset[Any]):
                 f"documents=True needs document boundaries, but {flat} is a flat token file with no "
                 ".idx: pass eod_id= to find them from EOD tokens"
             )
-
-    def _tokens_in(self, path: str) -> int:
-        try:
-            size = os.path.getsize(path)
-        except OSError as e:
-            raise ValueError(f"cannot open token file {path}: {e.strerror}") from None
-        if starts_with_index_magic(path):
-            raise ValueError(
-                f"{path} is a Megatron index (.idx), not a token file: pass its prefix, with the "
-                ".bin beside it"
-            )
-        if size % self.dtype.itemsize:
-            raise ValueError(
-                f"{path} is {size} bytes, not a multiple of {self.dtype.itemsize} (the size of "
-                f"{self.dtype}): the file is truncated or the dtype is wrong"
-            )
-        return size // self.dtype.itemsize
-
-    def _file_tokens(self, f: int) -> int:
-        """Tokens in file ``f`` now (the whole file, not only the part read)."""
-        ix = self.indexes[f]
-        if ix is None:
-            return self._tokens_in(self.paths[f])
-        try:
-            return os.path.getsize(self.paths[f]) // self.dtype.itemsize
-        except OSError as e:
-            raise ValueError(f"cannot open {self.paths[f]}: {e.strerror}") from None
-
-    def _open(self) -> list[np.memmap]:
-        """Memmaps, opened lazily in each process (DataLoader workers included)."""
-        if self._maps is None:
-            maps = []
-            for f, path in enumerate(self.paths):
-                ix = self.indexes[f]
-                expected = self.sizes[f] if ix is None else ix.num_tokens
-                now = self._file_tokens(f)
-                if now != expected:
-                    raise ValueError(
-                        f"{path} changed size since the dataset was built ({expected} -> {now} tokens)"
-                    )
-                mm = np.memmap(path, dtype=self.dtype, mode="r")
-                # Globally shuffled windows are random reads: kernel read-ahead would only
-                # waste I/O and page cache. A block order reads whole blocks: keep it.
-                raw = getattr(mm, "_mmap", None)
-                if raw is not None and hasattr(mmap, "MADV_RANDOM") and not self.block_order:
-                    raw.madvise(mmap.MADV_RANDOM)
-                maps.append(mm)
-            self._maps = maps
-        return self._maps
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -345,140 +247,6 @@ class TokenWindows(Dataset[Any]):
         files = np.searchsorted(self.starts, idx, side="right") - 1
         offsets = self.bases[files] + self._shift_of(indices) + (idx - self.starts[files]) * self.seq_len
         return files, offsets
-
-    def byte_ranges(self, indices: Sequence[int]) -> dict[str, list[tuple[int, int]]]:
-        """Per file, the merged byte ranges ``(offset, length)`` that windows ``indices``
-        cover (windows of a block are contiguous: a block becomes one range).
-
-        Args:
-            indices (sequence of int): window indices.
-        """
-        idx = np.asarray(indices, dtype=np.int64)
-        files, offsets = self._offsets(idx, indices)
-        width, size = (self.seq_len + 1) * self.dtype.itemsize, self.dtype.itemsize
-        out: dict[str, list[tuple[int, int]]] = {}
-        for f in np.unique(files):
-            starts = np.sort(offsets[files == f]) * size
-            ranges: list[list[int]] = []
-            for start in starts.tolist():
-                if ranges and start <= ranges[-1][1]:  # touching or overlapping: one range
-                    ranges[-1][1] = max(ranges[-1][1], start + width)
-                else:
-                    ranges.append([start, start + width])
-            out[self.paths[int(f)]] = [(a, b - a) for a, b in ranges]
-        return out
-
-    def prefetch(self, indices: Sequence[int]) -> None:
-        """Asks the kernel to start reading windows ``indices`` into the page cache
-        (``posix_fadvise(WILLNEED)`` on their merged byte ranges), without waiting.
-
-        ``ShardedSampler(..., block_size=...)`` calls it from the main process with each
-        window of the block order as it enters it; the page cache is shared, so the
-        DataLoader workers then find the data in memory. A no-op where the platform has
-        no ``posix_fadvise``.
-
-        Args:
-            indices (sequence of int): window indices this rank reads next.
-        """
-        advise = getattr(os, "posix_fadvise", None)
-        if advise is None or len(indices) == 0:
-            return
-        for path, ranges in self.byte_ranges(indices).items():
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                for offset, length in ranges:
-                    advise(fd, offset, length, os.POSIX_FADV_WILLNEED)
-            finally:
-                os.close(fd)
-
-    def locate(self, index: int, epoch: Optional[int] = None) -> tuple[str, int]:
-        """``(path, token offset)`` of window ``index`` in ``epoch`` (default: the epoch
-        the index carries, else the one of :meth:`set_epoch`).
-
-        Args:
-            index (int): a window index, possibly an ``EpochIndex``.
-            epoch (int, optional): the epoch; overrides the index's.
-        """
-        f, offset = self._located(index, epoch)
-        return self.paths[f], offset
-
-    def _located(self, index: int, epoch: Optional[int]) -> tuple[int, int]:
-        """``(file, token offset in it)`` of window ``index`` (see :meth:`locate`)."""
-        i = self._check(index)
-        shift = self._shift_of(index) if epoch is None else self.shift_for(as_u64("epoch", epoch))
-        return self._window_at(i, shift)
-
-    def _window_at(self, i: int, shift: int) -> tuple[int, int]:
-        """``(file, token offset in it)`` of window ``i`` (in range) under ``shift``."""
-        f = int(np.searchsorted(self.starts, i, side="right")) - 1
-        return f, self.first_tokens[f] + shift + (i - int(self.starts[f])) * self.seq_len
-
-    def _part_pointers(self, f: int) -> tuple[MegatronIndex, int, int, npt.NDArray[np.int64]]:
-        """``(index, lo, hi, byte pointers of sequences [lo, hi))`` of Megatron file ``f``."""
-        ix, part = self.indexes[f], self.sequence_ranges[f]
-        assert ix is not None and part is not None  # a Megatron file has both
-        lo, hi = part
-        return ix, lo, hi, ix.arrays()[1][lo:hi]
-
-    def documents_of(self, index: int, epoch: Optional[int] = None) -> list[tuple[int, int, int]]:
-        """The documents window ``index`` holds: ``(sequence, first token, stop token)``
-        per document, token offsets inside that sequence of the ``.idx`` (Megatron files
-        only; a flat file's window is one ``(-1, offset, offset + seq_len + 1)``).
-
-        Args:
-            index (int): a window index, possibly an ``EpochIndex``.
-            epoch (int, optional): the epoch; overrides the index's.
-        """
-        f, offset = self._located(index, epoch)
-        stop = offset + self.seq_len + 1
-        if self.indexes[f] is None:
-            return [(-1, offset, stop)]
-        ix, lo, hi, pointers = self._part_pointers(f)
-        coarse, step = self._coarse_of(f)
-        q = np.array([offset * self.dtype.itemsize], dtype=np.int64)
-        first = lo + int(search_sorted(pointers, coarse, step, q, "right")[0]) - 1
-        out = []
-        for seq in range(first, hi):
-            begin = ix.token_offset(seq)
-            if begin >= stop:
-                break
-            end = ix.token_offset(seq + 1)
-            out.append((seq, max(offset, begin) - begin, min(stop, end) - begin))
-        return out
-
-    def _coarse_of(self, f: int) -> tuple[npt.NDArray[np.int64], int]:
-        """``(pointers[lo:hi:step], step)`` of file ``f``'s part: an aligned sample of at
-        most 2^16 sequence pointers that narrows every search to ``step`` entries."""
-        found = self._coarse.get(f)
-        if found is None:
-            _, lo, hi, pointers = self._part_pointers(f)
-            step = 1 << max(0, int(hi - lo - 1).bit_length() - 16)
-            found = (np.array(pointers[::step], dtype=np.int64), step)
-            self._coarse[f] = found
-        return found
-
-    def _idx_starts(
-        self, files: npt.NDArray[np.intp], offsets: npt.NDArray[np.int64]
-    ) -> npt.NDArray[np.bool_]:
-        """``(batch, seq_len)`` bool: True where a sequence of the ``.idx`` starts at an
-        input position of the windows at ``offsets``."""
-        seq, isz = self.seq_len, self.dtype.itemsize
-        starts = np.zeros((offsets.size, seq), dtype=np.bool_)
-        for f in np.unique(files):
-            pointers = self._part_pointers(int(f))[3]
-            coarse, step = self._coarse_of(int(f))
-            rows = np.flatnonzero(files == f)
-            o = offsets[rows]
-            # Sequences starting strictly inside the inputs: byte pointers in (o, o + seq).
-            a = search_sorted(pointers, coarse, step, o * isz, "right")
-            b = search_sorted(pointers, coarse, step, (o + seq) * isz, "left")
-            c = b - a
-            if not c.any():
-                continue
-            row = np.repeat(np.arange(rows.size), c)
-            k = np.arange(int(c.sum())) - np.repeat(np.cumsum(c) - c, c) + np.repeat(a, c)
-            starts[rows[row], np.asarray(pointers[k]) // isz - o[row]] = True
-        return starts
 
     def _check(self, index: int) -> int:
         i = as_int("index", index)

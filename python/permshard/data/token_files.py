@@ -1,0 +1,165 @@
+"""``TokenFiles``: the token files under :class:`~permshard.data.TokenWindows`, flat or
+Megatron indexed datasets (the part a split keeps), their dtype, sizes and memmaps."""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Sequence
+from typing import Any, Optional, Union
+
+import numpy as np
+import numpy.typing as npt
+
+from .indexed import MegatronIndex, find_prefix, starts_with_index_magic
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class TokenFiles:
+    """The files a dataset of token windows reads: flat files (headerless arrays of token
+    ids) and Megatron prefixes (``prefix.bin`` read through its validated ``.idx``), each
+    with the token range of the part read. Memmaps open lazily, in each process.
+
+    Attributes:
+        paths: the ``.bin`` or flat file of each source, in order.
+        indexes: each file's :class:`~permshard.data.MegatronIndex` (``None``: flat).
+        dtype: the one token dtype of all files.
+        sequence_ranges: per file, the sequences ``[lo, hi)`` of the part read
+            (Megatron files only).
+        first_tokens: per file, the token offset of the part read.
+        sizes: per file, the tokens of the part read.
+    """
+
+    paths: list[str]
+    indexes: list[Optional[MegatronIndex]]
+    dtype: np.dtype[Any]
+    sequence_ranges: list[Optional[tuple[int, int]]]
+    first_tokens: list[int]
+    sizes: list[int]
+    block_order: bool
+    _maps: Optional[list[np.memmap]]
+    _coarse: dict[int, tuple[npt.NDArray[np.int64], int]]
+
+    def _read_files(
+        self,
+        paths: Sequence[PathLike],
+        dtype: Optional[npt.DTypeLike],
+        split: Optional[Union[str, Sequence[float]]],
+        part: str,
+    ) -> None:
+        """Finds, validates and measures the files (the part ``split`` keeps of each)."""
+        if len(paths) == 0:
+            raise ValueError("paths is empty: pass at least one token file")
+        prefixes = [find_prefix(p) for p in paths]
+        self.indexes = [None if prefix is None else MegatronIndex(prefix) for prefix in prefixes]
+        self.dtype = self._resolve_dtype(dtype)
+        self.paths = [os.fspath(p) if ix is None else ix.bin_path for p, ix in zip(paths, self.indexes)]
+        if split is not None and any(ix is None for ix in self.indexes):
+            flat = next(p for p, ix in zip(self.paths, self.indexes) if ix is None)
+            raise ValueError(
+                f"split= needs Megatron indexed datasets (prefix.bin + prefix.idx) to split by "
+                f"documents, but {flat} is a flat token file: write it with write_indexed, or drop split"
+            )
+        self.sequence_ranges, self.first_tokens, self.sizes = [], [], []
+        for path, ix in zip(self.paths, self.indexes):
+            if ix is None:
+                self.sequence_ranges.append(None)
+                self.first_tokens.append(0)
+                self.sizes.append(self._tokens_in(path))
+                continue
+            lo, hi = ix.sequence_range(split, part)
+            self.sequence_ranges.append((lo, hi))
+            first = ix.token_offset(lo)
+            self.first_tokens.append(first)
+            self.sizes.append(ix.token_offset(hi) - first)
+        self._maps = None
+        self._coarse = {}
+
+    def _resolve_dtype(self, dtype: Optional[npt.DTypeLike]) -> np.dtype[Any]:
+        """The one token dtype of all files: given, or the ``.idx``'s, else uint16."""
+        found = {ix.dtype for ix in self.indexes if ix is not None}
+        if dtype is not None:
+            wanted = np.dtype(dtype)
+            if wanted.kind not in "ui":
+                raise ValueError(f"dtype must be an integer type, got {wanted}")
+            for ix in self.indexes:
+                if ix is not None and ix.dtype != wanted:
+                    raise ValueError(
+                        f"dtype={wanted} but {ix.idx_path} stores {ix.dtype}: drop dtype= to read "
+                        "it from the index, or pass the right one"
+                    )
+            return wanted
+        if len(found) > 1:
+            raise ValueError(
+                f"the Megatron indexes store different dtypes ({sorted(map(str, found))}): read "
+                "them as separate TokenWindows (e.g. blended with MixedDataset)"
+            )
+        return found.pop() if found else np.dtype(np.uint16)
+
+    def _tokens_in(self, path: str) -> int:
+        try:
+            size = os.path.getsize(path)
+        except OSError as e:
+            raise ValueError(f"cannot open token file {path}: {e.strerror}") from None
+        if starts_with_index_magic(path):
+            raise ValueError(
+                f"{path} is a Megatron index (.idx), not a token file: pass its prefix, with the "
+                ".bin beside it"
+            )
+        if size % self.dtype.itemsize:
+            raise ValueError(
+                f"{path} is {size} bytes, not a multiple of {self.dtype.itemsize} (the size of "
+                f"{self.dtype}): the file is truncated or the dtype is wrong"
+            )
+        return size // self.dtype.itemsize
+
+    def _file_tokens(self, f: int) -> int:
+        """Tokens in file ``f`` now (the whole file, not only the part read)."""
+        ix = self.indexes[f]
+        if ix is None:
+            return self._tokens_in(self.paths[f])
+        try:
+            return os.path.getsize(self.paths[f]) // self.dtype.itemsize
+        except OSError as e:
+            raise ValueError(f"cannot open {self.paths[f]}: {e.strerror}") from None
+
+    def _open(self) -> list[np.memmap]:
+        """Memmaps, opened lazily in each process (DataLoader workers included)."""
+        if self._maps is None:
+            maps = []
+            for f, path in enumerate(self.paths):
+                ix = self.indexes[f]
+                expected = self.sizes[f] if ix is None else ix.num_tokens
+                now = self._file_tokens(f)
+                if now != expected:
+                    raise ValueError(
+                        f"{path} changed size since the dataset was built ({expected} -> {now} tokens)"
+                    )
+                mm = np.memmap(path, dtype=self.dtype, mode="r")
+                # Globally shuffled windows are random reads: kernel read-ahead would only
+                # waste I/O and page cache. A block order reads whole blocks: keep it.
+                raw = getattr(mm, "_mmap", None)
+                if raw is not None and hasattr(mmap, "MADV_RANDOM") and not self.block_order:
+                    raw.madvise(mmap.MADV_RANDOM)
+                maps.append(mm)
+            self._maps = maps
+        return self._maps
+
+    def _part_pointers(self, f: int) -> tuple[MegatronIndex, int, int, npt.NDArray[np.int64]]:
+        """``(index, lo, hi, byte pointers of sequences [lo, hi))`` of Megatron file ``f``."""
+        ix, part = self.indexes[f], self.sequence_ranges[f]
+        assert ix is not None and part is not None  # a Megatron file has both
+        lo, hi = part
+        return ix, lo, hi, ix.arrays()[1][lo:hi]
+
+    def _coarse_of(self, f: int) -> tuple[npt.NDArray[np.int64], int]:
+        """``(pointers[lo:hi:step], step)`` of file ``f``'s part: an aligned sample of at
+        most 2^16 sequence pointers that narrows every search to ``step`` entries."""
+        found = self._coarse.get(f)
+        if found is None:
+            _, lo, hi, pointers = self._part_pointers(f)
+            step = 1 << max(0, int(hi - lo - 1).bit_length() - 16)
+            found = (np.array(pointers[::step], dtype=np.int64), step)
+            self._coarse[f] = found
+        return found

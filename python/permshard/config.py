@@ -370,9 +370,7 @@ class BudgetConfig(EpochConfig):
 
     def planner(self) -> _core.TokenBudget:
         """The core's planner of this epoch's windows."""
-        return _core.TokenBudget(
-            self.n, self.max_tokens, self.window, self.seed, self.epoch, self.shuffle, self.drop_last
-        )
+        return _core.TokenBudget(self)
 
 
 def _check_type(name: str, value: Any, spec: dataclasses.Field[Any]) -> None:

@@ -10,7 +10,7 @@
 //! contiguous regions per window instead of one small random region per sample.
 //! O(1) memory, O(1) both ways.
 
-use crate::error::Error;
+use crate::error::{check_below, Error};
 use crate::order::SampleOrder;
 use crate::permutation::Permutation;
 use crate::splitmix::chain;
@@ -98,13 +98,7 @@ impl BlockPermutation {
 
     /// The sample at `position`.
     pub fn forward(&self, position: u64) -> Result<u64, Error> {
-        if position >= self.n {
-            return Err(Error::OutOfRange {
-                what: "position",
-                value: position,
-                n: self.n,
-            });
-        }
+        check_below("position", position, self.n)?;
         Ok(self.at(position))
     }
 
@@ -233,13 +227,7 @@ impl SampleOrder for BlockPermutation {
     }
 
     fn position_of(&self, sample: u64) -> Result<u64, Error> {
-        if sample >= self.n {
-            return Err(Error::OutOfRange {
-                what: "sample",
-                value: sample,
-                n: self.n,
-            });
-        }
+        check_below("sample", sample, self.n)?;
         let q = self.sequence_of_sample(sample)?;
         let w = q / self.window_len();
         let local = self.window_order(w, false).inverse(q % self.window_len())?;

@@ -122,6 +122,14 @@ impl fmt::Display for Error {
     }
 }
 
+/// `Ok` when `value < n`, else [`Error::OutOfRange`] naming `what` (`"position"`, ...).
+pub fn check_below(what: &'static str, value: u64, n: u64) -> Result<(), Error> {
+    if value >= n {
+        return Err(Error::OutOfRange { what, value, n });
+    }
+    Ok(())
+}
+
 /// The length of the range `[start, stop)`, which must lie in `[0, limit]`.
 pub fn range_len(start: u64, stop: u64, limit: u64) -> Result<u64, Error> {
     if stop < start || stop > limit {

@@ -8,7 +8,7 @@
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use crate::error::Error;
+use crate::error::{check_below, Error};
 use crate::permutation::{Permutation, ALGORITHM};
 
 /// A bijection between positions `[0, len)` and samples `[0, len)`, computable both ways.
@@ -94,13 +94,7 @@ impl SampleOrder for Identity {
     }
 
     fn position_of(&self, sample: u64) -> Result<u64, Error> {
-        if sample >= self.n {
-            return Err(Error::OutOfRange {
-                what: "sample",
-                value: sample,
-                n: self.n,
-            });
-        }
+        check_below("sample", sample, self.n)?;
         Ok(sample)
     }
 

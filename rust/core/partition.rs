@@ -8,7 +8,7 @@
 //! first samples of the order, as DistributedSampler pads.
 
 use crate::dealing::{Dealing, Pass};
-use crate::error::Error;
+use crate::error::{check_below, Error};
 use crate::order::Order;
 
 /// The split of one epoch (or of its remainder after `start` consumed positions) across
@@ -367,13 +367,7 @@ impl Partition {
     /// Every `(rank, local position)` that yields `sample` in this partition: none when it
     /// was dropped or already consumed, several when padding repeats it.
     pub fn locate(&self, sample: u64) -> Result<Vec<(u64, u64)>, Error> {
-        if sample >= self.n {
-            return Err(Error::OutOfRange {
-                what: "sample",
-                value: sample,
-                n: self.n,
-            });
-        }
+        check_below("sample", sample, self.n)?;
         let first = self.order.position_of(sample)?;
         let end = self.end();
         let mut hits = Vec::new();

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use crate::error::Error;
+use crate::error::{check_below, Error};
 use crate::splitmix::{chain, splitmix64};
 
 /// Name and version of the construction; stored in every state dict.
@@ -222,25 +222,13 @@ impl Permutation {
 
     /// π(position). Errors when `position >= n`.
     pub fn forward(&self, position: u64) -> Result<u64, Error> {
-        if position >= self.n {
-            return Err(Error::OutOfRange {
-                what: "position",
-                value: position,
-                n: self.n,
-            });
-        }
+        check_below("position", position, self.n)?;
         Ok(self.forward_unchecked(position))
     }
 
     /// π⁻¹(sample): the position holding `sample`. Errors when `sample >= n`.
     pub fn inverse(&self, sample: u64) -> Result<u64, Error> {
-        if sample >= self.n {
-            return Err(Error::OutOfRange {
-                what: "sample",
-                value: sample,
-                n: self.n,
-            });
-        }
+        check_below("sample", sample, self.n)?;
         Ok(match &self.table {
             Some(t) => t.inverse[sample as usize] as u64,
             None => self.walk_inverse(sample),

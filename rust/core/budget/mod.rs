@@ -18,7 +18,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::error::Error;
+use crate::error::{check_below, Error};
 use crate::order::{Identity, Order};
 use crate::permutation::Permutation;
 use crate::pool;
@@ -168,13 +168,7 @@ impl TokenBudget {
     }
 
     pub(crate) fn check_window(&self, k: u64) -> Result<(), Error> {
-        if k >= self.windows() {
-            return Err(Error::OutOfRange {
-                what: "window",
-                value: k,
-                n: self.windows(),
-            });
-        }
+        check_below("window", k, self.windows())?;
         Ok(())
     }
 

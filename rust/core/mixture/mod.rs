@@ -25,7 +25,7 @@ mod proof;
 mod tree;
 mod weights;
 
-use crate::error::Error;
+use crate::error::{check_below, Error};
 use crate::permutation::Permutation;
 use crate::splitmix::chain;
 use cursor::Cursor;
@@ -260,13 +260,7 @@ impl Mixture {
     }
 
     fn check_position(&self, position: u64) -> Result<(), Error> {
-        if position >= self.num_samples {
-            return Err(Error::OutOfRange {
-                what: "position",
-                value: position,
-                n: self.num_samples,
-            });
-        }
+        check_below("position", position, self.num_samples)?;
         Ok(())
     }
 

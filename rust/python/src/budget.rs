@@ -9,7 +9,7 @@ use pyo3::types::PyBytes;
 
 use permshard_core::{BudgetShare, BudgetStart, WindowPlan};
 
-use crate::convert::{compute, int64_array, non_negative};
+use crate::convert::{compute, field, int64_array, non_negative};
 use crate::errors::to_py;
 use crate::verify::PyVerdict;
 
@@ -213,19 +213,18 @@ pub struct TokenBudget {
 
 #[pymethods]
 impl TokenBudget {
+    /// The planner of the epoch `config` describes: any object with the fields of a
+    /// `BudgetConfig` as attributes.
     #[new]
-    #[pyo3(signature = (n, max_tokens, window, seed, epoch, shuffle, drop_last))]
-    fn new(
-        n: u64,
-        max_tokens: u64,
-        window: u64,
-        seed: u64,
-        epoch: u64,
-        shuffle: bool,
-        drop_last: bool,
-    ) -> PyResult<Self> {
+    fn new(config: &Bound<'_, PyAny>) -> PyResult<Self> {
         let inner = permshard_core::TokenBudget::new(
-            n, max_tokens, window, seed, epoch, shuffle, drop_last,
+            field(config, "n")?,
+            field(config, "max_tokens")?,
+            field(config, "window")?,
+            field(config, "seed")?,
+            field(config, "epoch")?,
+            field(config, "shuffle")?,
+            field(config, "drop_last")?,
         )
         .map_err(to_py)?;
         Ok(TokenBudget { inner })
@@ -335,6 +334,6 @@ impl TokenBudget {
             .fold(BudgetShare::default(), |t, s| t.merge(&s.inner));
         let inner = &self.inner;
         let verdict = with_lengths!(lengths, l => compute(py, inner.window(), || inner.judge(l, &start.inner, world, &total)).map_err(to_py))?;
-        Ok(PyVerdict { inner: verdict })
+        Ok(verdict.into())
     }
 }

@@ -2,6 +2,7 @@
 //! and the `take(start, stop)` of any order.
 
 use numpy::{IntoPyArray, PyArray1};
+use pyo3::conversion::FromPyObjectOwned;
 use pyo3::exceptions::{PyMemoryError, PyValueError};
 use pyo3::prelude::*;
 
@@ -65,4 +66,16 @@ pub fn non_negative(values: &[i64], what: &str) -> PyResult<Vec<u64>> {
                 .map_err(|_| PyValueError::new_err(format!("{what} must be >= 0, got {v}")))
         })
         .collect()
+}
+
+/// The field `name` of a configuration object, converted (TypeError or ValueError naming
+/// it otherwise).
+pub fn field<'py, T: FromPyObjectOwned<'py>>(
+    config: &Bound<'py, PyAny>,
+    name: &str,
+) -> PyResult<T> {
+    config.getattr(name)?.extract::<T>().map_err(|e| {
+        let e: PyErr = e.into();
+        PyValueError::new_err(format!("the configuration's {name} is not valid here: {e}"))
+    })
 }

@@ -1,22 +1,12 @@
 //! `_core.Sharding`: what an epoch is (fields, order, algorithm id, resume limit, dealing).
 
-use pyo3::exceptions::PyValueError;
-use pyo3::conversion::FromPyObjectOwned;
 use pyo3::prelude::*;
 
 use permshard_core::Dealing;
 
+use crate::convert::field;
 use crate::errors::to_py;
 use crate::partition::Partition;
-
-/// The field `name` of a configuration object, converted (TypeError or ValueError naming
-/// it otherwise).
-fn field<'py, T: FromPyObjectOwned<'py>>(config: &Bound<'py, PyAny>, name: &str) -> PyResult<T> {
-    config.getattr(name)?.extract::<T>().map_err(|e| {
-        let e: PyErr = e.into();
-        PyValueError::new_err(format!("the configuration's {name} is not valid here: {e}"))
-    })
-}
 
 #[pyclass(frozen, module = "permshard._core", name = "Sharding")]
 pub struct Sharding {

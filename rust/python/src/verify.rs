@@ -12,54 +12,30 @@ use permshard_core::{CoverageShare, Failure, Share, Verdict, OUTSIDE};
 use crate::errors::to_py;
 use crate::partition::Partition;
 
-/// What an exact proof established: the counts a certificate reports.
-#[pyclass(frozen, module = "permshard._core", name = "Verdict")]
+/// What an exact proof established: the counts a certificate reports (see the core's
+/// `Verdict`).
+#[pyclass(frozen, get_all, module = "permshard._core", name = "Verdict")]
 pub struct PyVerdict {
-    pub inner: Verdict,
+    start: u64,
+    lengths: Vec<u64>,
+    batches: Option<u64>,
+    covered: u64,
+    padding: u64,
+    dropped: u64,
+    consumed: u64,
 }
 
-#[pymethods]
-impl PyVerdict {
-    /// Global positions consumed before the proven pass.
-    #[getter]
-    fn start(&self) -> u64 {
-        self.inner.start
-    }
-
-    /// Items each rank yields in the pass.
-    #[getter]
-    fn lengths(&self) -> Vec<u64> {
-        self.inner.lengths.clone()
-    }
-
-    /// Batches per rank, for a dealing that plans its batches (else `None`).
-    #[getter]
-    fn batches(&self) -> Option<u64> {
-        self.inner.batches
-    }
-
-    /// Distinct samples yielded, all ranks together.
-    #[getter]
-    fn covered(&self) -> u64 {
-        self.inner.covered
-    }
-
-    /// Items that repeat a sample.
-    #[getter]
-    fn padding(&self) -> u64 {
-        self.inner.padding
-    }
-
-    /// Samples no rank yields, beside those consumed before the pass.
-    #[getter]
-    fn dropped(&self) -> u64 {
-        self.inner.dropped
-    }
-
-    /// Samples consumed before the pass.
-    #[getter]
-    fn consumed(&self) -> u64 {
-        self.inner.consumed
+impl From<Verdict> for PyVerdict {
+    fn from(v: Verdict) -> Self {
+        PyVerdict {
+            start: v.start,
+            lengths: v.lengths,
+            batches: v.batches,
+            covered: v.covered,
+            padding: v.padding,
+            dropped: v.dropped,
+            consumed: v.consumed,
+        }
     }
 }
 
@@ -168,24 +144,6 @@ impl PyShare {
         self.inner.items
     }
 
-    /// Of them, items at positions below `n` (distinct samples).
-    #[getter]
-    fn real(&self) -> u64 {
-        self.inner.real
-    }
-
-    /// Of them, padding items.
-    #[getter]
-    fn padding(&self) -> u64 {
-        self.inner.padding
-    }
-
-    /// Positions outside the pass checked.
-    #[getter]
-    fn outside(&self) -> u64 {
-        self.inner.outside
-    }
-
     /// Items and positions that failed.
     #[getter]
     fn failures(&self) -> u64 {
@@ -197,23 +155,27 @@ impl PyShare {
     fn first(&self) -> Option<PyFailure> {
         self.inner.first.map(|inner| PyFailure { inner })
     }
-
-    /// Raises ShardingError with the first counter-example, if any.
-    fn check(&self) -> PyResult<()> {
-        match self.inner.first {
-            Some(first) => Err(to_py(permshard_core::Error::Violation(
-                first.report(self.inner.failures),
-            ))),
-            None => Ok(()),
-        }
-    }
 }
 
 fn counter(progress: Option<&Progress>) -> Arc<AtomicU64> {
     progress.map_or_else(|| Arc::new(AtomicU64::new(0)), |p| p.done.clone())
 }
 
-/// Proves `partition` exact with the bitmap; the verdict, or ShardingError.
+/// A whole proof of `partition` on `threads` threads, GIL released: the verdict, or
+/// ShardingError.
+fn whole_proof(
+    py: Python<'_>,
+    partition: &Partition,
+    progress: Option<&Progress>,
+    prove: impl FnOnce(&permshard_core::Partition, &AtomicU64) -> Result<Verdict, permshard_core::Error>
+        + Send,
+) -> PyResult<PyVerdict> {
+    let counter = counter(progress);
+    let part = &partition.inner;
+    Ok(py.detach(|| prove(part, &counter)).map_err(to_py)?.into())
+}
+
+/// Proves `partition` exact with the bitmap (`n / 8` bytes).
 #[pyfunction]
 #[pyo3(signature = (partition, threads = 0, progress = None))]
 pub fn verify(
@@ -222,15 +184,12 @@ pub fn verify(
     threads: usize,
     progress: Option<&Progress>,
 ) -> PyResult<PyVerdict> {
-    let counter = counter(progress);
-    let part = &partition.inner;
-    let inner = py
-        .detach(|| permshard_core::verify(part, threads, &counter))
-        .map_err(to_py)?;
-    Ok(PyVerdict { inner })
+    whole_proof(py, partition, progress, |p, c| {
+        permshard_core::verify(p, threads, c)
+    })
 }
 
-/// Proves `partition` exact by the inverse (O(1) memory); the verdict, or ShardingError.
+/// Proves `partition` exact by the inverse (O(1) memory).
 #[pyfunction]
 #[pyo3(signature = (partition, threads = 0, progress = None))]
 pub fn verify_inverse(
@@ -239,12 +198,9 @@ pub fn verify_inverse(
     threads: usize,
     progress: Option<&Progress>,
 ) -> PyResult<PyVerdict> {
-    let counter = counter(progress);
-    let part = &partition.inner;
-    let inner = py
-        .detach(|| permshard_core::verify_inverse(part, threads, &counter))
-        .map_err(to_py)?;
-    Ok(PyVerdict { inner })
+    whole_proof(py, partition, progress, |p, c| {
+        permshard_core::verify_inverse(p, threads, c)
+    })
 }
 
 /// Proves the streams of ranks `[first_rank, stop_rank)` and their slice of the positions
@@ -279,16 +235,18 @@ pub fn judge(partition: &Partition, shares: Vec<PyRef<'_, PyShare>>) -> PyResult
     let total = shares
         .iter()
         .fold(Share::default(), |total, share| total.merge(&share.inner));
-    let inner = permshard_core::judge(&partition.inner, &total).map_err(to_py)?;
-    Ok(PyVerdict { inner })
+    Ok(permshard_core::judge(&partition.inner, &total)
+        .map_err(to_py)?
+        .into())
 }
 
 /// Judges one rank's share alone (its stream and its slice of the positions outside the
 /// pass): the verdict, or ShardingError with its first counter-example.
 #[pyfunction]
 pub fn judge_alone(partition: &Partition, share: &PyShare) -> PyResult<PyVerdict> {
-    let inner = permshard_core::judge_alone(&partition.inner, &share.inner).map_err(to_py)?;
-    Ok(PyVerdict { inner })
+    Ok(permshard_core::judge_alone(&partition.inner, &share.inner)
+        .map_err(to_py)?
+        .into())
 }
 
 /// Judges every rank's coverage share, in rank order, in the core: the verdict, or
@@ -299,6 +257,7 @@ pub fn judge_coverage(
     shares: Vec<PyRef<'_, PyCoverageShare>>,
 ) -> PyResult<PyVerdict> {
     let shares: Vec<CoverageShare> = shares.iter().map(|s| s.inner).collect();
-    let inner = permshard_core::judge_coverage(&partition.inner, &shares).map_err(to_py)?;
-    Ok(PyVerdict { inner })
+    Ok(permshard_core::judge_coverage(&partition.inner, &shares)
+        .map_err(to_py)?
+        .into())
 }

@@ -38,9 +38,20 @@ pub struct Failure {
     pub sample: u64,
     /// The position the order's inverse gives for that sample (`u64::MAX`: none).
     pub found: u64,
-    /// A dealing failure: the item is dealt `position`, which the dealing gives to this
-    /// `(rank, local)` instead (`None` inside: to no item of the pass).
-    pub misdealt: Option<Option<(u64, u64)>>,
+    /// Whether the dealing itself failed there.
+    pub dealt: Dealt,
+}
+
+/// How the dealing stands at a failure: the item's position is its own, or the dealing
+/// gives it to another item, or to none (outside the pass).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dealt {
+    /// The dealing owns the position at exactly this (rank, local): the sample is wrong.
+    Rightly,
+    /// The dealing gives the position to this other `(rank, local)`: dealt twice.
+    ToAnother(u64, u64),
+    /// The position lies outside the pass: the dealing skips one of its own.
+    OutsideThePass,
 }
 
 /// Words of a [`Failure`] in a fixed-size record (see [`Share::to_words`]).
@@ -54,28 +65,28 @@ impl fmt::Display for Failure {
             local,
             sample,
             found,
-            misdealt,
+            dealt,
         } = *self;
         let place = if rank == OUTSIDE {
             format!("position {position} (consumed before the pass, or dropped)")
         } else {
             format!("rank {rank} at local position {local} (global position {position})")
         };
-        match misdealt {
-            Some(Some((r, l))) => write!(
+        match dealt {
+            Dealt::ToAnother(r, l) => write!(
                 f,
                 "{place} is dealt a position the dealing gives to rank {r} at local position \
                  {l}: a position dealt twice, and another never"
             ),
-            Some(None) => write!(
+            Dealt::OutsideThePass => write!(
                 f,
                 "{place} is dealt a position outside the pass: the dealing skips a position"
             ),
-            None if found == u64::MAX => write!(
+            Dealt::Rightly if found == u64::MAX => write!(
                 f,
                 "{place} holds sample {sample}, which has no position in the order"
             ),
-            None => write!(
+            Dealt::Rightly => write!(
                 f,
                 "{place} holds sample {sample}, but the order's inverse puts that sample at \
                  position {found}: a sample twice, or dealt from the wrong position"
@@ -91,10 +102,10 @@ impl Failure {
     }
 
     fn to_words(self) -> [u64; FAILURE_WORDS] {
-        let (kind, r, l) = match self.misdealt {
-            None => (0, 0, 0),
-            Some(None) => (1, 0, 0),
-            Some(Some((r, l))) => (2, r, l),
+        let (kind, r, l) = match self.dealt {
+            Dealt::Rightly => (0, 0, 0),
+            Dealt::OutsideThePass => (1, 0, 0),
+            Dealt::ToAnother(r, l) => (2, r, l),
         };
         [
             self.position,
@@ -109,10 +120,10 @@ impl Failure {
     }
 
     fn from_words(w: &[u64]) -> Result<Self, Error> {
-        let misdealt = match w[5] {
-            0 => None,
-            1 => Some(None),
-            2 => Some(Some((w[6], w[7]))),
+        let dealt = match w[5] {
+            0 => Dealt::Rightly,
+            1 => Dealt::OutsideThePass,
+            2 => Dealt::ToAnother(w[6], w[7]),
             k => {
                 return Err(Error::Invalid(format!(
                     "a failure record of unknown kind {k}"
@@ -125,7 +136,7 @@ impl Failure {
             local: w[2],
             sample: w[3],
             found: w[4],
-            misdealt,
+            dealt,
         })
     }
 }
@@ -298,10 +309,13 @@ pub fn prove_against(
                 local,
                 sample,
                 found,
-                misdealt: None,
+                dealt: Dealt::Rightly,
             };
             if !dealing.owns(&pass, p, rank, local) {
-                failure.misdealt = Some(dealing.owner(&pass, p));
+                failure.dealt = match dealing.owner(&pass, p) {
+                    Some((r, l)) => Dealt::ToAnother(r, l),
+                    None => Dealt::OutsideThePass,
+                };
                 tally.fail(failure);
                 continue;
             }
@@ -337,7 +351,7 @@ pub fn prove_against(
                     local: OUTSIDE,
                     sample,
                     found: f,
-                    misdealt: None,
+                    dealt: Dealt::Rightly,
                 });
             }
         }
@@ -601,7 +615,7 @@ mod tests {
             merged = merged.merge(&back);
         }
         assert_eq!(merged, whole);
-        assert!(whole.first.unwrap().misdealt.is_some());
+        assert_eq!(whole.first.unwrap().dealt, Dealt::OutsideThePass); // position 3 was consumed
         assert!(Share::from_words(&[0; 3]).is_err());
     }
 

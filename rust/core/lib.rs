@@ -51,7 +51,7 @@ pub use error::{range_len, Error};
 pub use fingerprint::Fingerprint;
 pub use indexed::{check_document_indices, check_sequence_layout};
 pub use inverse_proof::{
-    judge, judge_alone, prove_against, prove_ranks, verify_inverse, Failure, Share, OUTSIDE,
+    judge, judge_alone, prove_against, prove_ranks, verify_inverse, Dealt, Failure, Share, OUTSIDE,
 };
 pub use mixture::{Mixture, MixtureProof, MIX_ALGORITHM};
 pub use order::{Explicit, Identity, Order, SampleOrder};

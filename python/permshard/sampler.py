@@ -206,7 +206,8 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
     # -- iteration -------------------------------------------------------------------------
 
     def _partition(self, epoch: int, start: int) -> _core.Partition:
-        return self._partition_of(self.config.replace(epoch=epoch), start)
+        config = self.config if epoch == self.config.epoch else self.config.replace(epoch=epoch)
+        return self._partition_of(config, start)
 
     def _partition_of(self, config: ShardConfig, start: int) -> _core.Partition:
         key = (config, start)

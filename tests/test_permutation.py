@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import pickle
 import re
+import subprocess
+import sys
 import threading
 import time
 
@@ -15,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference_perm_v1 import ReferencePermutation
+from reference_perm_v2 import ReferencePermutation as ReferencePermutationV2
 
 import permshard
 from permshard import Permutation
@@ -32,11 +36,13 @@ def test_is_a_permutation_with_inverse():
             assert p.index_of(p[i]) == i
 
 
-def test_golden_vectors_from_python():
-    golden = json.loads(GOLDEN.read_text())
-    assert golden["algorithm"] == permshard.ALGORITHM == "perm-v1"
+@pytest.mark.parametrize("algorithm", ["perm-v1", "perm-v2"])
+def test_golden_vectors_from_python(algorithm):
+    golden = json.loads(GOLDEN.with_name(f"{algorithm}.json").read_text())
+    assert golden["algorithm"] == algorithm and permshard.ALGORITHM == "perm-v1"
     for case in golden["cases"]:
-        p = Permutation(int(case["n"]), int(case["seed"]), int(case["epoch"]))
+        p = Permutation(int(case["n"]), int(case["seed"]), int(case["epoch"]), algorithm=algorithm)
+        assert p.algorithm == algorithm
         for pos, val in zip(case["positions"], case["values"]):
             assert p[int(pos)] == int(val)
             assert p.index_of(int(val)) == int(pos)
@@ -57,6 +63,48 @@ def test_matches_the_plain_python_reference(n, seed, epoch, frac):
     i = min(n - 1, int(n * frac))
     assert p[i] == ref.forward(i)
     assert p.index_of(p[i]) == i
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.one_of(st.integers(1, 3000), st.integers(2**16 - 2, 2**16 + 3), st.integers(1, 2**64 - 1)),
+    seed=st.integers(0, 2**64 - 1),
+    epoch=st.integers(0, 2**64 - 1),
+    frac=st.floats(0, 1, exclude_max=True),
+)
+def test_perm_v2_matches_its_plain_python_reference(n, seed, epoch, frac):
+    ref = ReferencePermutationV2(n, seed, epoch)
+    p = Permutation(n, seed, epoch, algorithm="perm-v2")
+    i = min(n - 1, int(n * frac))
+    assert p[i] == ref.forward(i)
+    assert p.index_of(p[i]) == i == ref.inverse(p[i])
+
+
+def test_an_unknown_algorithm_is_refused_with_the_names():
+    with pytest.raises(
+        ValueError, match='unknown permutation algorithm "perm-v3": use "perm-v2" or "perm-v1"'
+    ):
+        Permutation(10, algorithm="perm-v3")
+    with pytest.raises(TypeError, match="algorithm must be a str"):
+        Permutation(10, algorithm=2)  # type: ignore[arg-type]
+    p = Permutation(10, 1, 2, algorithm="perm-v2")
+    assert pickle.loads(pickle.dumps(p)) == p != Permutation(10, 1, 2)
+    assert "perm-v2" in repr(p) and Permutation(10).algorithm == "perm-v1"
+
+
+def test_simd_level_names_the_level_in_use_and_a_forced_one_is_checked():
+    assert permshard.simd_level() in {"scalar", "avx2", "avx512", "neon"}
+    code = (
+        "import permshard; print(permshard.simd_level()); permshard.Permutation(10**6, algorithm='perm-v2')"
+    )
+    env = dict(os.environ, PERMSHARD_SIMD="scalar")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "scalar", done.stderr
+    env["PERMSHARD_SIMD"] = "avx1024"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode != 0
+    assert 'PERMSHARD_SIMD="avx1024" is not a SIMD level of this CPU; it has' in done.stderr
+    assert "scalar" in done.stderr.splitlines()[-1]
 
 
 def test_sequence_indexing():

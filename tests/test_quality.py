@@ -1,5 +1,5 @@
-"""The quality battery: perm-v1 passes what numpy's Fisher–Yates passes, and the battery
-has the power to flag an affine map and a 4-round Feistel."""
+"""The quality battery: perm-v1 and perm-v2 pass what numpy's Fisher–Yates passes, and the
+battery has the power to flag an affine map and a 4-round Feistel."""
 
 from __future__ import annotations
 
@@ -18,10 +18,15 @@ def perm_v1(n: int, seed: int, epoch: int) -> np.ndarray:
     return Permutation(n, seed, epoch).take(0, n)
 
 
+def perm_v2(n: int, seed: int, epoch: int) -> np.ndarray:
+    return Permutation(n, seed, epoch, algorithm="perm-v2").take(0, n)
+
+
 @pytest.fixture(scope="module")
 def results() -> dict[str, dict[str, float]]:
     return {
         "perm-v1": battery.run(perm_v1),
+        "perm-v2": battery.run(perm_v2),
         "fisher-yates": battery.run(battery.fisher_yates),
         "affine": battery.run(battery.affine),
         "simon-4": battery.run(battery.simon_feistel(4), small_n=False),
@@ -38,9 +43,28 @@ def test_reference_passes(results):
     assert not failed, f"the threshold is too strict for a true shuffle: {failed}"
 
 
-def test_perm_v1_passes_every_test(results):
-    failed = {k: p for k, p in results["perm-v1"].items() if p < ALPHA}
-    assert not failed, f"perm-v1 fails: {failed}"
+@pytest.mark.parametrize("algorithm", ["perm-v1", "perm-v2"])
+def test_the_permutations_pass_every_test(results, algorithm):
+    failed = {k: p for k, p in results[algorithm].items() if p < ALPHA}
+    assert not failed, f"{algorithm} fails: {failed}"
+
+
+@pytest.mark.parametrize("n", [65_537, 131_073, 1 << 18])
+def test_perm_v2_passes_at_its_smallest_feistel_domains(n):
+    """Just above its table (2^16), perm-v2 runs its Feistel on 17 to 19 bits: the large-n
+    tests at those sizes pass as Fisher-Yates does."""
+    tests = {
+        "consecutive_epochs": battery.consecutive_epochs(perm_v2, n),
+        "consecutive_seeds": battery.consecutive_seeds(perm_v2, n),
+        "lag_one_correlation": battery.lag_one_correlation(perm_v2, n),
+        "small_gaps": battery.small_gaps(perm_v2, n),
+        "gap_distribution": battery.gap_distribution(perm_v2, n),
+        "class_balance_windows": battery.class_balance_windows(perm_v2, n),
+        "class_balance_ranks": battery.class_balance_ranks(perm_v2, n),
+        "neighbouring_n": battery.neighbouring_n(perm_v2, n),
+    }
+    failed = {k: p for k, p in tests.items() if p < ALPHA}
+    assert not failed, f"perm-v2 at n={n} fails: {failed}"
 
 
 @pytest.mark.parametrize("control", ["affine", "simon-4"])
@@ -76,4 +100,5 @@ def test_the_report_lists_every_test_and_perm_v1_sides_with_fisher_yates(results
     assert set(results["affine"]) == set(names)
     assert set(results["simon-4"]) == set(names) - set(battery.SMALL_N_TESTS)
     for name in names:
-        assert (results["perm-v1"][name] >= ALPHA) == (results["fisher-yates"][name] >= ALPHA), name
+        for algorithm in ("perm-v1", "perm-v2"):
+            assert (results[algorithm][name] >= ALPHA) == (results["fisher-yates"][name] >= ALPHA), name

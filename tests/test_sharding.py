@@ -112,3 +112,31 @@ def test_the_algorithm_ids_and_epoch_index_are_exported():
     assert permshard.MIX_ALGORITHM == permshard.Mixture([1], [1.0], 1).algorithm == "mix-v1"
     assert permshard.EpochIndex(5, 2).epoch == 2 and int(permshard.EpochIndex(5, 2)) == 5
     assert {"EpochIndex", "IDENTITY_ALGORITHM", "Certificate"} <= set(dir(permshard))
+
+
+def test_a_sampler_field_assigned_replaces_the_configuration_checked():
+    s = ShardedSampler(100, num_replicas=4, rank=1, seed=3)
+    assert (s.n, s.num_replicas, s.seed, s.epoch, s.shuffle, s.drop_last) == (100, 4, 3, 0, True, False)
+    epoch0 = list(s)
+    s.epoch = 2  # DistributedSampler's attribute: the same as set_epoch(2)
+    fresh = ShardedSampler(100, num_replicas=4, rank=1, seed=3)
+    fresh.set_epoch(2)
+    assert s.config.epoch == 2 and list(s) == list(fresh) != epoch0
+    s.set_epoch(0)
+    assert list(s) == epoch0
+    s.seed = 4
+    assert s.config.seed == 4 and list(s) != epoch0
+    with pytest.raises(ValueError, match="seed must be in"):
+        s.seed = -1
+    with pytest.raises(TypeError, match="must be an integer"):
+        s.epoch = 1.5
+    assert s.config.seed == 4 and s.config.epoch == 0
+    # A loaded resume point belongs to its epoch: another epoch assigned drops it.
+    donor = ShardedSampler(100, num_replicas=4, rank=1)
+    it = iter(donor)
+    [next(it) for _ in range(5)]
+    s = ShardedSampler(100, num_replicas=4, rank=1)
+    s.load_state_dict(donor.state_dict())
+    assert len(s) == 20
+    s.epoch = 1
+    assert len(s) == 25

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -364,3 +365,35 @@ def test_accelerate_helper_saves_and_restores_the_position(tmp_path):
     first = launch(dist_workers.accelerate_token_budget, 2, 6000, str(tmp_path), 12)
     rest = launch(dist_workers.accelerate_token_budget, 2, 6000, str(tmp_path), None)
     assert Counter(x for r in first + rest for x in r) == Counter(range(6000))
+
+
+def test_a_state_of_030_with_its_block_fields_still_loads():
+    lengths = lognormal(3000)
+    s = TokenBudgetBatchSampler(lengths, BUDGET, 2, 0, seed=1, window=1000)
+    it = iter(s)
+    [next(it) for _ in range(7)]
+    state = s.state_dict()
+    assert "block_size" not in state and "window_blocks" not in state
+    resumed = TokenBudgetBatchSampler(lengths, BUDGET, 2, 0, seed=1, window=1000)
+    resumed.load_state_dict(dict(state, block_size=0, window_blocks=0))  # as 0.3.0 wrote it
+    assert list(resumed) == list(it)
+    with pytest.raises(ValueError, match=r"state_dict\['block_size'\] must be 0 for a BudgetConfig, got 4"):
+        resumed.load_state_dict(dict(state, block_size=4, window_blocks=0))
+    with pytest.raises(ValueError, match=r"state_dict\['window_blocks'\] must be 0"):
+        resumed.load_state_dict(dict(state, window_blocks=False))
+
+
+def test_the_configuration_is_the_only_epoch_state():
+    lengths = lognormal(3000)
+    s = TokenBudgetBatchSampler(lengths, BUDGET, 2, 1, seed=1, window=1000)
+    assert (s.n, s.num_replicas, s.max_tokens, s.window, s.seed) == (3000, 2, BUDGET, 1000, 1)
+    first = list(s)
+    s.epoch = 1  # as set_epoch(1): a new plan
+    assert s.config.epoch == 1 and list(s) != first
+    s.set_epoch(0)
+    assert list(s) == first
+    with pytest.raises(ValueError, match="window"):
+        s.window = 1  # checked: a window below num_replicas
+    assert s.window == 1000
+    clone = pickle.loads(pickle.dumps(s))
+    assert list(clone) == first and clone.config == s.config

@@ -1,7 +1,9 @@
 """permshard: O(1)-memory shuffled sharding for PyTorch that proves what it does.
 
-* :class:`Permutation` — a keyed pseudo-random permutation of ``range(n)`` (perm-v1),
-  O(1) memory, O(1) access both ways.
+* :class:`Permutation` — a keyed pseudo-random permutation of ``range(n)`` (perm-v1, or
+  perm-v2 with ``algorithm="perm-v2"``), O(1) memory, O(1) access both ways;
+  :func:`simd_level` names the SIMD level its batched paths use (``PERMSHARD_SIMD``
+  forces one).
 * :class:`ShardedSampler` — a drop-in :class:`~torch.utils.data.DistributedSampler`
   without ``randperm(N)``, with plans, ``locate``, O(1) resume (also on another number of
   ranks) and proofs; :class:`ShardedBatchSampler` yields whole batches,
@@ -9,7 +11,8 @@
   it yields.
 * :class:`Mixture` — weighted sources, position → ``(source, index)``, no build step.
 * :func:`verify` — the exact proof; :class:`ShardingError` when sharding is wrong.
-* ``IDENTITY_ALGORITHM``, ``ALGORITHM`` (perm-v1), ``BLOCK_ALGORITHM``, ``MIX_ALGORITHM`` —
+* ``IDENTITY_ALGORITHM``, ``ALGORITHM`` (perm-v1), ``ALGORITHM_V2``, ``BLOCK_ALGORITHM``,
+  ``MIX_ALGORITHM`` —
   the orders' ids, as state dicts, plans and certificates record them;
   :class:`EpochIndex` — an index that carries its epoch to DataLoader workers.
 
@@ -22,7 +25,16 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._core import ALGORITHM, BLOCK_ALGORITHM, IDENTITY_ALGORITHM, MIX_ALGORITHM, ShardingError, __version__
+from ._core import (
+    ALGORITHM,
+    ALGORITHM_V2,
+    BLOCK_ALGORITHM,
+    IDENTITY_ALGORITHM,
+    MIX_ALGORITHM,
+    ShardingError,
+    __version__,
+    simd_level,
+)
 
 if TYPE_CHECKING:
     from . import data
@@ -59,6 +71,7 @@ _LAZY = {
 
 __all__ = [
     "ALGORITHM",
+    "ALGORITHM_V2",
     "BLOCK_ALGORITHM",
     "IDENTITY_ALGORITHM",
     "MIX_ALGORITHM",
@@ -77,6 +90,7 @@ __all__ = [
     "TokenBudgetBatchSampler",
     "__version__",
     "check_loader",
+    "simd_level",
     "data",
     "verify",
 ]

@@ -7,6 +7,7 @@ import numpy.typing as npt
 
 __all__ = [
     "ALGORITHM",
+    "ALGORITHM_V2",
     "BLOCK_ALGORITHM",
     "BlockPermutation",
     "BUDGET_ALGORITHM",
@@ -35,17 +36,23 @@ __all__ = [
     "prove_ranks",
     "verify",
     "verify_inverse",
+    "simd_level",
 ]
 
 __version__: str
 ALGORITHM: str
+ALGORITHM_V2: str
 IDENTITY_ALGORITHM: str
 
 class ShardingError(ValueError): ...
 
+def simd_level() -> str: ...
+
 @final
 class Permutation:
-    def __new__(cls, n: int, seed: int = 0, epoch: int = 0) -> Permutation: ...
+    def __new__(cls, n: int, seed: int = 0, epoch: int = 0, algorithm: str = "perm-v1") -> Permutation: ...
+    @property
+    def algorithm(self) -> str: ...
     @property
     def n(self) -> int: ...
     @property

@@ -129,17 +129,21 @@ class KeyedOrder:
 
 
 class Permutation(KeyedOrder):
-    r"""A keyed pseudo-random permutation of ``range(n)`` in O(1) memory (perm-v1).
+    r"""A keyed pseudo-random permutation of ``range(n)`` in O(1) memory.
 
     ``p[i]`` is the sample at position ``i`` and ``p.index_of(x)`` the position of sample
-    ``x``; both are O(1). The order depends only on ``(n, seed, epoch)``, identically on
-    every machine and Python version.
+    ``x``; both are O(1). The order depends only on ``(n, seed, epoch, algorithm)``,
+    identically on every machine and Python version.
 
     Args:
         n (int): number of elements, ``1 <= n <= 2**64 - 1``.
         seed (int, optional): key of the shuffle, in ``[0, 2**64 - 1]``. Default: ``0``.
         epoch (int, optional): a fresh independent order per epoch, in
             ``[0, 2**64 - 1]``. Default: ``0``.
+        algorithm (str, optional): ``"perm-v1"`` (splitmix64 rounds, what the samplers
+            use today) or ``"perm-v2"`` (an exact shuffled table up to ``2**16``, 32-bit
+            multiply rounds above: no cost floor at small n, vectorised on AVX2 and NEON
+            too; see ``docs/perm-v2.md``). Default: ``"perm-v1"``.
 
     Example::
 
@@ -154,12 +158,21 @@ class Permutation(KeyedOrder):
 
     __slots__ = ()
 
-    def __init__(self, n: int, seed: int = 0, epoch: int = 0) -> None:
+    def __init__(self, n: int, seed: int = 0, epoch: int = 0, algorithm: str = _core.ALGORITHM) -> None:
         n = as_u64("n", n, minimum=1)
-        self._inner = _core.Permutation(n, as_u64("seed", seed), as_u64("epoch", epoch))
+        if not isinstance(algorithm, str):
+            raise TypeError(f"algorithm must be a str ('perm-v1' or 'perm-v2'), got {algorithm!r}")
+        self._inner = _core.Permutation(n, as_u64("seed", seed), as_u64("epoch", epoch), algorithm)
+
+    @property
+    def algorithm(self) -> str:
+        """The construction's id: ``perm-v1`` or ``perm-v2``."""
+        return str(self._inner.algorithm)
 
     def _arguments(self) -> tuple[Any, ...]:
-        return (self.n, self.seed, self.epoch)
+        return (self.n, self.seed, self.epoch, self.algorithm)
 
     def __repr__(self) -> str:
-        return f"Permutation(n={self.n}, seed={self.seed}, epoch={self.epoch}) {self._head()} ({_core.ALGORITHM})"
+        return (
+            f"Permutation(n={self.n}, seed={self.seed}, epoch={self.epoch}) {self._head()} ({self.algorithm})"
+        )

@@ -162,9 +162,12 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
     # -- DistributedSampler's attributes -------------------------------------------------
 
     def _reconfigure(self, config: ShardConfig) -> None:
-        """A field assigned (``sampler.epoch = 3``): another epoch drops the resume point."""
+        """A field assigned (``sampler.epoch = 3``): another epoch drops the resume point;
+        any change is a new order, iterated afresh."""
         if config.epoch != self.config.epoch:
             self._start = 0
+        if config != self.config:
+            self._iterated_epoch = None
         super()._reconfigure(config)
 
     @property

@@ -3,7 +3,8 @@
 //!
 //! This crate knows nothing of Python; `rust/python` binds it.
 //!
-//! * [`Permutation`] — perm-v1: `forward`, `inverse`, batched `fill`.
+//! * [`Permutation`] — perm-v1 and perm-v2 ([`Version`]): `forward`, `inverse`, batched
+//!   `fill`; [`simd_level`] names the SIMD level in use (`PERMSHARD_SIMD` forces one).
 //! * [`SampleOrder`] — the order of an epoch (perm-v1, identity, explicit): position ↔ sample.
 //! * [`BlockPermutation`] — block-v1: blocks permuted, samples shuffled within windows of
 //!   blocks (locality for datasets bigger than RAM).
@@ -56,7 +57,7 @@ pub use inverse_proof::{
 pub use mixture::{Mixture, MixtureProof, MIX_ALGORITHM};
 pub use order::{Explicit, Identity, Order, SampleOrder};
 pub use partition::{Outside, Partition};
-pub use permutation::{Permutation, ALGORITHM};
+pub use permutation::{simd_level, Permutation, Version, ALGORITHM, ALGORITHM_V2};
 pub use pool::{worker_threads, CHUNK};
 pub use sharding::{Sharding, IDENTITY_ALGORITHM};
 pub use splitmix::splitmix64;

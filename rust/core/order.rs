@@ -9,7 +9,7 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use crate::error::{check_below, Error};
-use crate::permutation::{Permutation, ALGORITHM};
+use crate::permutation::Permutation;
 
 /// A bijection between positions `[0, len)` and samples `[0, len)`, computable both ways.
 pub trait SampleOrder: Debug + Send + Sync {
@@ -105,7 +105,7 @@ impl SampleOrder for Identity {
 
 impl SampleOrder for Permutation {
     fn algorithm(&self) -> &'static str {
-        ALGORITHM
+        self.version().algorithm()
     }
 
     fn len(&self) -> u64 {

@@ -1,9 +1,16 @@
-//! perm-v1: a keyed pseudo-random permutation of `[0, n)` with O(1) memory.
+//! perm-v1 and perm-v2: keyed pseudo-random permutations of `[0, n)` with O(1) memory.
 //!
-//! An 8-round unbalanced Feistel cipher on the smallest bit domain covering `n` (at least
-//! 16 bits), made a permutation of `[0, n)` by cycle walking: re-encrypt until the value
-//! falls below `n`. Because the domain is `< 2n` (above 16 bits), a walk takes fewer than
-//! two steps on average. The inverse runs the rounds backwards with the same walk.
+//! perm-v1: an 8-round unbalanced Feistel cipher on the smallest bit domain covering `n`
+//! (at least 16 bits), made a permutation of `[0, n)` by cycle walking: re-encrypt until
+//! the value falls below `n`. Because the domain is `< 2n` (above 16 bits), a walk takes
+//! fewer than two steps on average. The inverse runs the rounds backwards with the same
+//! walk. Its round function is splitmix64, 64-bit multiplies.
+//!
+//! perm-v2 (`docs/perm-v2.md`): for `n <= 2^16` an exact Fisher–Yates shuffle driven by a
+//! counter-based generator, built in O(n) (no walk over a larger domain: no cost floor);
+//! above, the same Feistel network and walk on the smallest domain covering `n` (at least
+//! 17 bits, so `< 2n`), with a round function of two 32×32→64 multiplies, which AVX2
+//! (`vpmuludq`) and NEON (`umull`) vectorise as AVX-512 does.
 
 use std::sync::Arc;
 
@@ -13,8 +20,47 @@ use crate::splitmix::{chain, splitmix64};
 /// Name and version of the construction; stored in every state dict.
 pub const ALGORITHM: &str = "perm-v1";
 
-/// Version tag mixed first into every key, so a future perm-v2 shares no keys with v1.
+/// The id of perm-v2.
+pub const ALGORITHM_V2: &str = "perm-v2";
+
+/// Version tag mixed first into every key, so perm-v2 shares no keys with v1.
 const VERSION_TAG: u64 = 0x7065_726d_2d76_3101; // "perm-v1" + 0x01
+const VERSION_TAG_V2: u64 = 0x7065_726d_2d76_3202; // "perm-v2" + 0x02
+/// perm-v2 shuffles a table up to this n; above, the Feistel domain has >= 17 bits.
+const V2_TABLE_MAX_N: u64 = 1 << 16;
+/// The two 32-bit multipliers of perm-v2's round function (odd; from the golden ratio and
+/// murmur3's finalizer).
+const V2_MUL: [u64; 2] = [0x9E37_79B1, 0x85EB_CA77];
+
+/// Which construction a [`Permutation`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Version {
+    /// perm-v1: splitmix64 rounds on a domain of at least 16 bits.
+    V1,
+    /// perm-v2: a shuffled table up to 2^16, 32-bit multiply rounds above.
+    V2,
+}
+
+impl Version {
+    /// The version an algorithm id names: `perm-v1` or `perm-v2`.
+    pub fn named(algorithm: &str) -> Result<Version, Error> {
+        match algorithm {
+            ALGORITHM => Ok(Version::V1),
+            ALGORITHM_V2 => Ok(Version::V2),
+            other => Err(Error::Invalid(format!(
+                "unknown permutation algorithm {other:?}: use \"{ALGORITHM_V2}\" or \"{ALGORITHM}\""
+            ))),
+        }
+    }
+
+    /// Its algorithm id.
+    pub fn algorithm(self) -> &'static str {
+        match self {
+            Version::V1 => ALGORITHM,
+            Version::V2 => ALGORITHM_V2,
+        }
+    }
+}
 const ROUNDS: usize = 8;
 /// Below 16 bits a Feistel network reaches too few permutations (only even ones at
 /// 1-bit halves); the walk pays for it at tiny n, which the lookup table absorbs.
@@ -31,6 +77,7 @@ struct Feistel {
     hi_bits: u32,
     lo_bits: u32,
     keys: [u64; ROUNDS],
+    version: Version,
 }
 
 #[inline(always)]
@@ -43,8 +90,18 @@ fn round_fn(half: u64, key: u64) -> u64 {
     splitmix64(half ^ key)
 }
 
+/// perm-v2's round function on a half of at most 32 bits: two 32×32→64 multiplies, each
+/// folded (high word xor low word), the key's halves xored in before each. Only the low
+/// bits are used (masked to the other half's width).
+#[inline(always)]
+fn round_v2(half: u64, key: u64) -> u64 {
+    let a = ((half ^ key) & 0xFFFF_FFFF) * V2_MUL[0];
+    let b = ((a ^ (a >> 32) ^ (key >> 32)) & 0xFFFF_FFFF) * V2_MUL[1];
+    b ^ (b >> 32)
+}
+
 impl Feistel {
-    fn new(bits: u32, key: u64) -> Self {
+    fn new(bits: u32, key: u64, version: Version) -> Self {
         let mut keys = [0u64; ROUNDS];
         for (i, k) in keys.iter_mut().enumerate() {
             *k = chain(key, &[i as u64]);
@@ -53,6 +110,16 @@ impl Feistel {
             hi_bits: bits.div_ceil(2),
             lo_bits: bits / 2,
             keys,
+            version,
+        }
+    }
+
+    /// The round function of this version.
+    #[inline(always)]
+    fn f(&self, half: u64, key: u64) -> u64 {
+        match self.version {
+            Version::V1 => round_fn(half, key),
+            Version::V2 => round_v2(half, key),
         }
     }
 
@@ -62,7 +129,7 @@ impl Feistel {
         let (mut h, mut l) = (self.hi_bits, self.lo_bits);
         for &k in &self.keys {
             let lo = x & mask(l);
-            let hi = (x >> l) ^ (round_fn(lo, k) & mask(h));
+            let hi = (x >> l) ^ (self.f(lo, k) & mask(h));
             x = (lo << h) | hi;
             std::mem::swap(&mut h, &mut l);
         }
@@ -78,7 +145,7 @@ impl Feistel {
                 (self.lo_bits, self.hi_bits)
             };
             let lo = y >> h;
-            let hi = (y & mask(h)) ^ (round_fn(lo, k) & mask(h));
+            let hi = (y & mask(h)) ^ (self.f(lo, k) & mask(h));
             y = (hi << l) | lo;
         }
         y
@@ -90,6 +157,34 @@ impl Feistel {
 struct Table {
     forward: Vec<u16>,
     inverse: Vec<u16>,
+}
+
+impl Table {
+    /// perm-v2's table of `n <= 2^16`: Fisher–Yates (`i` from `n - 1` down to 1 swaps
+    /// entry `i` with a uniform `j` in `[0, i]`), each `j` drawn by Lemire's unbiased
+    /// multiply-and-reject from a counter-based generator, `splitmix64(key + c·φ)` for
+    /// `c = 0, 1, ...`: every one of the `n!` orders is reachable, any parity.
+    fn shuffled(n: u64, key: u64) -> Table {
+        let mut forward: Vec<u16> = (0..n).map(|p| p as u16).collect(); // n <= 2^16
+        let mut counter = 0u64;
+        let mut draw = |bound: u64| loop {
+            let r = splitmix64(key.wrapping_add(counter.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+            counter += 1;
+            let m = u128::from(r) * u128::from(bound);
+            if (m as u64) >= bound.wrapping_neg() % bound {
+                return (m >> 64) as u64;
+            }
+        };
+        for i in (1..n).rev() {
+            let j = draw(i + 1);
+            forward.swap(i as usize, j as usize);
+        }
+        let mut inverse = vec![0u16; n as usize];
+        for (p, &x) in forward.iter().enumerate() {
+            inverse[x as usize] = p as u16;
+        }
+        Table { forward, inverse }
+    }
 }
 
 /// A keyed pseudo-random permutation π of `[0, n)`.
@@ -122,6 +217,42 @@ impl Permutation {
         Ok(perm)
     }
 
+    /// The permutation of `[0, n)` for `(seed, epoch, stream)` of `version`.
+    pub fn of_version(
+        version: Version,
+        n: u64,
+        seed: u64,
+        epoch: u64,
+        stream: u64,
+    ) -> Result<Self, Error> {
+        if version == Version::V1 {
+            return Self::with_stream(n, seed, epoch, stream);
+        }
+        simd::level()?; // a forced SIMD level this CPU lacks is refused at first use
+        if n == 0 {
+            return Err(Error::EmptyDomain);
+        }
+        let key = chain(VERSION_TAG_V2, &[seed, epoch, n, stream]);
+        let bits = (u64::BITS - (n - 1).leading_zeros()).max(1);
+        let mut perm = Permutation {
+            n,
+            seed,
+            epoch,
+            stream,
+            cipher: Feistel::new(bits, key, version),
+            table: None,
+        };
+        if n <= V2_TABLE_MAX_N {
+            perm.table = Some(Arc::new(Table::shuffled(n, key)));
+        }
+        Ok(perm)
+    }
+
+    /// The construction: perm-v1 or perm-v2.
+    pub fn version(&self) -> Version {
+        self.cipher.version
+    }
+
     /// As [`Permutation::with_stream`], without the lookup table of small `n`: O(1) to
     /// build, for callers that map a few positions of many permutations (a mixture's
     /// passes). The values are the same.
@@ -131,6 +262,7 @@ impl Permutation {
         }
         // Integer bit width of the largest value, never a float log2: a float rounds
         // 2^k + 1 to 2^k for large k and yields a domain too small to hold n values.
+        simd::level()?; // a forced SIMD level this CPU lacks is refused at first use
         let bits = (u64::BITS - (n - 1).leading_zeros()).max(MIN_BITS);
         let key = chain(VERSION_TAG, &[seed, epoch, n, stream]);
         Ok(Permutation {
@@ -138,7 +270,7 @@ impl Permutation {
             seed,
             epoch,
             stream,
-            cipher: Feistel::new(bits, key),
+            cipher: Feistel::new(bits, key, Version::V1),
             table: None,
         })
     }
@@ -301,12 +433,22 @@ impl Permutation {
     /// what lets the compiler turn the lane loop into vector instructions.
     #[inline(always)]
     fn encrypt_block_generic(&self, lanes: &mut [u64]) {
+        match self.cipher.version {
+            Version::V1 => self.encrypt_rounds(lanes, round_fn),
+            Version::V2 => self.encrypt_rounds(lanes, round_v2),
+        }
+    }
+
+    /// The rounds of [`Self::encrypt_block_generic`] with round function `f` (a plain
+    /// function, inlined: the lane loop has no branch).
+    #[inline(always)]
+    fn encrypt_rounds(&self, lanes: &mut [u64], f: fn(u64, u64) -> u64) {
         let (mut h, mut l) = (self.cipher.hi_bits, self.cipher.lo_bits);
         for &k in &self.cipher.keys {
             let (mask_h, mask_l) = (mask(h), mask(l));
             for x in lanes.iter_mut() {
                 let lo = *x & mask_l;
-                let hi = (*x >> l) ^ (round_fn(lo, k) & mask_h);
+                let hi = (*x >> l) ^ (f(lo, k) & mask_h);
                 *x = (lo << h) | hi;
             }
             std::mem::swap(&mut h, &mut l);
@@ -383,6 +525,15 @@ impl Permutation {
     /// The rounds backwards over all lanes, round-major as [`Self::encrypt_block_generic`].
     #[inline(always)]
     fn decrypt_block_generic(&self, lanes: &mut [u64]) {
+        match self.cipher.version {
+            Version::V1 => self.decrypt_rounds(lanes, round_fn),
+            Version::V2 => self.decrypt_rounds(lanes, round_v2),
+        }
+    }
+
+    /// The rounds of [`Self::decrypt_block_generic`] with round function `f`.
+    #[inline(always)]
+    fn decrypt_rounds(&self, lanes: &mut [u64], f: fn(u64, u64) -> u64) {
         for (i, &k) in self.cipher.keys.iter().enumerate().rev() {
             let (h, l) = if i % 2 == 0 {
                 (self.cipher.hi_bits, self.cipher.lo_bits)
@@ -392,7 +543,7 @@ impl Permutation {
             let mask_h = mask(h);
             for y in lanes.iter_mut() {
                 let lo = *y >> h;
-                let hi = (*y & mask_h) ^ (round_fn(lo, k) & mask_h);
+                let hi = (*y & mask_h) ^ (f(lo, k) & mask_h);
                 *y = (hi << l) | lo;
             }
         }
@@ -405,12 +556,20 @@ impl Permutation {
     }
 }
 
+/// The SIMD level the batched paths use: `PERMSHARD_SIMD`'s (`scalar`, `avx2`,
+/// `avx512`, `neon`), or the best of this CPU; an error naming the levels this CPU has
+/// when the variable names another.
+pub fn simd_level() -> Result<&'static str, Error> {
+    simd::level().map(|l| l.name())
+}
+
 /// Runtime CPU-feature dispatch for the batched path. Every variant compiles the same
 /// integer code, so the output never depends on the path taken. The CPU is probed once.
 mod simd {
     use std::sync::OnceLock;
 
     use super::Permutation;
+    use crate::error::Error;
 
     /// The instruction sets the batched path is compiled for.
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -421,6 +580,19 @@ mod simd {
         Avx2,
         /// Whatever the target's baseline is.
         Portable,
+    }
+
+    impl Level {
+        /// The name `PERMSHARD_SIMD` takes and `simd_level()` gives.
+        pub(super) fn name(self) -> &'static str {
+            match self {
+                Level::Avx512 => "avx512",
+                Level::Avx2 => "avx2",
+                // The target's baseline: NEON is part of it on aarch64.
+                Level::Portable if cfg!(target_arch = "aarch64") => "neon",
+                Level::Portable => "scalar",
+            }
+        }
     }
 
     /// The levels this CPU can run, best first (`Portable` always last).
@@ -442,10 +614,38 @@ mod simd {
         levels
     }
 
-    /// The best level of this CPU, probed on first use.
+    /// The level `forced` names (`PERMSHARD_SIMD`'s value), or the best of this CPU; an
+    /// unknown level, or one this CPU lacks, is an error naming the levels it has.
+    pub(super) fn choose(forced: Option<&str>) -> Result<Level, Error> {
+        let levels = available();
+        let Some(name) = forced.map(str::trim).filter(|s| !s.is_empty()) else {
+            return Ok(levels[0]);
+        };
+        // "scalar" also names the baseline on aarch64, where it includes NEON.
+        let found = levels
+            .iter()
+            .find(|l| l.name() == name || (name == "scalar" && **l == Level::Portable));
+        found.copied().ok_or_else(|| {
+            let names: Vec<&str> = levels.iter().map(|l| l.name()).collect();
+            Error::Invalid(format!(
+                "PERMSHARD_SIMD={name:?} is not a SIMD level of this CPU; it has {}: set one of \
+                 them, or unset PERMSHARD_SIMD for the best",
+                names.join(", ")
+            ))
+        })
+    }
+
+    /// The level in use: `PERMSHARD_SIMD`'s, or the best of this CPU, read once.
+    pub(crate) fn level() -> Result<Level, Error> {
+        static LEVEL: OnceLock<Result<Level, Error>> = OnceLock::new();
+        LEVEL
+            .get_or_init(|| choose(std::env::var("PERMSHARD_SIMD").ok().as_deref()))
+            .clone()
+    }
+
+    /// The level in use (constructors refuse a bad `PERMSHARD_SIMD` before this runs).
     pub(super) fn best() -> Level {
-        static BEST: OnceLock<Level> = OnceLock::new();
-        *BEST.get_or_init(|| available()[0])
+        level().unwrap_or(Level::Portable)
     }
 
     /// Defines `$name(perm, lanes)` (at the best level) and `$at(level, perm, lanes)`
@@ -621,6 +821,153 @@ mod tests {
         }
         let p = Permutation::new(10, 0, 0).unwrap();
         assert!(p.fill_inverse(5, &mut [0; 6]).is_err());
+    }
+
+    fn v2(n: u64, seed: u64, epoch: u64) -> Permutation {
+        Permutation::of_version(Version::V2, n, seed, epoch, 0).unwrap()
+    }
+
+    /// Every value once, the inverse undoing the forward map, the batched paths equal to
+    /// the scalar ones: a bijection of `[0, n)` (all of it, `n` <= 2^22).
+    fn assert_v2_bijection(n: u64) {
+        let p = v2(n, 7, 3);
+        let mut all = vec![0u64; n as usize];
+        p.fill(0, &mut all).unwrap();
+        let mut seen = vec![false; n as usize];
+        for (i, &x) in all.iter().enumerate() {
+            assert!(
+                x < n && !seen[x as usize],
+                "n={n}: value {x} out of range or twice"
+            );
+            seen[x as usize] = true;
+            assert_eq!(
+                x,
+                p.forward(i as u64).unwrap(),
+                "n={n}: batched != scalar at {i}"
+            );
+        }
+        let mut back = all.clone();
+        p.invert_in_place(&mut back);
+        assert!(
+            back.iter().enumerate().all(|(i, &b)| b == i as u64),
+            "n={n}: inverse"
+        );
+        assert_eq!(p.inverse(all[0]).unwrap(), 0);
+    }
+
+    #[test]
+    fn v2_is_a_bijection_at_every_n_to_2048_and_around_powers_of_two() {
+        for n in 1..=2048 {
+            assert_v2_bijection(n);
+        }
+        for k in 11..=22u32 {
+            let m = 1u64 << k;
+            for n in [m - 1, m, m + 1] {
+                assert_v2_bijection(n);
+            }
+        }
+        for n in [65_537, 262_145, 1_048_577, 4_194_305] {
+            assert_v2_bijection(n);
+        }
+    }
+
+    #[test]
+    fn v2_inverts_and_batches_exactly_up_to_2_pow_64() {
+        for n in [(1 << 16) + 1, 1_000_003, 1 << 40, (1 << 63) + 5, u64::MAX] {
+            let p = v2(n, 5, 9);
+            assert!(p.table.is_none() && p.domain_bits() < 65);
+            assert!(
+                n > (1u64 << (p.domain_bits() - 1)),
+                "n={n}: domain below 2n"
+            );
+            for start in [0, n / 3, n - 1000] {
+                let mut batched = vec![0u64; 1000];
+                p.fill(start, &mut batched).unwrap();
+                for (i, &b) in batched.iter().enumerate() {
+                    assert_eq!(b, p.forward(start + i as u64).unwrap(), "n={n}");
+                    assert_eq!(p.inverse(b).unwrap(), start + i as u64, "n={n}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn v2_equals_the_scalar_path_at_every_simd_level() {
+        let levels = simd::available();
+        for n in [(1 << 16) + 1, 1_000_003, 1 << 40, u64::MAX] {
+            let p = v2(n, 5, 9);
+            let start = n - 1000;
+            let scalar: Vec<u64> = (start..n).map(|i| p.forward(i).unwrap()).collect();
+            for &level in &levels {
+                let mut mapped: Vec<u64> = (start..n).collect();
+                let mut inverted = scalar.clone();
+                for (m, i) in mapped.chunks_mut(BLOCK).zip(inverted.chunks_mut(BLOCK)) {
+                    simd::map_block_at(level, &p, m);
+                    simd::invert_block_at(level, &p, i);
+                }
+                assert_eq!(mapped, scalar, "n={n} level={level:?}");
+                assert!(
+                    inverted.iter().zip(start..n).all(|(&a, b)| a == b),
+                    "{level:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn v2_tables_reach_odd_permutations_and_differ_by_key() {
+        // A Feistel network on a few bits reaches only even permutations; the table
+        // shuffles exactly, so over keys both parities come about equally.
+        let parity = |t: &[u64]| {
+            let mut seen = vec![false; t.len()];
+            let mut cycles = 0;
+            for i in 0..t.len() {
+                let mut j = i;
+                if !seen[i] {
+                    cycles += 1;
+                }
+                while !seen[j] {
+                    seen[j] = true;
+                    j = t[j] as usize;
+                }
+            }
+            (t.len() - cycles) % 2
+        };
+        let odd: usize = (0..400)
+            .map(|epoch| {
+                let mut t = vec![0u64; 1000];
+                v2(1000, 1, epoch).fill(0, &mut t).unwrap();
+                parity(&t)
+            })
+            .sum();
+        assert!((150..=250).contains(&odd), "{odd} of 400 odd");
+        assert_ne!(
+            v2(10, 0, 0).forward(0).unwrap(),
+            v2(10, 0, 1).forward(0).unwrap()
+        );
+        assert_eq!(Version::named("perm-v2").unwrap(), Version::V2);
+        assert!(Version::named("perm-v3")
+            .unwrap_err()
+            .to_string()
+            .contains("perm-v2"));
+    }
+
+    #[test]
+    fn a_forced_simd_level_this_cpu_lacks_is_an_error_naming_its_levels() {
+        assert_eq!(simd::choose(None).unwrap(), simd::available()[0]);
+        assert_eq!(simd::choose(Some("scalar")).unwrap(), simd::Level::Portable);
+        assert_eq!(simd::choose(Some("")).unwrap(), simd::available()[0]);
+        for level in simd::available() {
+            assert_eq!(simd::choose(Some(level.name())).unwrap(), level);
+        }
+        let e = simd::choose(Some("sse9")).unwrap_err().to_string();
+        assert!(
+            e.contains("\"sse9\" is not a SIMD level of this CPU; it has") && e.contains("scalar"),
+            "{e}"
+        );
+        if !simd::available().contains(&simd::Level::Avx512) {
+            assert!(simd::choose(Some("avx512")).is_err());
+        }
     }
 
     #[test]

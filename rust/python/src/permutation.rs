@@ -1,7 +1,9 @@
-//! `_core.Permutation`: perm-v1 over `[0, n)`.
+//! `_core.Permutation`: perm-v1 or perm-v2 over `[0, n)`; `simd_level()`.
 
 use numpy::PyArray1;
 use pyo3::prelude::*;
+
+use permshard_core::Version;
 
 use crate::convert::{int64_array, take_order};
 use crate::errors::to_py;
@@ -14,10 +16,18 @@ pub struct Permutation {
 #[pymethods]
 impl Permutation {
     #[new]
-    #[pyo3(signature = (n, seed = 0, epoch = 0))]
-    fn new(n: u64, seed: u64, epoch: u64) -> PyResult<Self> {
-        let inner = permshard_core::Permutation::new(n, seed, epoch).map_err(to_py)?;
+    #[pyo3(signature = (n, seed = 0, epoch = 0, algorithm = "perm-v1"))]
+    fn new(n: u64, seed: u64, epoch: u64, algorithm: &str) -> PyResult<Self> {
+        let version = Version::named(algorithm).map_err(to_py)?;
+        let inner =
+            permshard_core::Permutation::of_version(version, n, seed, epoch, 0).map_err(to_py)?;
         Ok(Permutation { inner })
+    }
+
+    /// The construction's id: `perm-v1` or `perm-v2`.
+    #[getter]
+    fn algorithm(&self) -> &'static str {
+        self.inner.version().algorithm()
     }
 
     #[getter]
@@ -58,4 +68,11 @@ impl Permutation {
     fn take_list(&self, py: Python<'_>, start: u64, stop: u64) -> PyResult<Vec<u64>> {
         take_order(py, &self.inner, start, stop)
     }
+}
+
+/// The SIMD level the batched paths use (`PERMSHARD_SIMD`'s, or the best of this CPU);
+/// ValueError naming this CPU's levels when `PERMSHARD_SIMD` names another.
+#[pyfunction]
+pub fn simd_level() -> PyResult<&'static str> {
+    permshard_core::simd_level().map_err(to_py)
 }

@@ -1,0 +1,139 @@
+"""perm-v2 written again from its specification (``docs/perm-v2.md``) in plain Python,
+slow and obvious: the independent reference for the golden vectors
+(``tests/golden/perm-v2.json``).
+
+Run ``python tests/reference_perm_v2.py`` to regenerate the golden file.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+from reference_perm_v1 import chain, splitmix64
+
+MASK32 = (1 << 32) - 1
+MASK64 = (1 << 64) - 1
+VERSION_TAG = 0x7065726D2D763202  # "perm-v2" + 0x02
+TABLE_MAX_N = 1 << 16
+MUL = (0x9E3779B1, 0x85EBCA77)
+GOLDEN_RATIO = 0x9E3779B97F4A7C15
+
+
+def round_function(half: int, key: int) -> int:
+    """Two 32x32->64 multiplies, each product folded (high word xor low word)."""
+    a = ((half ^ key) & MASK32) * MUL[0]
+    b = ((a ^ (a >> 32) ^ (key >> 32)) & MASK32) * MUL[1]
+    return b ^ (b >> 32)
+
+
+def fisher_yates(n: int, key: int) -> list[int]:
+    """The shuffled table of n <= 2^16: i from n-1 down to 1 swaps entries i and j, j
+    uniform in [0, i] by Lemire's multiply-and-reject on splitmix64(key + c * phi)."""
+    table = list(range(n))
+    counter = 0
+    for i in range(n - 1, 0, -1):
+        bound = i + 1
+        while True:
+            r = splitmix64((key + counter * GOLDEN_RATIO) & MASK64)
+            counter += 1
+            m = r * bound
+            if (m & MASK64) >= ((1 << 64) - bound) % bound:
+                j = m >> 64
+                break
+        table[i], table[j] = table[j], table[i]
+    return table
+
+
+class ReferencePermutation:
+    def __init__(self, n: int, seed: int = 0, epoch: int = 0, stream: int = 0):
+        self.n = n
+        key = chain(VERSION_TAG, [seed, epoch, n, stream])
+        self.table = fisher_yates(n, key) if n <= TABLE_MAX_N else None
+        if self.table is not None:
+            self.inverse_table = [0] * n
+            for p, x in enumerate(self.table):
+                self.inverse_table[x] = p
+        bits = max(1, (n - 1).bit_length())
+        self.hi, self.lo = (bits + 1) // 2, bits // 2
+        self.keys = [chain(key, [i]) for i in range(8)]
+
+    def _widths(self, i: int) -> tuple[int, int]:
+        return (self.hi, self.lo) if i % 2 == 0 else (self.lo, self.hi)
+
+    def encrypt(self, x: int) -> int:
+        for i, k in enumerate(self.keys):
+            h, l = self._widths(i)
+            lo, hi = x & ((1 << l) - 1), x >> l
+            hi ^= round_function(lo, k) & ((1 << h) - 1)
+            x = (lo << h) | hi
+        return x
+
+    def decrypt(self, y: int) -> int:
+        for i in reversed(range(len(self.keys))):
+            h, l = self._widths(i)
+            lo, hi = y >> h, y & ((1 << h) - 1)
+            hi ^= round_function(lo, self.keys[i]) & ((1 << h) - 1)
+            y = (hi << l) | lo
+        return y
+
+    def forward(self, p: int) -> int:
+        if self.table is not None:
+            return self.table[p]
+        x = self.encrypt(p)
+        while x >= self.n:
+            x = self.encrypt(x)
+        return x
+
+    def inverse(self, x: int) -> int:
+        if self.table is not None:
+            return self.inverse_table[x]
+        p = self.decrypt(x)
+        while p >= self.n:
+            p = self.decrypt(p)
+        return p
+
+
+GOLDEN = pathlib.Path(__file__).parent / "golden" / "perm-v2.json"
+CASES = [
+    # (n, seed, epoch, positions): tables (n <= 2^16) and the Feistel above, to 2^64 - 1.
+    (1, 0, 0, [0]),
+    (2, 0, 0, [0, 1]),
+    (4, 0, 0, [0, 1, 2, 3]),
+    (10, 0, 0, list(range(10))),
+    (10, 1, 0, list(range(10))),
+    (10, 0, 1, list(range(10))),
+    (1000, 42, 3, [0, 1, 2, 500, 998, 999]),
+    (65536, 0, 0, [0, 1, 65535]),
+    (65537, 7, 0, [0, 1, 65535, 65536]),
+    (131_073, 3, 1, [0, 1, 131_072]),
+    (1_000_003, 123, 9, [0, 1, 2, 999_999, 1_000_002]),
+    (2**32 + 15, 5, 5, [0, 1, 2**31, 2**32 + 14]),
+    (2**63, 2**64 - 1, 2**64 - 1, [0, 1, 2**62, 2**63 - 1]),
+    (2**64 - 1, 0, 0, [0, 1, 2**63, 2**64 - 2]),
+]
+
+
+def generate() -> dict[str, object]:
+    cases = []
+    for n, seed, epoch, positions in CASES:
+        perm = ReferencePermutation(n, seed, epoch)
+        values = [perm.forward(p) for p in positions]
+        assert [perm.inverse(v) for v in values] == positions
+        cases.append(
+            {
+                "n": str(n),
+                "seed": str(seed),
+                "epoch": str(epoch),
+                "positions": [str(p) for p in positions],
+                "values": [str(v) for v in values],
+            }
+        )
+    return {"algorithm": "perm-v2", "cases": cases}
+
+
+if __name__ == "__main__":
+    golden = generate()
+    lines = ",\n  ".join(json.dumps(case) for case in golden["cases"])  # type: ignore[attr-defined]
+    GOLDEN.write_text(f'{{"algorithm": "perm-v2", "cases": [\n  {lines}\n]}}\n')
+    print(f"wrote {GOLDEN}")

@@ -65,6 +65,9 @@ class EpochConfig:
     #: Keys an earlier release wrote and this one does not: accepted at this value only.
     retired_keys: ClassVar[Mapping[str, Any]] = {}
 
+    #: Fields a state dict does not write because its ``algorithm`` implies them.
+    implied_keys: ClassVar[tuple[str, ...]] = ()
+
     def __init__(
         self,
         n: int,
@@ -103,8 +106,15 @@ class EpochConfig:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     def saved_fields(self) -> dict[str, Any]:
-        """The fields a state dict records: all but the dealing's."""
-        return {k: v for k, v in self.as_dict().items() if k not in self.dealing_keys}
+        """The fields a state dict records: all but the dealing's and those its
+        ``algorithm`` implies."""
+        unsaved = self.dealing_keys + self.implied_keys
+        return {k: v for k, v in self.as_dict().items() if k not in unsaved}
+
+    @classmethod
+    def _implied(cls, state: Mapping[str, Any]) -> dict[str, Any]:
+        """The :attr:`implied_keys` of a state dict, from its ``algorithm``."""
+        return {}
 
     def accepts_algorithm(self, algorithm: str) -> bool:
         """Whether a state saved under ``algorithm`` continues under this configuration.
@@ -135,7 +145,7 @@ class EpochConfig:
         """
         if not isinstance(state, Mapping):
             raise TypeError(f"state_dict must be a mapping, got {type(state).__name__}")
-        saved = [f for f in dataclasses.fields(cls) if f.name not in cls.dealing_keys]
+        saved = [f for f in dataclasses.fields(cls) if f.name not in cls.dealing_keys + cls.implied_keys]
         keys = [f.name for f in saved] + list(resume)
         missing = [k for k in keys if k not in state and k not in cls.optional_keys]
         if missing:
@@ -158,7 +168,7 @@ class EpochConfig:
         values = {f.name: state.get(f.name, cls.optional_keys.get(f.name)) for f in saved}
         for f in saved:
             _check_type(f"state_dict[{f.name!r}]", values[f.name], f)
-        config = cls(**{f.name: values[f.name] for f in saved if f.init})
+        config = cls(**{f.name: values[f.name] for f in saved if f.init}, **cls._implied(state))
         if not config.accepts_algorithm(state["algorithm"]):
             implied = {k: getattr(config, k) for k in cls.resume_keys if k not in ("algorithm", "n", "seed")}
             raise ValueError(
@@ -207,14 +217,17 @@ class ShardConfig(EpochConfig):
             (accelerate's whole batches, :class:`~permshard.StepBatchSampler`).
         batch_size (int): items per batch of a batch sampler (``0``: an item sampler).
         drop_last_batch (bool): the batch sampler drops its last partial batch.
+        permutation (str): the keyed permutation of a shuffled epoch without blocks:
+            ``"perm-v1"`` (default) or ``"perm-v2"``. A state dict does not write it: its
+            ``algorithm`` names it.
 
     The dealing fields are agreed by every rank and named by certificates, but not saved
     in state dicts: a resume point is a prefix of the epoch's positions whatever the
     dealing, so a state saved under one dealing resumes under another.
 
     The order and its algorithm id, ``algorithm``, follow from them, decided by the core
-    (``identity`` without ``shuffle``, ``block-v1`` with ``block_size``, else
-    ``perm-v1``); a state dict of another order cannot be resumed. State dicts of 0.1 and
+    (``identity`` without ``shuffle``, ``block-v1`` with ``block_size``, else the
+    ``permutation``); a state dict of another order cannot be resumed. State dicts of 0.1 and
     0.2, which recorded an unshuffled epoch as ``perm-v1``, still load. Every field after
     ``num_replicas`` is keyword-only.
 
@@ -240,10 +253,19 @@ class ShardConfig(EpochConfig):
     drop_last_batch: bool = field(
         default=False, metadata={"help": "the batch sampler drops its last partial batch"}
     )
+    permutation: str = field(
+        default=_core.ALGORITHM,
+        metadata={
+            "flags": ("--algorithm",),
+            "choices": (_core.ALGORITHM, _core.ALGORITHM_V2),
+            "help": "the keyed permutation of a shuffle (default perm-v1; perm-v2: no cost floor at small n)",
+        },
+    )
 
     dealing_keys: ClassVar[tuple[str, ...]] = ("dealing", "batch_size", "drop_last_batch")
     resume_keys: ClassVar[tuple[str, ...]] = EpochConfig.resume_keys + ("block_size", "window_blocks")
     optional_keys: ClassVar[Mapping[str, Any]] = {"block_size": 0, "window_blocks": 0}
+    implied_keys: ClassVar[tuple[str, ...]] = ("permutation",)
 
     def __init__(
         self,
@@ -255,11 +277,13 @@ class ShardConfig(EpochConfig):
         dealing: str = "round-robin",
         batch_size: int = 0,
         drop_last_batch: bool = False,
+        permutation: str = _core.ALGORITHM,
         **epoch: Any,
     ) -> None:
         super().__init__(n, num_replicas, **epoch)
-        if not isinstance(dealing, str):
-            raise TypeError(f"dealing must be a str ('round-robin' or 'step'), got {dealing!r}")
+        for name, value in (("dealing", dealing), ("algorithm", permutation)):
+            if not isinstance(value, str):
+                raise TypeError(f"{name} must be a str, got {value!r}")
         self._set(
             {
                 "block_size": as_u64("block_size", block_size),
@@ -267,10 +291,17 @@ class ShardConfig(EpochConfig):
                 "dealing": dealing,
                 "batch_size": as_u64("batch_size", batch_size),
                 "drop_last_batch": bool(drop_last_batch),
+                "permutation": permutation,
             }
         )
         # The core checks the fields together and names the order they imply.
         self._set({"algorithm": self.sharding().algorithm})
+
+    @classmethod
+    def _implied(cls, state: Mapping[str, Any]) -> dict[str, Any]:
+        # A shuffled epoch's algorithm is its permutation; the others are built on perm-v1.
+        algorithm = state.get("algorithm")
+        return {"permutation": algorithm if algorithm == _core.ALGORITHM_V2 else _core.ALGORITHM}
 
     def sharding(self) -> _core.Sharding:
         """The core's description of this epoch (order, algorithm id, dealing, resume

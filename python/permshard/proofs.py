@@ -121,6 +121,7 @@ def verify(
     dealing: str = "round-robin",
     batch_size: int = 0,
     drop_last_batch: bool = False,
+    algorithm: str = _core.ALGORITHM,
     method: str = "inverse",
     rank: Optional[int] = None,
     threads: int = 0,
@@ -148,6 +149,8 @@ def verify(
         batch_size (int, optional): items per batch of a batch sampler (``>= 1`` for
             ``"step"``; ``0``: an item sampler). Default: ``0``.
         drop_last_batch (bool, optional): the batch sampler drops its last partial batch.
+        algorithm (str, optional): the keyed permutation of the shuffle, ``"perm-v1"``
+            (default) or ``"perm-v2"``.
         method (str, optional): ``"inverse"`` or ``"bitmap"``. Default: ``"inverse"``.
         rank (int, optional): prove this rank's share only. Default: every rank.
         threads (int, optional): worker threads; ``0`` uses every core. Default: ``0``.
@@ -177,6 +180,7 @@ def verify(
         dealing=dealing,
         batch_size=batch_size,
         drop_last_batch=drop_last_batch,
+        permutation=algorithm,
     )
     return verify_partition(
         config.partition(), config, method=method, rank=rank, threads=threads, on_progress=on_progress

@@ -11,6 +11,7 @@ import torch.distributed as dist
 from torch.utils.data import DistributedSampler
 
 from . import _core, consensus, guards
+from ._core import ALGORITHM as permutation_default
 from ._validation import as_int, as_positive, as_u64
 from .config import HoldsConfig, ShardConfig
 from .epoch_index import wants_epoch
@@ -95,6 +96,10 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
             kernel's read-ahead).
             Default: ``None`` (perm-v1).
         window_blocks (int, optional): blocks shuffled together, with ``block_size``.
+        algorithm (str, optional): the keyed permutation of the shuffle: ``"perm-v1"``
+            (default) or ``"perm-v2"`` (an exact shuffled table up to ``2**16`` samples,
+            32-bit multiply rounds above: no fixed cost at small n; see
+            ``docs/perm-v2.md``). A loaded state dict continues with the order it names.
 
     Model parallelism: processes that share a data-parallel rank (tensor, pipeline or
     context parallel peers) pass the same ``rank`` (or the same mesh coordinate) and read
@@ -132,6 +137,7 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
         mesh_dim: Optional[MeshDim] = None,
         block_size: Optional[int] = None,
         window_blocks: Optional[int] = None,
+        algorithm: str = permutation_default,
     ) -> None:
         # DistributedSampler.__init__ is not called: it would compute nothing we use.
         self.dataset = dataset  # type: ignore[assignment]
@@ -147,6 +153,7 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
             drop_last=drop_last,
             block_size=0 if block_size is None else as_positive("block_size", block_size),
             window_blocks=0 if window_blocks is None else as_positive("window_blocks", window_blocks),
+            permutation=algorithm,
         )
         if self.block_size and hasattr(dataset, "block_order"):
             dataset.block_order = True  # the locality protocol: reads come in blocks
@@ -452,6 +459,7 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
                 ignores them). Default: ``True``.
         """
         saved, consumed = ShardConfig.from_state_dict(state_dict, strict=strict)
+        self.permutation = saved.permutation  # the state continues with the order it names
         self.config.check_resumable(saved)
         self.epoch = saved.epoch
         self._start = consumed

@@ -9,16 +9,17 @@ use crate::dealing::Dealing;
 use crate::error::Error;
 use crate::order::{Identity, Order};
 use crate::partition::Partition;
-use crate::permutation::{Permutation, ALGORITHM};
+use crate::permutation::{Permutation, Version, ALGORITHM};
 
 /// The algorithm id of the unshuffled order (`shuffle = false`).
 pub const IDENTITY_ALGORITHM: &str = "identity";
 
 /// One epoch's sharding: `n` samples over `num_replicas` ranks.
 ///
-/// The order is the identity without `shuffle`, block-v1 with `block_size > 0`, else
-/// perm-v1; [`Sharding::algorithm`] names the one used, and is what state dicts,
-/// certificates, plans and partitions record.
+/// The order is the identity without `shuffle`, block-v1 with `block_size > 0`, else the
+/// keyed permutation of [`Sharding::permutation`] (perm-v1 unless set by
+/// [`Sharding::with_permutation`]); [`Sharding::algorithm`] names the one used, and is what
+/// state dicts, certificates, plans and partitions record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sharding {
     /// Dataset length, `>= 1`.
@@ -40,6 +41,9 @@ pub struct Sharding {
     /// How a pass's positions go to (rank, local index): round-robin unless set by
     /// [`Sharding::with_dealing`].
     pub dealing: Dealing,
+    /// The keyed permutation of a shuffled epoch without blocks: perm-v1 unless set by
+    /// [`Sharding::with_permutation`].
+    pub permutation: Version,
 }
 
 impl Sharding {
@@ -87,6 +91,7 @@ impl Sharding {
             block_size,
             window_blocks,
             dealing: Dealing::ROUND_ROBIN,
+            permutation: Version::V1,
         })
     }
 
@@ -95,11 +100,26 @@ impl Sharding {
         Sharding { dealing, ..self }
     }
 
+    /// This epoch shuffled by `permutation`'s construction (block-v1 is built on perm-v1).
+    pub fn with_permutation(self, permutation: Version) -> Result<Self, Error> {
+        if self.block_size > 0 && permutation != Version::V1 {
+            return Err(Error::Invalid(format!(
+                "block_size=... orders blocks with block-v1, built on perm-v1: pass \
+                 algorithm=\"perm-v1\" with it (not {:?}), or drop block_size",
+                permutation.algorithm()
+            )));
+        }
+        Ok(Sharding {
+            permutation,
+            ..self
+        })
+    }
+
     /// The algorithm id of the order this epoch uses.
     pub fn algorithm(&self) -> &'static str {
         match (self.shuffle, self.block_size) {
             (false, _) => IDENTITY_ALGORITHM,
-            (true, 0) => ALGORITHM,
+            (true, 0) => self.permutation.algorithm(),
             (true, _) => BLOCK_ALGORITHM,
         }
     }
@@ -114,7 +134,13 @@ impl Sharding {
     pub fn order(&self) -> Result<Order, Error> {
         Ok(match (self.shuffle, self.block_size) {
             (false, _) => Arc::new(Identity::new(self.n)?),
-            (true, 0) => Arc::new(Permutation::new(self.n, self.seed, self.epoch)?),
+            (true, 0) => Arc::new(Permutation::of_version(
+                self.permutation,
+                self.n,
+                self.seed,
+                self.epoch,
+                0,
+            )?),
             (true, _) => Arc::new(BlockPermutation::new(
                 self.n,
                 self.block_size,
@@ -153,6 +179,7 @@ impl Sharding {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::order::SampleOrder;
 
     fn sharding(n: u64, w: u64, shuffle: bool, block: u64) -> Sharding {
         Sharding::new(
@@ -184,6 +211,21 @@ mod tests {
         assert!(sharding(100, 3, false, 0).accepts_algorithm("perm-v1"));
         assert!(!sharding(100, 3, true, 4).accepts_algorithm("perm-v1"));
         assert!(!sharding(100, 3, true, 0).accepts_algorithm("identity"));
+    }
+
+    #[test]
+    fn perm_v2_is_chosen_for_a_shuffle_without_blocks() {
+        let s = sharding(1000, 3, true, 0).with_permutation(Version::V2).unwrap();
+        assert_eq!(s.algorithm(), "perm-v2");
+        let want = Permutation::of_version(Version::V2, 1000, 3, 1, 0).unwrap();
+        let order = s.order().unwrap();
+        assert!((0..1000).all(|p| order.at(p) == want.forward(p).unwrap()));
+        assert!(s.accepts_algorithm("perm-v2") && !s.accepts_algorithm("perm-v1"));
+        // Unshuffled, the permutation does not matter: the identity either way.
+        let plain = sharding(1000, 3, false, 0).with_permutation(Version::V2).unwrap();
+        assert_eq!(plain.algorithm(), IDENTITY_ALGORITHM);
+        let e = sharding(100, 3, true, 4).with_permutation(Version::V2).unwrap_err();
+        assert!(e.to_string().contains("built on perm-v1"), "{e}");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use pyo3::prelude::*;
 
-use permshard_core::Dealing;
+use permshard_core::{Dealing, Version};
 
 use crate::convert::field;
 use crate::errors::to_py;
@@ -36,7 +36,9 @@ impl Sharding {
             field(config, "window_blocks")?,
         )
         .map_err(to_py)?
-        .with_dealing(dealing);
+        .with_dealing(dealing)
+        .with_permutation(Version::named(&field::<String>(config, "permutation")?).map_err(to_py)?)
+        .map_err(to_py)?;
         Ok(Sharding { inner })
     }
 

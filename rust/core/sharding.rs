@@ -215,16 +215,22 @@ mod tests {
 
     #[test]
     fn perm_v2_is_chosen_for_a_shuffle_without_blocks() {
-        let s = sharding(1000, 3, true, 0).with_permutation(Version::V2).unwrap();
+        let s = sharding(1000, 3, true, 0)
+            .with_permutation(Version::V2)
+            .unwrap();
         assert_eq!(s.algorithm(), "perm-v2");
         let want = Permutation::of_version(Version::V2, 1000, 3, 1, 0).unwrap();
         let order = s.order().unwrap();
         assert!((0..1000).all(|p| order.at(p) == want.forward(p).unwrap()));
         assert!(s.accepts_algorithm("perm-v2") && !s.accepts_algorithm("perm-v1"));
         // Unshuffled, the permutation does not matter: the identity either way.
-        let plain = sharding(1000, 3, false, 0).with_permutation(Version::V2).unwrap();
+        let plain = sharding(1000, 3, false, 0)
+            .with_permutation(Version::V2)
+            .unwrap();
         assert_eq!(plain.algorithm(), IDENTITY_ALGORITHM);
-        let e = sharding(100, 3, true, 4).with_permutation(Version::V2).unwrap_err();
+        let e = sharding(100, 3, true, 4)
+            .with_permutation(Version::V2)
+            .unwrap_err();
         assert!(e.to_string().contains("built on perm-v1"), "{e}");
     }
 

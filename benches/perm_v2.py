@@ -1,0 +1,126 @@
+"""perm-v2 beside perm-v1 and torch's DistributedSampler, side by side in one run.
+
+1. One epoch of one rank (set_epoch, then the whole iteration) for n = 10 ... 10^7
+   (10^8 with ``--large``): DistributedSampler, ShardedSampler on perm-v1 and on perm-v2,
+   and the ratios. Each epoch is a new one, so perm-v2's table (n <= 2^16) is built in it.
+2. ``Permutation.take`` per index on every SIMD level this CPU has (``PERMSHARD_SIMD``,
+   a fresh process per level), perm-v1 against perm-v2.
+3. One rank's share of the exact proof (ns per item per core), perm-v1 against perm-v2.
+
+Run: ``python benches/perm_v2.py [--large] [--markdown PATH]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+W = 8
+
+
+def epoch_cost(n: int, kind: str, epochs: int) -> float:
+    """Median seconds of set_epoch + one epoch of rank 0."""
+    from torch.utils.data import DistributedSampler
+
+    from permshard import ShardedSampler
+
+    if kind == "DistributedSampler":
+        sampler = DistributedSampler(range(n), num_replicas=W, rank=0)
+    else:
+        sampler = ShardedSampler(n, num_replicas=W, rank=0, algorithm=kind)
+    times = []
+    for epoch in range(epochs):
+        began = time.perf_counter()
+        sampler.set_epoch(epoch + 1)
+        count = sum(1 for _ in sampler)
+        times.append(time.perf_counter() - began)
+        assert count == -(-n // W)
+    return statistics.median(times)
+
+
+def take_per_index(level: str) -> dict[str, float]:
+    """ns per index of ``take`` at n = 10^7 on ``level``, in a fresh process."""
+    code = """
+import json, time
+from permshard import Permutation, simd_level
+out = {"level": simd_level()}
+for algorithm in ("perm-v1", "perm-v2"):
+    p = Permutation(10**7, seed=1, algorithm=algorithm)
+    best = 1e9
+    for _ in range(7):
+        began = time.perf_counter()
+        p.take(0, 1 << 21)
+        best = min(best, (time.perf_counter() - began) / (1 << 21) * 1e9)
+    out[algorithm] = best
+print(json.dumps(out))
+"""
+    env = dict(os.environ, PERMSHARD_SIMD=level)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)
+
+
+def share_cost(algorithm: str) -> float:
+    """ns per item per core of one rank's share of the exact proof, n = 10^9 over 64 ranks."""
+    import permshard
+
+    began = time.perf_counter()
+    cert = permshard.verify(10**9, 64, rank=5, algorithm=algorithm, threads=1)
+    seconds = time.perf_counter() - began
+    return seconds / cert.lengths[0] * 1e9
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--large", action="store_true", help="also n = 10^8 (minutes, GBs)")
+    parser.add_argument("--markdown", metavar="PATH", help="also write the tables as markdown")
+    args = parser.parse_args()
+    import permshard
+
+    lines = [
+        f"perm-v2 side by side on this machine ({os.cpu_count()} cores, SIMD level {permshard.simd_level()})",
+        "",
+    ]
+    lines += [
+        "| n | DistributedSampler | perm-v1 | perm-v2 | perm-v1 / DS | perm-v2 / DS |",
+        "|---|---|---|---|---|---|",
+    ]
+    sizes = [10, 100, 1000, 10**4, 10**5, 10**6, 10**7] + ([10**8] if args.large else [])
+    for n in sizes:
+        epochs = 31 if n <= 10**5 else 5 if n <= 10**6 else 3
+        ds, v1, v2 = (epoch_cost(n, kind, epochs) for kind in ("DistributedSampler", "perm-v1", "perm-v2"))
+        lines.append(
+            f"| {n:,} | {ds * 1e6:,.1f} µs | {v1 * 1e6:,.1f} µs | {v2 * 1e6:,.1f} µs | {v1 / ds:.2f}× | {v2 / ds:.2f}× |"
+        )
+    lines += ["", "`Permutation.take` per index at n = 10^7 (best of 7, 2^21 indices):", ""]
+    lines += ["| SIMD level | perm-v1 | perm-v2 | perm-v2 / perm-v1 |", "|---|---|---|---|"]
+    code = "from permshard._core import simd_level; print(simd_level())"
+    levels = ["avx512", "avx2", "scalar", "neon"]
+    for level in levels:
+        env = dict(os.environ, PERMSHARD_SIMD=level)
+        if subprocess.run([sys.executable, "-c", code], env=env, capture_output=True).returncode:
+            continue  # not a level of this CPU
+        t = take_per_index(level)
+        lines.append(
+            f"| {t['level']} | {t['perm-v1']:.2f} ns | {t['perm-v2']:.2f} ns | {t['perm-v2'] / t['perm-v1']:.2f}× |"
+        )
+    v1, v2 = share_cost("perm-v1"), share_cost("perm-v2")
+    lines += [
+        "",
+        f"One rank's share of the exact proof (n = 10^9 over 64 ranks, one thread): perm-v1 "
+        f"{v1:.1f} ns per item, perm-v2 {v2:.1f} ns per item ({v2 / v1:.2f}×).",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -179,7 +179,6 @@ impl Sharding {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::order::SampleOrder;
 
     fn sharding(n: u64, w: u64, shuffle: bool, block: u64) -> Sharding {
         Sharding::new(

@@ -123,22 +123,20 @@ def exact_proofs(rank: int, world: int, n: int, model_parallel: bool) -> dict:
     return out
 
 
-class _FailingWindows:
-    """A token-budget planner whose proof of its windows reports the first one failed
-    (what a broken plan on one process gives); everything else is the real planner's."""
+def _first_window_failed(sampler):  # type: ignore[no-untyped-def]
+    """``sampler``'s window proofs, reporting the first window proven as failed (what a
+    broken plan on one process gives)."""
+    from permshard import _core
 
-    def __init__(self, planner) -> None:  # type: ignore[no-untyped-def]
-        self._planner = planner
+    proven = sampler._windows_proven
 
-    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
-        return getattr(self._planner, name)
-
-    def prove_windows(self, lengths, start, world, first, stride=1, threads=0):  # type: ignore[no-untyped-def]
-        from permshard import _core
-
-        words = self._planner.prove_windows(lengths, start, world, first, stride, threads).words(world)
+    def windows_proven(planner, start, first, stride):  # type: ignore[no-untyped-def]
+        world = sampler.num_replicas
+        words = proven(planner, start, first, stride).words(world)
         words[1:3] = [1, first]  # failed: the first window proven
         return _core.BudgetShare.from_words(words, world)
+
+    return windows_proven
 
 
 def _exact_budget_proofs(rank: int, world: int, n: int, w: int, r: int) -> dict:
@@ -175,7 +173,7 @@ def _exact_budget_proofs(rank: int, world: int, n: int, w: int, r: int) -> dict:
     out["budget_resumed"] = both(resumed)
     broken = sampler()
     if rank == world - 1:  # one process's proof finds its first window broken
-        broken._planner = _FailingWindows(broken._planner)  # type: ignore[assignment]
+        broken._windows_proven = _first_window_failed(broken)  # type: ignore[method-assign]
     out["budget_broken"] = expect_error(broken.verify_distributed, ShardingError)
     return out
 

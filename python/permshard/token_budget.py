@@ -129,8 +129,6 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
         self.__dict__.update(state, _planner=state["config"].planner())  # native: rebuilt
         self._forget_pass()
 
-    # -- iteration -----------------------------------------------------------------------------
-
     def set_epoch(self, epoch: int) -> None:
         """A new plan for ``epoch`` (keeps a loaded resume point of that epoch).
 
@@ -184,8 +182,6 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
             ),
         ]
 
-    # -- state ------------------------------------------------------------------------------------
-
     def state_dict(self, consumed_steps: Optional[int] = None) -> dict[str, Any]:
         """The resume point, O(window): the configuration, the window being planned, its
         samples taken before (``taken``, base64 bits) and the steps of its plan done.
@@ -237,7 +233,11 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
         self._saved = (window, taken, steps, saved.num_replicas)
         self._forget_pass()
 
-    # -- proofs -----------------------------------------------------------------------------------
+    def _windows_proven(
+        self, planner: _core.TokenBudget, start: _core.BudgetStart, first: int, stride: int
+    ) -> _core.BudgetShare:
+        """``planner``'s proof of the windows ``first, first + stride, ...`` from ``start``."""
+        return planner.prove_windows(self._lengths, start, self.num_replicas, first, stride)
 
     def verify(self, method: str = "inverse") -> Certificate:
         """Exact proof of the pass being run (from its resume point, if any), by the order's
@@ -253,11 +253,9 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
             ShardingError: with what is missing, repeated or over the budget.
         """
         if method != "inverse":
-            raise ValueError(
-                f"token-budget plans are proven by the inverse: method must be 'inverse', got {method!r}"
-            )
+            raise ValueError(f"token-budget plans are proven by the inverse: pass 'inverse', not {method!r}")
         began, start, world = time.perf_counter(), self._start(), self.num_replicas
-        share = self._planner.prove_windows(self._lengths, start, world, start.window)
+        share = self._windows_proven(self._planner, start, start.window, 1)
         verdict = self._planner.judge(self._lengths, start, world, [share])
         return Certificate.of(self.config, verdict, "inverse", range(world), began)
 
@@ -279,8 +277,7 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
         planner, lengths, start, world = self._planner, self._lengths, self._start(), self.num_replicas
 
         def prove() -> list[int]:
-            share = planner.prove_windows(lengths, start, world, start.window + self.rank, world)
-            return share.words(world)
+            return self._windows_proven(planner, start, start.window + self.rank, world).words(world)
 
         def judge(rows: list[list[int]]) -> _core.Verdict:
             return planner.judge(

@@ -1,10 +1,12 @@
 //! ns/index of perm-v1 (forward, inverse, batched fill) beside an in-memory Fisher–Yates
-//! shuffle of the same N, in the same run. `cargo bench --bench permutation`.
+//! shuffle of the same N, and perm-v2 beside perm-v1 (batched fill and inverse, at the
+//! SIMD level in use: `PERMSHARD_SIMD` forces one), in the same run.
+//! `cargo bench --bench permutation`.
 
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use permshard_core::{splitmix64, Permutation};
+use permshard_core::{simd_level, splitmix64, Permutation, Version};
 
 const SIZES: [u64; 3] = [100_000_000, 1_000_000_007, (1 << 30) + 1];
 /// Indices per measured call for the O(1) paths.
@@ -59,5 +61,26 @@ fn bench(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench);
+/// perm-v1 against perm-v2, batched both ways, at sizes of each of v2's paths.
+fn versions(c: &mut Criterion) {
+    let level = simd_level().expect("PERMSHARD_SIMD names a level of this CPU");
+    for n in [10_000u64, 10_000_000, (1 << 40) + 1] {
+        let mut group = c.benchmark_group(format!("versions n={n} simd={level}"));
+        group.sample_size(10);
+        group.throughput(Throughput::Elements(BATCH.min(n as usize) as u64));
+        for version in [Version::V1, Version::V2] {
+            let perm = Permutation::of_version(version, n, 1, 2, 0).unwrap();
+            let mut out = vec![0u64; BATCH.min(n as usize)];
+            group.bench_function(BenchmarkId::new("fill", version.algorithm()), |b| {
+                b.iter(|| perm.fill(black_box(0), &mut out).unwrap())
+            });
+            group.bench_function(BenchmarkId::new("fill_inverse", version.algorithm()), |b| {
+                b.iter(|| perm.fill_inverse(black_box(0), &mut out).unwrap())
+            });
+        }
+        group.finish();
+    }
+}
+
+criterion_group!(benches, bench, versions);
 criterion_main!(benches);

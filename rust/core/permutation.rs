@@ -442,7 +442,7 @@ impl Permutation {
     /// The rounds of [`Self::encrypt_block_generic`] with round function `f` (a plain
     /// function, inlined: the lane loop has no branch).
     #[inline(always)]
-    fn encrypt_rounds(&self, lanes: &mut [u64], f: fn(u64, u64) -> u64) {
+    fn encrypt_rounds(&self, lanes: &mut [u64], f: impl Fn(u64, u64) -> u64) {
         let (mut h, mut l) = (self.cipher.hi_bits, self.cipher.lo_bits);
         for &k in &self.cipher.keys {
             let (mask_h, mask_l) = (mask(h), mask(l));
@@ -467,13 +467,17 @@ impl Permutation {
     /// (a const parameter, so each direction compiles to its own branch-free loop).
     #[inline(always)]
     fn walk_block_generic<const FORWARD: bool>(&self, lanes: &mut [u64]) {
-        let step = |block: &mut [u64]| {
+        // A function, not a closure: `inline(always)` keeps the rounds inside the caller's
+        // target features (a closure left out of line compiles for the baseline only).
+        #[inline(always)]
+        fn step<const FORWARD: bool>(perm: &Permutation, block: &mut [u64]) {
             if FORWARD {
-                self.encrypt_block_generic(block)
+                perm.encrypt_block_generic(block)
             } else {
-                self.decrypt_block_generic(block)
+                perm.decrypt_block_generic(block)
             }
-        };
+        }
+        let step = |block: &mut [u64]| step::<FORWARD>(self, block);
         let n = self.n;
         step(lanes);
         let mut pending = [0u16; BLOCK];
@@ -533,7 +537,7 @@ impl Permutation {
 
     /// The rounds of [`Self::decrypt_block_generic`] with round function `f`.
     #[inline(always)]
-    fn decrypt_rounds(&self, lanes: &mut [u64], f: fn(u64, u64) -> u64) {
+    fn decrypt_rounds(&self, lanes: &mut [u64], f: impl Fn(u64, u64) -> u64) {
         for (i, &k) in self.cipher.keys.iter().enumerate().rev() {
             let (h, l) = if i % 2 == 0 {
                 (self.cipher.hi_bits, self.cipher.lo_bits)
@@ -643,9 +647,11 @@ mod simd {
             .clone()
     }
 
-    /// The level in use (constructors refuse a bad `PERMSHARD_SIMD` before this runs).
+    /// The level in use (constructors refuse a bad `PERMSHARD_SIMD` before this runs),
+    /// read once: the batched paths ask for it a block at a time.
     pub(super) fn best() -> Level {
-        level().unwrap_or(Level::Portable)
+        static BEST: OnceLock<Level> = OnceLock::new();
+        *BEST.get_or_init(|| level().unwrap_or(Level::Portable))
     }
 
     /// Defines `$name(perm, lanes)` (at the best level) and `$at(level, perm, lanes)`

@@ -40,6 +40,24 @@ def test_flat_and_npy_files_gather_what_numpy_gathers(records):
         assert clone._map is None and torch.equal(clone[5], rows[5])
 
 
+def test_the_gather_fills_one_writable_batch_pinned_only_when_it_can_be(records, monkeypatch):
+    data, flat, _ = records
+    rows = MemmapRows(flat, np.float32, (16,), pin_memory=True)
+    picked = np.array([3, -2, 3])
+    batch = rows.__getitems__(picked).tensor
+    assert (
+        batch.dtype == torch.float32
+        and batch.shape == (3, 16)
+        and np.array_equal(batch.numpy(), data[picked])
+    )
+    batch[0, 0] = 7.0  # its own memory, not a view of the read-only map
+    assert rows[3][0] != 7.0
+    assert batch.is_pinned() == torch.cuda.is_available()
+    assert rows.__getitems__(np.array([], dtype=np.int64)).tensor.shape == (0, 16)
+    scalar = MemmapRows(flat, np.float32)  # one element per record
+    assert np.array_equal(scalar.__getitems__([5, 0]).tensor.numpy(), data.reshape(-1)[[5, 0]])
+
+
 def test_bad_files_and_indices_name_the_fix(records, tmp_path):
     _, flat, npy = records
     with pytest.raises(ValueError, match="not a whole number of 12-byte records"):

@@ -8,6 +8,7 @@ Adding a field here adds it to all of them.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -99,6 +100,10 @@ class EpochConfig:
         Args:
             **changes: new values of fields, by name (``epoch=3``).
         """
+        if changes.keys() == {"epoch"}:  # every epoch's path: no other field depends on it
+            again = copy.copy(self)
+            again._set({"epoch": as_u64("epoch", changes["epoch"])})
+            return again
         return dataclasses.replace(self, **changes)
 
     def as_dict(self) -> dict[str, Any]:

@@ -40,11 +40,14 @@ class ReferencePermutation:
     def _widths(self, i: int) -> tuple[int, int]:
         return (self.hi, self.lo) if i % 2 == 0 else (self.lo, self.hi)
 
+    def round_function(self, half: int, key: int) -> int:
+        return splitmix64(half ^ key)
+
     def encrypt(self, x: int) -> int:
         for i, k in enumerate(self.keys):
             h, l = self._widths(i)
             lo, hi = x & ((1 << l) - 1), x >> l
-            hi ^= splitmix64(lo ^ k) & ((1 << h) - 1)
+            hi ^= self.round_function(lo, k) & ((1 << h) - 1)
             x = (lo << h) | hi
         return x
 
@@ -52,7 +55,7 @@ class ReferencePermutation:
         for i in reversed(range(len(self.keys))):
             h, l = self._widths(i)
             lo, hi = y >> h, y & ((1 << h) - 1)
-            hi ^= splitmix64(lo ^ self.keys[i]) & ((1 << h) - 1)
+            hi ^= self.round_function(lo, self.keys[i]) & ((1 << h) - 1)
             y = (hi << l) | lo
         return y
 
@@ -87,14 +90,20 @@ CASES = [
 ]
 
 
-def generate() -> dict[str, object]:
-    cases = []
-    for n, seed, epoch, positions in CASES:
-        perm = ReferencePermutation(n, seed, epoch)
+def generate(
+    algorithm: str = "perm-v1",
+    cases: list[tuple[int, int, int, list[int]]] = CASES,
+    make: type = ReferencePermutation,
+) -> dict[str, object]:
+    """The golden cases of ``algorithm``: each position's value from ``make(n, seed, epoch)``,
+    checked back through its inverse."""
+    out = []
+    for n, seed, epoch, positions in cases:
+        perm = make(n, seed, epoch)
         values = [perm.forward(p) for p in positions]
         assert [perm.inverse(v) for v in values] == positions
         # Strings keep u64 values exact for JSON readers that parse numbers as doubles.
-        cases.append(
+        out.append(
             {
                 "n": str(n),
                 "seed": str(seed),
@@ -103,11 +112,16 @@ def generate() -> dict[str, object]:
                 "values": [str(v) for v in values],
             }
         )
-    return {"algorithm": "perm-v1", "cases": cases}
+    return {"algorithm": algorithm, "cases": out}
+
+
+def write(golden: dict[str, object], path: pathlib.Path) -> None:
+    """``golden`` as the committed file: one case a line."""
+    lines = ",\n  ".join(json.dumps(case) for case in golden["cases"])  # type: ignore[attr-defined]
+    algorithm = golden["algorithm"]
+    path.write_text(f'{{"algorithm": "{algorithm}", "cases": [\n  {lines}\n]}}\n')
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":
-    golden = generate()
-    lines = ",\n  ".join(json.dumps(case) for case in golden["cases"])  # type: ignore[attr-defined]
-    GOLDEN.write_text(f'{{"algorithm": "perm-v1", "cases": [\n  {lines}\n]}}\n')
-    print(f"wrote {GOLDEN}")
+    write(generate(), GOLDEN)

@@ -7,9 +7,9 @@ Run ``python tests/reference_perm_v2.py`` to regenerate the golden file.
 
 from __future__ import annotations
 
-import json
 import pathlib
 
+import reference_perm_v1
 from reference_perm_v1 import chain, splitmix64
 
 MASK32 = (1 << 32) - 1
@@ -45,7 +45,10 @@ def fisher_yates(n: int, key: int) -> list[int]:
     return table
 
 
-class ReferencePermutation:
+class ReferencePermutation(reference_perm_v1.ReferencePermutation):
+    """perm-v1's Feistel network and walk (the reference's), with perm-v2's key, domain,
+    round function and table."""
+
     def __init__(self, n: int, seed: int = 0, epoch: int = 0, stream: int = 0):
         self.n = n
         key = chain(VERSION_TAG, [seed, epoch, n, stream])
@@ -58,40 +61,14 @@ class ReferencePermutation:
         self.hi, self.lo = (bits + 1) // 2, bits // 2
         self.keys = [chain(key, [i]) for i in range(8)]
 
-    def _widths(self, i: int) -> tuple[int, int]:
-        return (self.hi, self.lo) if i % 2 == 0 else (self.lo, self.hi)
-
-    def encrypt(self, x: int) -> int:
-        for i, k in enumerate(self.keys):
-            h, l = self._widths(i)
-            lo, hi = x & ((1 << l) - 1), x >> l
-            hi ^= round_function(lo, k) & ((1 << h) - 1)
-            x = (lo << h) | hi
-        return x
-
-    def decrypt(self, y: int) -> int:
-        for i in reversed(range(len(self.keys))):
-            h, l = self._widths(i)
-            lo, hi = y >> h, y & ((1 << h) - 1)
-            hi ^= round_function(lo, self.keys[i]) & ((1 << h) - 1)
-            y = (hi << l) | lo
-        return y
+    def round_function(self, half: int, key: int) -> int:
+        return round_function(half, key)
 
     def forward(self, p: int) -> int:
-        if self.table is not None:
-            return self.table[p]
-        x = self.encrypt(p)
-        while x >= self.n:
-            x = self.encrypt(x)
-        return x
+        return self.table[p] if self.table is not None else super().forward(p)
 
     def inverse(self, x: int) -> int:
-        if self.table is not None:
-            return self.inverse_table[x]
-        p = self.decrypt(x)
-        while p >= self.n:
-            p = self.decrypt(p)
-        return p
+        return self.inverse_table[x] if self.table is not None else super().inverse(x)
 
 
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "perm-v2.json"
@@ -114,26 +91,5 @@ CASES = [
 ]
 
 
-def generate() -> dict[str, object]:
-    cases = []
-    for n, seed, epoch, positions in CASES:
-        perm = ReferencePermutation(n, seed, epoch)
-        values = [perm.forward(p) for p in positions]
-        assert [perm.inverse(v) for v in values] == positions
-        cases.append(
-            {
-                "n": str(n),
-                "seed": str(seed),
-                "epoch": str(epoch),
-                "positions": [str(p) for p in positions],
-                "values": [str(v) for v in values],
-            }
-        )
-    return {"algorithm": "perm-v2", "cases": cases}
-
-
 if __name__ == "__main__":
-    golden = generate()
-    lines = ",\n  ".join(json.dumps(case) for case in golden["cases"])  # type: ignore[attr-defined]
-    GOLDEN.write_text(f'{{"algorithm": "perm-v2", "cases": [\n  {lines}\n]}}\n')
-    print(f"wrote {GOLDEN}")
+    reference_perm_v1.write(reference_perm_v1.generate("perm-v2", CASES, ReferencePermutation), GOLDEN)

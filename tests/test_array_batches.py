@@ -143,7 +143,7 @@ def test_token_windows_gather_into_a_pinned_batch_when_asked(tmp_path, monkeypat
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch, "empty", recording_empty)
     pinned.__getitems__(idx)
-    monkeypatch.setattr("permshard.data.tokens.get_worker_info", lambda: object())
+    monkeypatch.setattr("permshard.data.rows.get_worker_info", lambda: object())  # page_locked()
     pinned.__getitems__(idx)
     plain.__getitems__(idx)
     assert asked == [True, False, False]

@@ -95,10 +95,10 @@ def prove_pass(
             ``exact=True`` the first counter-example (rank, local position, sample), on
             every rank.
     """
-    agreed_order = config.partition(part.start)  # a rank on another order fails the exact proof
 
     def prove() -> list[int]:
-        if exact:
+        if exact:  # against the order every rank agreed on: a rank on another one fails
+            agreed_order = config.partition(part.start)
             return _core.prove_ranks(part, rank, rank + 1, reference=agreed_order).words()
         return part.coverage_share(rank).words()
 

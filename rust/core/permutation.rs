@@ -639,19 +639,21 @@ mod simd {
         })
     }
 
-    /// The level in use: `PERMSHARD_SIMD`'s, or the best of this CPU, read once.
-    pub(crate) fn level() -> Result<Level, Error> {
+    /// The level `PERMSHARD_SIMD` names, or the best of this CPU: read and checked once.
+    fn chosen() -> &'static Result<Level, Error> {
         static LEVEL: OnceLock<Result<Level, Error>> = OnceLock::new();
-        LEVEL
-            .get_or_init(|| choose(std::env::var("PERMSHARD_SIMD").ok().as_deref()))
-            .clone()
+        LEVEL.get_or_init(|| choose(std::env::var("PERMSHARD_SIMD").ok().as_deref()))
     }
 
-    /// The level in use (constructors refuse a bad `PERMSHARD_SIMD` before this runs),
-    /// read once: the batched paths ask for it a block at a time.
+    /// The level in use, or the error naming this CPU's levels.
+    pub(crate) fn level() -> Result<Level, Error> {
+        chosen().clone()
+    }
+
+    /// The level in use (constructors refuse a bad `PERMSHARD_SIMD` before this runs);
+    /// the batched paths ask for it a block at a time.
     pub(super) fn best() -> Level {
-        static BEST: OnceLock<Level> = OnceLock::new();
-        *BEST.get_or_init(|| level().unwrap_or(Level::Portable))
+        chosen().as_ref().map_or(Level::Portable, |l| *l)
     }
 
     /// Defines `$name(perm, lanes)` (at the best level) and `$at(level, perm, lanes)`

@@ -18,6 +18,13 @@ from .._validation import as_positive
 PathLike = Union[str, "os.PathLike[str]"]
 
 
+def page_locked(asked: bool) -> bool:
+    """Whether to gather a batch into page-locked memory: asked for, CUDA there, and in the
+    main process (a worker's batch travels through shared memory, where its pages are not
+    locked)."""
+    return asked and get_worker_info() is None and torch.cuda.is_available()
+
+
 class RowBatch(Sequence[torch.Tensor]):
     """The rows of one batch, held as one ``(batch, *shape)`` tensor (``.tensor``, which
     :meth:`MemmapRows.collate` returns without a copy); a sequence of rows to everything
@@ -141,9 +148,8 @@ class MemmapRows:
         if idx.size and (idx.min() < -self._rows or idx.max() >= self._rows):
             raise IndexError(f"row index out of range for {self._rows} rows")
         records = self._records()
-        pinned = self.pin_memory and get_worker_info() is None and torch.cuda.is_available()
         shape = (idx.size, *self.shape)
-        if pinned:  # a worker's batch travels through shared memory: pinned only here
+        if page_locked(self.pin_memory):
             dtype = torch.from_numpy(records[:0]).dtype
             batch = torch.empty(shape, dtype=dtype, pin_memory=True)
         else:

@@ -15,12 +15,13 @@ import numpy as np
 import numpy.typing as npt
 import torch
 from numpy.lib.stride_tricks import sliding_window_view
-from torch.utils.data import Dataset, get_worker_info
+from torch.utils.data import Dataset
 
 from .._validation import as_int, as_positive, as_u64
 from ..epoch_index import epoch_of
 from .documents import DocumentBatch, collate_items
 from .provenance import WindowProvenance
+from .rows import page_locked
 from .token_files import PathLike
 
 
@@ -295,7 +296,9 @@ class TokenWindows(WindowProvenance, Dataset[Any]):
                     raw[rows] = views[f][offsets[rows]]
         if not self.documents:
             # The one cast, from the file's dtype into the batch tensor (page-locked when asked).
-            batch = torch.empty((idx.size, self.seq_len + 1), dtype=torch.int64, pin_memory=self._pinned())
+            batch = torch.empty(
+                (idx.size, self.seq_len + 1), dtype=torch.int64, pin_memory=page_locked(self.pin_memory)
+            )
             np.copyto(batch.numpy(), raw)
             return WindowBatch(batch)
         text = raw.astype(np.int64)
@@ -314,11 +317,6 @@ class TokenWindows(WindowProvenance, Dataset[Any]):
             eod_mask_loss=self.eod_mask_loss,
             attention_mask=self.attention_mask,
         )
-
-    def _pinned(self) -> bool:
-        """Whether to page-lock this batch: asked for, CUDA there, and in the main process
-        (a worker's batch travels through shared memory, where its pages are not locked)."""
-        return self.pin_memory and get_worker_info() is None and torch.cuda.is_available()
 
     @classmethod
     def concatenate(cls, parts: Sequence[TokenWindows]) -> TokenWindows:

@@ -1,9 +1,11 @@
-//! block-v1: a locality-aware permutation for datasets bigger than RAM.
+//! block-v1 and block-v2: a locality-aware permutation for datasets bigger than RAM.
 //!
 //! Samples `[0, n)` are cut into blocks of `block_size` consecutive samples (the last one
-//! may be partial). The blocks are put in a perm-v1 order and concatenated; that sequence
-//! of `n` samples is cut into aligned windows of `window_blocks · block_size` positions, and
-//! the samples inside each window are shuffled together (perm-v1 keyed by the window).
+//! may be partial). The blocks are put in a keyed permutation's order and concatenated;
+//! that sequence of `n` samples is cut into aligned windows of `window_blocks · block_size`
+//! positions, and the samples inside each window are shuffled together (the permutation
+//! keyed by the window). block-v1 is built on perm-v1, block-v2 on perm-v2 (the same
+//! construction, the same keys).
 //!
 //! An aligned window of positions therefore holds samples of at most `window_blocks`
 //! blocks, plus one when the partial block sits inside it: a reader touches a few large
@@ -12,11 +14,15 @@
 
 use crate::error::{check_below, Error};
 use crate::order::SampleOrder;
-use crate::permutation::Permutation;
+use crate::permutation::{Permutation, Version};
 use crate::splitmix::chain;
 
-/// The algorithm id of the block order, recorded in state dicts and certificates.
-pub const BLOCK_ALGORITHM: &str = "block-v1";
+/// The algorithm ids of the block order by version (built on perm-v1, perm-v2), recorded
+/// in state dicts and certificates.
+pub const BLOCK_ALGORITHMS: [&str; 2] = ["block-v1", "block-v2"];
+
+/// The id of the block order of new runs: block-v2.
+pub const BLOCK_ALGORITHM: &str = BLOCK_ALGORITHMS[1];
 
 /// Domain-separates the block order's keys from every other use of the seed.
 const BLOCK_TAG: u64 = 0x626c_6f63_6b2d_7631; // "block-v1"
@@ -29,6 +35,8 @@ pub struct BlockPermutation {
     window_blocks: u64,
     seed: u64,
     epoch: u64,
+    /// The permutation the order is built on.
+    version: Version,
     /// The order of the blocks.
     blocks: Permutation,
     /// Samples of the last block (`block_size` when `n` is a multiple of it).
@@ -38,8 +46,20 @@ pub struct BlockPermutation {
 }
 
 impl BlockPermutation {
-    /// The block order of `[0, n)` for `(seed, epoch)`.
+    /// The block-v1 order of `[0, n)` for `(seed, epoch)`.
     pub fn new(
+        n: u64,
+        block_size: u64,
+        window_blocks: u64,
+        seed: u64,
+        epoch: u64,
+    ) -> Result<Self, Error> {
+        Self::of_version(Version::V1, n, block_size, window_blocks, seed, epoch)
+    }
+
+    /// The block order of `[0, n)` for `(seed, epoch)` built on `version`.
+    pub fn of_version(
+        version: Version,
         n: u64,
         block_size: u64,
         window_blocks: u64,
@@ -62,7 +82,7 @@ impl BlockPermutation {
         }
         let num_blocks = n.div_ceil(block_size);
         let key = chain(BLOCK_TAG, &[seed]);
-        let blocks = Permutation::with_stream(num_blocks, key, epoch, 0)?;
+        let blocks = Permutation::of_version(version, num_blocks, key, epoch, 0)?;
         let last_block_slot = blocks.inverse(num_blocks - 1)?;
         Ok(BlockPermutation {
             n,
@@ -70,6 +90,7 @@ impl BlockPermutation {
             window_blocks,
             seed,
             epoch,
+            version,
             last_block_len: n - (num_blocks - 1) * block_size,
             last_block_slot,
             blocks,
@@ -113,16 +134,16 @@ impl BlockPermutation {
         (start, start.saturating_add(self.window_len()).min(self.n))
     }
 
-    /// The window's own shuffle: perm-v1 over its positions, keyed by the window. With
-    /// `many` positions to map, small windows get perm-v1's lookup table (its cycle walks
-    /// are long below 2^16 positions); for a few, building it would cost more.
+    /// The window's own shuffle: the permutation over its positions, keyed by the window.
+    /// With `many` positions to map, small perm-v1 windows get its lookup table (its cycle
+    /// walks are long below 2^16 positions); for a few, building it would cost more.
+    /// perm-v2 has no walk to save: its small orders are their O(len) table.
     fn window_order(&self, w: u64, many: bool) -> Permutation {
         let (start, end) = self.window_range(w);
         let (len, key) = (end - start, chain(BLOCK_TAG, &[self.seed, 1]));
-        let order = if many {
-            Permutation::with_stream(len, key, self.epoch, w)
-        } else {
-            Permutation::untabled(len, key, self.epoch, w)
+        let order = match (self.version, many) {
+            (Version::V1, false) => Permutation::untabled(len, key, self.epoch, w),
+            (version, _) => Permutation::of_version(version, len, key, self.epoch, w),
         };
         order.expect("windows are not empty")
     }
@@ -212,7 +233,7 @@ impl BlockPermutation {
 
 impl SampleOrder for BlockPermutation {
     fn algorithm(&self) -> &'static str {
-        BLOCK_ALGORITHM
+        self.version.id(&BLOCK_ALGORITHMS)
     }
 
     fn len(&self) -> u64 {
@@ -304,8 +325,16 @@ mod tests {
                 if n == 0 || (full < 16 && n > 100) {
                     continue;
                 }
-                for epoch in 0..2 {
-                    let p = BlockPermutation::new(n, block_size, window_blocks, 3, epoch).unwrap();
+                for (epoch, version) in [(0, Version::V1), (1, Version::V1), (0, Version::V2)] {
+                    let p = BlockPermutation::of_version(
+                        version,
+                        n,
+                        block_size,
+                        window_blocks,
+                        3,
+                        epoch,
+                    )
+                    .unwrap();
                     assert_bijection(&p);
                     let touched = blocks_per_window(&p);
                     let partial = n % block_size != 0;

@@ -41,10 +41,10 @@ mod splitmix;
 mod verdict;
 
 pub use bitmap_proof::verify;
-pub use block::{BlockPermutation, BLOCK_ALGORITHM};
+pub use block::{BlockPermutation, BLOCK_ALGORITHM, BLOCK_ALGORITHMS};
 pub use budget::{
     window_seed, BudgetShare, BudgetStart, Lengths, TokenBudget, WindowPlan, WindowProof,
-    BUDGET_ALGORITHM,
+    BUDGET_ALGORITHM, BUDGET_ALGORITHMS,
 };
 pub use coverage::{judge_coverage, CoverageShare};
 pub use dealing::{Dealing, Layout, Pass};
@@ -54,10 +54,10 @@ pub use indexed::{check_document_indices, check_sequence_layout};
 pub use inverse_proof::{
     judge, judge_alone, prove_against, prove_ranks, verify_inverse, Dealt, Failure, Share, OUTSIDE,
 };
-pub use mixture::{Mixture, MixtureProof, MIX_ALGORITHM};
+pub use mixture::{Mixture, MixtureProof, MIX_ALGORITHM, MIX_ALGORITHMS};
 pub use order::{Explicit, Identity, Order, SampleOrder};
 pub use partition::{Outside, Partition};
-pub use permutation::{simd_level, Permutation, Version, ALGORITHM, ALGORITHM_V2};
+pub use permutation::{simd_level, Permutation, Version, ALGORITHM, ALGORITHM_V1, ALGORITHM_V2};
 pub use pool::{worker_threads, CHUNK};
 pub use sharding::{Sharding, IDENTITY_ALGORITHM};
 pub use splitmix::splitmix64;

@@ -17,11 +17,14 @@ use std::sync::Arc;
 use crate::error::{check_below, Error};
 use crate::splitmix::{chain, splitmix64};
 
-/// Name and version of the construction; stored in every state dict.
-pub const ALGORITHM: &str = "perm-v1";
+/// The id of perm-v1 (the default order up to 0.3), stored in every state dict.
+pub const ALGORITHM_V1: &str = "perm-v1";
 
 /// The id of perm-v2.
 pub const ALGORITHM_V2: &str = "perm-v2";
+
+/// The id of the permutation new runs use: perm-v2.
+pub const ALGORITHM: &str = ALGORITHM_V2;
 
 /// Version tag mixed first into every key, so perm-v2 shares no keys with v1.
 const VERSION_TAG: u64 = 0x7065_726d_2d76_3101; // "perm-v1" + 0x01
@@ -42,22 +45,49 @@ pub enum Version {
 }
 
 impl Version {
+    /// The permutation of new runs.
+    pub const DEFAULT: Version = Version::V2;
+
     /// The version an algorithm id names: `perm-v1` or `perm-v2`.
     pub fn named(algorithm: &str) -> Result<Version, Error> {
-        match algorithm {
-            ALGORITHM => Ok(Version::V1),
-            ALGORITHM_V2 => Ok(Version::V2),
-            other => Err(Error::Invalid(format!(
-                "unknown permutation algorithm {other:?}: use \"{ALGORITHM_V2}\" or \"{ALGORITHM}\""
-            ))),
-        }
+        Version::in_family(&[ALGORITHM_V1, ALGORITHM_V2], "permutation", algorithm)
     }
 
     /// Its algorithm id.
     pub fn algorithm(self) -> &'static str {
-        match self {
-            Version::V1 => ALGORITHM,
-            Version::V2 => ALGORITHM_V2,
+        self.id(&[ALGORITHM_V1, ALGORITHM_V2])
+    }
+
+    /// The id of an order built on this version, from the ids of its family by version
+    /// (`["block-v1", "block-v2"]`): an order built on a permutation carries its number.
+    pub fn id(self, family: &[&'static str; 2]) -> &'static str {
+        family[self as usize]
+    }
+
+    /// The permutation an order's id is built on: perm-vK, block-vK, mix-vK and budget-vK
+    /// on perm-vK; `None` for another id (the identity's among them).
+    pub fn of_order(algorithm: &str) -> Option<Version> {
+        let families = [
+            [ALGORITHM_V1, ALGORITHM_V2],
+            crate::block::BLOCK_ALGORITHMS,
+            crate::mixture::MIX_ALGORITHMS,
+            crate::budget::BUDGET_ALGORITHMS,
+        ];
+        families
+            .iter()
+            .find_map(|family| Version::in_family(family, "", algorithm).ok())
+    }
+
+    /// The version of `algorithm`, one of `family`'s ids (by version); `what` names the
+    /// family in the error.
+    pub fn in_family(family: &[&str; 2], what: &str, algorithm: &str) -> Result<Version, Error> {
+        match family.iter().position(|&id| id == algorithm) {
+            Some(0) => Ok(Version::V1),
+            Some(_) => Ok(Version::V2),
+            None => Err(Error::Invalid(format!(
+                "unknown {what} algorithm {algorithm:?}: use \"{}\" (the default) or \"{}\"",
+                family[1], family[0]
+            ))),
         }
     }
 }

@@ -4,22 +4,23 @@
 
 use std::sync::Arc;
 
-use crate::block::{BlockPermutation, BLOCK_ALGORITHM};
+use crate::block::{BlockPermutation, BLOCK_ALGORITHMS};
 use crate::dealing::Dealing;
 use crate::error::Error;
 use crate::order::{Identity, Order};
 use crate::partition::Partition;
-use crate::permutation::{Permutation, Version, ALGORITHM};
+use crate::permutation::{Permutation, Version, ALGORITHM_V1};
 
 /// The algorithm id of the unshuffled order (`shuffle = false`).
 pub const IDENTITY_ALGORITHM: &str = "identity";
 
 /// One epoch's sharding: `n` samples over `num_replicas` ranks.
 ///
-/// The order is the identity without `shuffle`, block-v1 with `block_size > 0`, else the
-/// keyed permutation of [`Sharding::permutation`] (perm-v1 unless set by
-/// [`Sharding::with_permutation`]); [`Sharding::algorithm`] names the one used, and is what
-/// state dicts, certificates, plans and partitions record.
+/// The order is the identity without `shuffle`, else the keyed permutation of
+/// [`Sharding::permutation`] (perm-v2 unless set by [`Sharding::with_permutation`]), or
+/// with `block_size > 0` the block order built on it (block-v2, block-v1);
+/// [`Sharding::algorithm`] names the one used, and is what state dicts, certificates,
+/// plans and partitions record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sharding {
     /// Dataset length, `>= 1`.
@@ -34,15 +35,15 @@ pub struct Sharding {
     pub shuffle: bool,
     /// Drop the tail that does not fill a round of ranks (else pad it).
     pub drop_last: bool,
-    /// Samples per block of block-v1 (`0`: perm-v1).
+    /// Samples per block of the block order (`0`: no blocks).
     pub block_size: u64,
-    /// Blocks shuffled together in block-v1 (`0` without blocks).
+    /// Blocks shuffled together in the block order (`0` without blocks).
     pub window_blocks: u64,
     /// How a pass's positions go to (rank, local index): round-robin unless set by
     /// [`Sharding::with_dealing`].
     pub dealing: Dealing,
-    /// The keyed permutation of a shuffled epoch without blocks: perm-v1 unless set by
-    /// [`Sharding::with_permutation`].
+    /// The keyed permutation of a shuffled epoch (and of its blocks): perm-v2 unless set
+    /// by [`Sharding::with_permutation`].
     pub permutation: Version,
 }
 
@@ -91,7 +92,7 @@ impl Sharding {
             block_size,
             window_blocks,
             dealing: Dealing::ROUND_ROBIN,
-            permutation: Version::V1,
+            permutation: Version::DEFAULT,
         })
     }
 
@@ -100,19 +101,12 @@ impl Sharding {
         Sharding { dealing, ..self }
     }
 
-    /// This epoch shuffled by `permutation`'s construction (block-v1 is built on perm-v1).
-    pub fn with_permutation(self, permutation: Version) -> Result<Self, Error> {
-        if self.block_size > 0 && permutation != Version::V1 {
-            return Err(Error::Invalid(format!(
-                "block_size=... orders blocks with block-v1, built on perm-v1: pass \
-                 algorithm=\"perm-v1\" with it (not {:?}), or drop block_size",
-                permutation.algorithm()
-            )));
-        }
-        Ok(Sharding {
+    /// This epoch shuffled by `permutation`'s construction (its blocks too).
+    pub fn with_permutation(self, permutation: Version) -> Self {
+        Sharding {
             permutation,
             ..self
-        })
+        }
     }
 
     /// The algorithm id of the order this epoch uses.
@@ -120,14 +114,14 @@ impl Sharding {
         match (self.shuffle, self.block_size) {
             (false, _) => IDENTITY_ALGORITHM,
             (true, 0) => self.permutation.algorithm(),
-            (true, _) => BLOCK_ALGORITHM,
+            (true, _) => self.permutation.id(&BLOCK_ALGORITHMS),
         }
     }
 
     /// Whether a state saved under `algorithm` (as recorded) resumes with this order.
     /// Before identity had its own id, an unshuffled epoch was recorded as perm-v1.
     pub fn accepts_algorithm(&self, algorithm: &str) -> bool {
-        algorithm == self.algorithm() || (!self.shuffle && algorithm == ALGORITHM)
+        algorithm == self.algorithm() || (!self.shuffle && algorithm == ALGORITHM_V1)
     }
 
     /// The order of this epoch.
@@ -141,7 +135,8 @@ impl Sharding {
                 self.epoch,
                 0,
             )?),
-            (true, _) => Arc::new(BlockPermutation::new(
+            (true, _) => Arc::new(BlockPermutation::of_version(
+                self.permutation,
                 self.n,
                 self.block_size,
                 self.window_blocks,
@@ -196,41 +191,44 @@ mod tests {
 
     #[test]
     fn the_algorithm_names_the_order_used() {
-        for (shuffle, block, id) in [
-            (false, 0, IDENTITY_ALGORITHM),
-            (true, 0, ALGORITHM),
-            (true, 4, BLOCK_ALGORITHM),
+        for (shuffle, block, version, id) in [
+            (false, 0, Version::V2, IDENTITY_ALGORITHM),
+            (false, 0, Version::V1, IDENTITY_ALGORITHM),
+            (true, 0, Version::V2, "perm-v2"),
+            (true, 0, Version::V1, "perm-v1"),
+            (true, 4, Version::V2, "block-v2"),
+            (true, 4, Version::V1, "block-v1"),
         ] {
-            let s = sharding(100, 3, shuffle, block);
+            let s = sharding(100, 3, shuffle, block).with_permutation(version);
             assert_eq!(s.algorithm(), id);
             assert_eq!(s.order().unwrap().algorithm(), id);
             assert_eq!(s.partition(0).unwrap().order().algorithm(), id);
         }
+        // New runs: perm-v2 and the block order built on it.
+        assert_eq!(sharding(100, 3, true, 0).algorithm(), crate::ALGORITHM);
+        assert_eq!(
+            sharding(100, 3, true, 4).algorithm(),
+            crate::BLOCK_ALGORITHM
+        );
         // An unshuffled epoch saved as perm-v1 (0.1, 0.2) still resumes; nothing else does.
         assert!(sharding(100, 3, false, 0).accepts_algorithm("perm-v1"));
         assert!(!sharding(100, 3, true, 4).accepts_algorithm("perm-v1"));
+        assert!(!sharding(100, 3, true, 4).accepts_algorithm("block-v1"));
         assert!(!sharding(100, 3, true, 0).accepts_algorithm("identity"));
     }
 
     #[test]
-    fn perm_v2_is_chosen_for_a_shuffle_without_blocks() {
-        let s = sharding(1000, 3, true, 0)
-            .with_permutation(Version::V2)
-            .unwrap();
-        assert_eq!(s.algorithm(), "perm-v2");
-        let want = Permutation::of_version(Version::V2, 1000, 3, 1, 0).unwrap();
-        let order = s.order().unwrap();
-        assert!((0..1000).all(|p| order.at(p) == want.forward(p).unwrap()));
-        assert!(s.accepts_algorithm("perm-v2") && !s.accepts_algorithm("perm-v1"));
-        // Unshuffled, the permutation does not matter: the identity either way.
-        let plain = sharding(1000, 3, false, 0)
-            .with_permutation(Version::V2)
-            .unwrap();
-        assert_eq!(plain.algorithm(), IDENTITY_ALGORITHM);
-        let e = sharding(100, 3, true, 4)
-            .with_permutation(Version::V2)
-            .unwrap_err();
-        assert!(e.to_string().contains("built on perm-v1"), "{e}");
+    fn the_order_is_the_permutation_chosen() {
+        for version in [Version::V1, Version::V2] {
+            let s = sharding(1000, 3, true, 0).with_permutation(version);
+            let want = Permutation::of_version(version, 1000, 3, 1, 0).unwrap();
+            let order = s.order().unwrap();
+            assert!((0..1000).all(|p| order.at(p) == want.forward(p).unwrap()));
+            let blocks = sharding(1000, 3, true, 4).with_permutation(version);
+            let want = BlockPermutation::of_version(version, 1000, 4, 2, 3, 1).unwrap();
+            let order = blocks.order().unwrap();
+            assert!((0..1000).all(|p| order.at(p) == want.forward(p).unwrap()));
+        }
     }
 
     #[test]

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use crate::error::{check_below, Error};
 use crate::order::{Identity, Order};
-use crate::permutation::Permutation;
+use crate::permutation::{Permutation, Version};
 use crate::pool;
 
 mod proof;
@@ -29,8 +29,12 @@ mod start;
 pub use proof::{BudgetShare, WindowProof};
 pub use start::BudgetStart;
 
-/// The algorithm id of budget-v1 plans, recorded in state dicts.
-pub const BUDGET_ALGORITHM: &str = "budget-v1";
+/// The algorithm ids of token-budget plans by version (over perm-v1, perm-v2), recorded
+/// in state dicts.
+pub const BUDGET_ALGORITHMS: [&str; 2] = ["budget-v1", "budget-v2"];
+
+/// The id of the token-budget plan of new runs: budget-v2.
+pub const BUDGET_ALGORITHM: &str = BUDGET_ALGORITHMS[1];
 
 /// One length per sample, in tokens.
 pub trait Lengths: Sync {
@@ -95,6 +99,8 @@ impl WindowPlan {
 /// The token-budget plan of an epoch: its order and budget.
 #[derive(Clone, Debug)]
 pub struct TokenBudget {
+    /// The permutation of the order and of each window's steps.
+    version: Version,
     order: Order,
     max_tokens: u64,
     window: u64,
@@ -105,9 +111,12 @@ pub struct TokenBudget {
 }
 
 impl TokenBudget {
-    /// The plan of `n` samples for `(seed, epoch)`: perm-v1's order, or the identity
-    /// without `shuffle`.
+    /// The plan of `n` samples for `(seed, epoch)`: the order of `version`'s permutation
+    /// (budget-v1: perm-v1, budget-v2: perm-v2, for the samples and each window's steps),
+    /// or the identity without `shuffle`.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
+        version: Version,
         n: u64,
         max_tokens: u64,
         window: u64,
@@ -122,11 +131,12 @@ impl TokenBudget {
             )));
         }
         let order: Order = if shuffle {
-            Arc::new(Permutation::new(n, seed, epoch)?)
+            Arc::new(Permutation::of_version(version, n, seed, epoch, 0)?)
         } else {
             Arc::new(Identity::new(n)?)
         };
         Ok(TokenBudget {
+            version,
             order,
             max_tokens,
             window,
@@ -135,6 +145,11 @@ impl TokenBudget {
             shuffle,
             drop_last,
         })
+    }
+
+    /// Its algorithm id: budget-v1 or budget-v2.
+    pub fn algorithm(&self) -> &'static str {
+        self.version.id(&BUDGET_ALGORITHMS)
     }
 
     /// Number of samples.
@@ -277,9 +292,11 @@ impl TokenBudget {
         });
         let steps = batches.len() as u64 / world;
         let shuffled = match (self.shuffle, steps) {
-            (true, 1..) => Some(Permutation::new(
+            (true, 1..) => Some(Permutation::of_version(
+                self.version,
                 steps,
                 window_seed(self.seed, self.epoch, k),
+                0,
                 0,
             )?),
             _ => None,

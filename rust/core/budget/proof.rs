@@ -327,6 +327,7 @@ impl TokenBudget {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Version;
 
     fn lengths(n: u64, seed: u64) -> Vec<u32> {
         (0..n)
@@ -335,7 +336,7 @@ mod tests {
     }
 
     fn budget(n: u64, window: u64, drop_last: bool) -> TokenBudget {
-        TokenBudget::new(n, 16384, window, 3, 1, true, drop_last).unwrap()
+        TokenBudget::new(Version::V2, n, 16384, window, 3, 1, true, drop_last).unwrap()
     }
 
     fn whole() -> BudgetStart {
@@ -544,9 +545,9 @@ mod tests {
         assert!(b.plan(ok.as_slice(), 10, None, 2).is_err());
         assert!(b.plan(ok.as_slice(), 0, None, 11).is_err());
         assert!(b.plan(ok.as_slice(), 0, Some(&[true; 3]), 2).is_err());
-        assert!(TokenBudget::new(10, 0, 1, 0, 0, true, false).is_err());
+        assert!(TokenBudget::new(Version::V1, 10, 0, 1, 0, 0, true, false).is_err());
         // The error of the first failing window, whatever the threads.
-        let b = TokenBudget::new(100, 16384, 10, 0, 0, false, false).unwrap();
+        let b = TokenBudget::new(Version::V1, 100, 16384, 10, 0, 0, false, false).unwrap();
         let mut some_long = vec![1u16; 100];
         some_long[95] = 20000;
         some_long[42] = 20001;

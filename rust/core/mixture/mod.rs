@@ -1,4 +1,5 @@
-//! mix-v1: a weighted mixture of sources as a map from position to `(source, index)`.
+//! mix-v1 and mix-v2: a weighted mixture of sources as a map from position to
+//! `(source, index)`.
 //!
 //! Nothing is built or cached: a position descends a binary tree of exact two-way splits.
 //! A node of integer weight `t` whose left subtree weighs `a` sends its local position `q`
@@ -9,8 +10,9 @@
 //! within `depth / 2` of `w_s · n` whatever `n` (within 1 when the tree is weight-balanced).
 //!
 //! A source's `ℓ`-th occurrence is sample `π_{s,j}(ℓ mod size_s)` with pass
-//! `j = ℓ div size_s` and `π_{s,j}` the perm-v1 permutation keyed by `(seed, source, pass)`:
-//! every sample of a source exactly once per pass, a fresh order each pass.
+//! `j = ℓ div size_s` and `π_{s,j}` the permutation keyed by `(seed, source, pass)`, perm-v1
+//! for mix-v1 and perm-v2 for mix-v2 (nothing else differs): every sample of a source
+//! exactly once per pass, a fresh order each pass.
 //!
 //! Weights are `f64` as given: each is an exact dyadic rational, and when they share a
 //! common scale within 63 bits they are used exactly; otherwise they are scaled to integers
@@ -21,21 +23,29 @@
 //! source's occurrences, hence its passes, continue across stages.
 
 mod cursor;
+mod passes;
 mod proof;
 mod tree;
 mod weights;
 
+use std::sync::Arc;
+
 use crate::error::{check_below, Error};
-use crate::permutation::Permutation;
+use crate::permutation::{Permutation, Version};
 use crate::splitmix::chain;
 use cursor::Cursor;
+use passes::Passes;
 use tree::Tree;
 use weights::integer_weights;
 
 pub use proof::MixtureProof;
 
-/// The algorithm id of the mixture map, recorded in state dicts and certificates.
-pub const MIX_ALGORITHM: &str = "mix-v1";
+/// The algorithm ids of the mixture map by version (passes of perm-v1, perm-v2), recorded
+/// in certificates.
+pub const MIX_ALGORITHMS: [&str; 2] = ["mix-v1", "mix-v2"];
+
+/// The id of the mixture map of new runs: mix-v2.
+pub const MIX_ALGORITHM: &str = MIX_ALGORITHMS[1];
 
 /// Domain-separates the passes' keys from every other use of the seed.
 const MIX_TAG: u64 = 0x6d69_782d_7631; // "mix-v1"
@@ -58,6 +68,10 @@ pub struct Mixture {
     stages: Vec<Stage>,
     num_samples: u64,
     seed: u64,
+    /// The permutation of the passes.
+    version: Version,
+    /// The small sources' latest pass orders (perm-v2's are tables).
+    passes: Passes,
 }
 
 impl Mixture {
@@ -139,6 +153,8 @@ impl Mixture {
             stages: built,
             num_samples: 1,
             seed,
+            version: Version::V1,
+            passes: Passes::new(sizes),
         };
         mixture.num_samples = match num_samples {
             Some(0) => {
@@ -150,6 +166,16 @@ impl Mixture {
             None => mixture.longest_without_repeats(),
         };
         Ok(mixture)
+    }
+
+    /// This mixture with passes of `version`'s permutation (mix-v1 by default in Rust).
+    pub fn with_version(self, version: Version) -> Self {
+        Mixture { version, ..self }
+    }
+
+    /// Its algorithm id: mix-v1 or mix-v2.
+    pub fn algorithm(&self) -> &'static str {
+        self.version.id(&MIX_ALGORITHMS)
     }
 
     /// Positions in the mixture.
@@ -273,10 +299,18 @@ impl Mixture {
         (s, stage.before[s] + local)
     }
 
-    /// The permutation of source `s` in pass `pass` (no table: O(1) to build).
-    fn pass_order(&self, s: usize, pass: u64) -> Permutation {
-        Permutation::untabled(self.sizes[s], chain(MIX_TAG, &[self.seed]), pass, s as u64)
-            .expect("sizes are >= 1")
+    /// The permutation of source `s` in pass `pass`: perm-v1's without its table (O(1) to
+    /// build), perm-v2's kept for small sources (their table is O(size) to build).
+    fn pass_order(&self, s: usize, pass: u64) -> Arc<Permutation> {
+        let (size, key, stream) = (self.sizes[s], chain(MIX_TAG, &[self.seed]), s as u64);
+        match self.version {
+            Version::V1 => {
+                Arc::new(Permutation::untabled(size, key, pass, stream).expect("size >= 1"))
+            }
+            Version::V2 => self.passes.get(s, pass, || {
+                Permutation::of_version(Version::V2, size, key, pass, stream).expect("size >= 1")
+            }),
+        }
     }
 
     /// `(source, index)` at `position`.

@@ -1,9 +1,9 @@
-//! `_core.BlockPermutation`: block-v1 over `[0, n)`.
+//! `_core.BlockPermutation`: block-v1 or block-v2 over `[0, n)`.
 
 use numpy::PyArray1;
 use pyo3::prelude::*;
 
-use permshard_core::SampleOrder;
+use permshard_core::{SampleOrder, Version, BLOCK_ALGORITHMS};
 
 use crate::convert::{int64_array, take_order};
 use crate::errors::to_py;
@@ -16,12 +16,32 @@ pub struct BlockPermutation {
 #[pymethods]
 impl BlockPermutation {
     #[new]
-    #[pyo3(signature = (n, block_size, window_blocks, seed = 0, epoch = 0))]
-    fn new(n: u64, block_size: u64, window_blocks: u64, seed: u64, epoch: u64) -> PyResult<Self> {
-        let inner =
-            permshard_core::BlockPermutation::new(n, block_size, window_blocks, seed, epoch)
-                .map_err(to_py)?;
+    #[pyo3(signature = (n, block_size, window_blocks, seed = 0, epoch = 0, algorithm = permshard_core::BLOCK_ALGORITHM))]
+    fn new(
+        n: u64,
+        block_size: u64,
+        window_blocks: u64,
+        seed: u64,
+        epoch: u64,
+        algorithm: &str,
+    ) -> PyResult<Self> {
+        let version = Version::in_family(&BLOCK_ALGORITHMS, "block", algorithm).map_err(to_py)?;
+        let inner = permshard_core::BlockPermutation::of_version(
+            version,
+            n,
+            block_size,
+            window_blocks,
+            seed,
+            epoch,
+        )
+        .map_err(to_py)?;
         Ok(BlockPermutation { inner })
+    }
+
+    /// The construction's id: `block-v1` or `block-v2`.
+    #[getter]
+    fn algorithm(&self) -> &'static str {
+        self.inner.algorithm()
     }
 
     #[getter]

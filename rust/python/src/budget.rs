@@ -7,7 +7,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use permshard_core::{BudgetShare, BudgetStart, WindowPlan};
+use permshard_core::{BudgetShare, BudgetStart, Version, WindowPlan};
 
 use crate::convert::{compute, field, int64_array, non_negative};
 use crate::errors::to_py;
@@ -217,7 +217,9 @@ impl TokenBudget {
     /// `BudgetConfig` as attributes.
     #[new]
     fn new(config: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let version = Version::named(&field::<String>(config, "permutation")?).map_err(to_py)?;
         let inner = permshard_core::TokenBudget::new(
+            version,
             field(config, "n")?,
             field(config, "max_tokens")?,
             field(config, "window")?,

@@ -29,7 +29,7 @@ mod _core {
     #[pymodule_export]
     use super::partition::Partition;
     #[pymodule_export]
-    use super::permutation::{simd_level, Permutation};
+    use super::permutation::{permutation_of, simd_level, Permutation};
     #[pymodule_export]
     use super::sharding::Sharding;
     #[pymodule_export]
@@ -44,6 +44,7 @@ mod _core {
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         m.add("ALGORITHM", permshard_core::ALGORITHM)?;
+        m.add("ALGORITHM_V1", permshard_core::ALGORITHM_V1)?;
         m.add("ALGORITHM_V2", permshard_core::ALGORITHM_V2)?;
         m.add("MIX_ALGORITHM", permshard_core::MIX_ALGORITHM)?;
         m.add("BLOCK_ALGORITHM", permshard_core::BLOCK_ALGORITHM)?;

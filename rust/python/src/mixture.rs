@@ -1,9 +1,10 @@
-//! `_core.Mixture`: mix-v1, weighted sources as a map from position to `(source, index)`.
+//! `_core.Mixture`: mix-v1 or mix-v2, weighted sources as a map from position to
+//! `(source, index)`.
 
 use numpy::PyArray1;
 use pyo3::prelude::*;
 
-use permshard_core::range_len;
+use permshard_core::{range_len, Version, MIX_ALGORITHMS};
 
 use crate::convert::{alloc, compute, int64_array};
 use crate::errors::to_py;
@@ -24,16 +25,25 @@ impl Mixture {
     /// `stages[j] = (start, weights)`: the weights from position `start` on (the first
     /// stage starts at 0).
     #[new]
-    #[pyo3(signature = (sizes, stages, num_samples = None, seed = 0))]
+    #[pyo3(signature = (sizes, stages, num_samples = None, seed = 0, algorithm = permshard_core::MIX_ALGORITHM))]
     fn new(
         sizes: Vec<u64>,
         stages: Vec<(u64, Vec<f64>)>,
         num_samples: Option<u64>,
         seed: u64,
+        algorithm: &str,
     ) -> PyResult<Self> {
+        let version = Version::in_family(&MIX_ALGORITHMS, "mixture", algorithm).map_err(to_py)?;
         let inner = permshard_core::Mixture::scheduled(&sizes, &stages, num_samples, seed)
-            .map_err(to_py)?;
+            .map_err(to_py)?
+            .with_version(version);
         Ok(Mixture { inner })
+    }
+
+    /// The construction's id: `mix-v1` or `mix-v2`.
+    #[getter]
+    fn algorithm(&self) -> &'static str {
+        self.inner.algorithm()
     }
 
     #[getter]

@@ -1,4 +1,4 @@
-//! `_core.Permutation`: perm-v1 or perm-v2 over `[0, n)`; `simd_level()`.
+//! `_core.Permutation`: perm-v1 or perm-v2 over `[0, n)`; `simd_level()`; `permutation_of()`.
 
 use numpy::PyArray1;
 use pyo3::prelude::*;
@@ -16,7 +16,7 @@ pub struct Permutation {
 #[pymethods]
 impl Permutation {
     #[new]
-    #[pyo3(signature = (n, seed = 0, epoch = 0, algorithm = "perm-v1"))]
+    #[pyo3(signature = (n, seed = 0, epoch = 0, algorithm = permshard_core::ALGORITHM))]
     fn new(n: u64, seed: u64, epoch: u64, algorithm: &str) -> PyResult<Self> {
         let version = Version::named(algorithm).map_err(to_py)?;
         let inner =
@@ -75,4 +75,11 @@ impl Permutation {
 #[pyfunction]
 pub fn simd_level() -> PyResult<&'static str> {
     permshard_core::simd_level().map_err(to_py)
+}
+
+/// The permutation an order's algorithm id is built on (`"perm-v1"` for `"block-v1"`, ...),
+/// `None` for the identity's or an unknown id.
+#[pyfunction]
+pub fn permutation_of(algorithm: &str) -> Option<&'static str> {
+    Version::of_order(algorithm).map(Version::algorithm)
 }

@@ -37,8 +37,7 @@ impl Sharding {
         )
         .map_err(to_py)?
         .with_dealing(dealing)
-        .with_permutation(Version::named(&field::<String>(config, "permutation")?).map_err(to_py)?)
-        .map_err(to_py)?;
+        .with_permutation(Version::named(&field::<String>(config, "permutation")?).map_err(to_py)?);
         Ok(Sharding { inner })
     }
 

@@ -1,12 +1,12 @@
-"""mix-v1 written again from its specification in plain Python, slow and obvious.
+"""mix-v1 and mix-v2 written again from their specification in plain Python, slow and obvious.
 
-It is the independent reference for the golden vectors (``tests/golden/mix-v1.json``):
-exact rational weights (``float.as_integer_ratio``), the weight-balanced tree of two-way
-splits, Beatty routing (``f(m) = floor(m·a/t + 1/2)`` lefts among a node's first ``m``
-positions) with Python's unbounded ints, and the per-pass perm-v1 orders of
-``reference_perm_v1``.
+It is the independent reference for the golden vectors (``tests/golden/mix-v1.json``,
+``mix-v2.json``): exact rational weights (``float.as_integer_ratio``), the weight-balanced
+tree of two-way splits, Beatty routing (``f(m) = floor(m·a/t + 1/2)`` lefts among a node's
+first ``m`` positions) with Python's unbounded ints, and the per-pass orders of
+``reference_perm_v1`` (mix-v1) or ``reference_perm_v2`` (mix-v2).
 
-Run ``python tests/reference_mix_v1.py`` to regenerate the golden file.
+Run ``python tests/reference_mix.py`` to regenerate the golden files.
 """
 
 from __future__ import annotations
@@ -16,9 +16,14 @@ import pathlib
 from fractions import Fraction
 from typing import Union
 
-from reference_perm_v1 import ReferencePermutation, chain
+import reference_perm_v1
+import reference_perm_v2
+from reference_perm_v1 import chain
 
-GOLDEN = pathlib.Path(__file__).parent / "golden" / "mix-v1.json"
+#: The golden file of each version.
+GOLDEN = {version: pathlib.Path(__file__).parent / "golden" / f"{version}.json" for version in ("mix-v1", "mix-v2")}
+#: The permutation of each version's passes.
+PASSES = {"mix-v1": reference_perm_v1.ReferencePermutation, "mix-v2": reference_perm_v2.ReferencePermutation}
 MIX_TAG = 0x6D69782D7631  # "mix-v1"
 
 Tree = Union[int, tuple[int, int, "Tree", "Tree"]]  # a source, or (left weight, total, left, right)
@@ -80,9 +85,16 @@ class ReferenceMixture:
     """``stages``: ``(start, weights)`` after the first stage (which starts at 0)."""
 
     def __init__(
-        self, sizes: list[int], weights: list[float], num_samples: int, seed: int, stages: tuple = ()
+        self,
+        sizes: list[int],
+        weights: list[float],
+        num_samples: int,
+        seed: int,
+        stages: tuple = (),
+        algorithm: str = "mix-v1",
     ) -> None:
         self.sizes, self.num_samples, self.seed = sizes, num_samples, seed
+        self.Permutation = PASSES[algorithm]
         self.starts = [0] + [start for start, _ in stages]
         self.trees = [tree_of(weights)] + [tree_of(w) for _, w in stages]
 
@@ -116,7 +128,7 @@ class ReferenceMixture:
     def at(self, p: int) -> tuple[int, int]:
         s, k = self.occurrence(p)
         size = self.sizes[s]
-        order = ReferencePermutation(size, chain(MIX_TAG, [self.seed]), k // size, s)
+        order = self.Permutation(size, chain(MIX_TAG, [self.seed]), k // size, s)
         return s, order.forward(k % size)
 
     def counts(self, n: int) -> list[int]:
@@ -149,11 +161,11 @@ SCHEDULED = [
 ]
 
 
-def generate() -> dict[str, object]:
+def generate(algorithm: str = "mix-v1") -> dict[str, object]:
     cases = []
     for sizes, weights, num_samples, seed, positions, *rest in CASES + SCHEDULED:
         stages = rest[0] if rest else []
-        m = ReferenceMixture(sizes, weights, num_samples, seed, tuple(stages))
+        m = ReferenceMixture(sizes, weights, num_samples, seed, tuple(stages), algorithm)
         at = [m.at(p) for p in positions]
         prefixes = [1, 10, 1000, num_samples]
         cases.append(
@@ -170,11 +182,11 @@ def generate() -> dict[str, object]:
                 "counts": [[str(c) for c in m.counts(n)] for n in prefixes],
             }
         )
-    return {"algorithm": "mix-v1", "cases": cases}
+    return {"algorithm": algorithm, "cases": cases}
 
 
 if __name__ == "__main__":
-    golden = generate()
-    lines = ",\n  ".join(json.dumps(case) for case in golden["cases"])  # type: ignore[attr-defined]
-    GOLDEN.write_text(f'{{"algorithm": "mix-v1", "cases": [\n  {lines}\n]}}\n')
-    print(f"wrote {GOLDEN}")
+    for version, path in GOLDEN.items():
+        lines = ",\n  ".join(json.dumps(case) for case in generate(version)["cases"])  # type: ignore[attr-defined]
+        path.write_text(f'{{"algorithm": "{version}", "cases": [\n  {lines}\n]}}\n')
+        print(f"wrote {path}")

@@ -1,8 +1,10 @@
-"""budget-v1 written again from its definition in plain Python, one sample at a time.
+"""budget-v1 and budget-v2 written again from their definition in plain Python, one sample
+at a time.
 
 It is the independent reference for the token-budget sampler's plans and for the golden
-vectors (``tests/golden/budget-v1.json``), which it computes over the plain-Python perm-v1
-reference. Run ``python tests/reference_budget_v1.py`` to regenerate the golden file.
+vectors (``tests/golden/budget-v1.json``, ``budget-v2.json``), which it computes over the
+plain-Python perm-v1 (budget-v1) or perm-v2 (budget-v2) reference. Run
+``python tests/reference_budget.py`` to regenerate the golden files.
 """
 
 from __future__ import annotations
@@ -10,9 +12,16 @@ from __future__ import annotations
 import json
 import pathlib
 
-from reference_perm_v1 import ReferencePermutation
+import reference_perm_v1
+import reference_perm_v2
 
-GOLDEN = pathlib.Path(__file__).parent / "golden" / "budget-v1.json"
+#: The golden file of each version.
+GOLDEN = {v: pathlib.Path(__file__).parent / "golden" / f"{v}.json" for v in ("budget-v1", "budget-v2")}
+#: The permutation of each version (the samples' order and each window's steps).
+PERMUTATIONS = {
+    "budget-v1": reference_perm_v1.ReferencePermutation,
+    "budget-v2": reference_perm_v2.ReferencePermutation,
+}
 
 
 def reference_plan(
@@ -26,15 +35,16 @@ def reference_plan(
     drop_last=False,
     window=1 << 16,
     start=(0, None, 0),
-    Permutation=ReferencePermutation,
+    Permutation=reference_perm_v1.ReferencePermutation,
 ):
     """budget-v1 written from its definition, one sample at a time in plain Python: for
     each window of the epoch's order, its samples (minus those taken before a resume)
     sorted by length (ties: window order), cut greedily under the padded budget; batches
     split (largest first, halves), dropped or repeated until they fill whole steps; sorted
     by padded load; rank r of step s takes the (r + s) % world-th of the step's batches;
-    steps shuffled by perm-v1 keyed per window. Returns every rank's batches.
-    ``Permutation`` is perm-v1's class (default: the plain-Python reference)."""
+    steps shuffled by the permutation keyed per window. Returns every rank's batches.
+    ``Permutation`` is the version's permutation class (default: the plain-Python perm-v1,
+    budget-v1's; :data:`PERMUTATIONS` has each version's)."""
     n = len(lengths)
     perm = Permutation(n, seed, epoch) if shuffle else None
     order = perm.forward if perm else (lambda p: p)
@@ -96,14 +106,15 @@ CASES = [  # (n, world, max_tokens, kwargs)
 ]
 
 
-def generate() -> dict[str, object]:
+def generate(algorithm: str = "budget-v1") -> dict[str, object]:
     cases = []
     for n, world, max_tokens, kwargs in CASES:
         kwargs = {"seed": 0, "epoch": 0, "shuffle": True, "drop_last": False, **kwargs}
-        ranks = reference_plan(lengths_of(n, n), max_tokens, world, **kwargs)
+        ranks = reference_plan(lengths_of(n, n), max_tokens, world, Permutation=PERMUTATIONS[algorithm], **kwargs)
         cases.append({"n": n, "num_replicas": world, "max_tokens": max_tokens, **kwargs, "ranks": ranks})
-    return {"algorithm": "budget-v1", "lengths": "1 + splitmix64(n ^ i) % 4000", "cases": cases}
+    return {"algorithm": algorithm, "lengths": "1 + splitmix64(n ^ i) % 4000", "cases": cases}
 
 
 if __name__ == "__main__":
-    GOLDEN.write_text(json.dumps(generate(), indent=1) + "\n")
+    for version, path in GOLDEN.items():
+        path.write_text(json.dumps(generate(version), indent=1) + "\n")

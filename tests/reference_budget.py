@@ -106,11 +106,13 @@ CASES = [  # (n, world, max_tokens, kwargs)
 ]
 
 
-def generate(algorithm: str = "budget-v1") -> dict[str, object]:
+def generate(algorithm: str) -> dict[str, object]:
     cases = []
     for n, world, max_tokens, kwargs in CASES:
         kwargs = {"seed": 0, "epoch": 0, "shuffle": True, "drop_last": False, **kwargs}
-        ranks = reference_plan(lengths_of(n, n), max_tokens, world, Permutation=PERMUTATIONS[algorithm], **kwargs)
+        ranks = reference_plan(
+            lengths_of(n, n), max_tokens, world, Permutation=PERMUTATIONS[algorithm], **kwargs
+        )
         cases.append({"n": n, "num_replicas": world, "max_tokens": max_tokens, **kwargs, "ranks": ranks})
     return {"algorithm": algorithm, "lengths": "1 + splitmix64(n ^ i) % 4000", "cases": cases}
 

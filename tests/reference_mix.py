@@ -21,7 +21,9 @@ import reference_perm_v2
 from reference_perm_v1 import chain
 
 #: The golden file of each version.
-GOLDEN = {version: pathlib.Path(__file__).parent / "golden" / f"{version}.json" for version in ("mix-v1", "mix-v2")}
+GOLDEN = {
+    version: pathlib.Path(__file__).parent / "golden" / f"{version}.json" for version in ("mix-v1", "mix-v2")
+}
 #: The permutation of each version's passes.
 PASSES = {"mix-v1": reference_perm_v1.ReferencePermutation, "mix-v2": reference_perm_v2.ReferencePermutation}
 MIX_TAG = 0x6D69782D7631  # "mix-v1"
@@ -91,7 +93,7 @@ class ReferenceMixture:
         num_samples: int,
         seed: int,
         stages: tuple = (),
-        algorithm: str = "mix-v1",
+        algorithm: str = "mix-v2",
     ) -> None:
         self.sizes, self.num_samples, self.seed = sizes, num_samples, seed
         self.Permutation = PASSES[algorithm]
@@ -161,7 +163,7 @@ SCHEDULED = [
 ]
 
 
-def generate(algorithm: str = "mix-v1") -> dict[str, object]:
+def generate(algorithm: str) -> dict[str, object]:
     cases = []
     for sizes, weights, num_samples, seed, positions, *rest in CASES + SCHEDULED:
         stages = rest[0] if rest else []

@@ -1,4 +1,4 @@
-"""block-v1: BlockPermutation, the locality bound, sharding, resume and the prefetch
+"""block-v2 and block-v1: BlockPermutation, the locality bound, sharding, resume and the prefetch
 protocol of ShardedSampler(block_size=...)."""
 
 from __future__ import annotations
@@ -75,14 +75,14 @@ def test_block_sampler_shards_exactly(n, world, drop_last):
     real = [x for s in ranks() for x, pad in s.iter_with_padding() if not pad]
     assert sorted(real) == sorted(set(real)) and len(real) == (n - n % world if drop_last else n)
     cert = samplers[0].verify()
-    assert cert.algorithm == "block-v1" and cert.covered == len(real)
-    assert samplers[0].config.partition().algorithm == "block-v1"  # the core's order says so too
+    assert cert.algorithm == "block-v2" and cert.covered == len(real)
+    assert samplers[0].config.partition().algorithm == "block-v2"  # the core's order says so too
     # The sampler deals the BlockPermutation: position p of the epoch is order[p].
     order = BlockPermutation(n, 16, 4, seed=1, epoch=3).take(0, n).tolist()
     assert items[0][: len(order[::world])] == order[::world][: len(items[0])]
     sample = order[0]
     assert (0, 0) in samplers[0].locate(sample)
-    assert samplers[0].state_dict()["algorithm"] == "block-v1"
+    assert samplers[0].state_dict()["algorithm"] == "block-v2"
 
 
 def test_block_resume_onto_another_world_size_is_exactly_once():
@@ -106,7 +106,7 @@ def test_block_resume_onto_another_world_size_is_exactly_once():
 def test_state_dicts_name_the_order():
     block = ShardedSampler(100, 2, 0, block_size=10, window_blocks=2)
     plain = ShardedSampler(100, 2, 0)
-    with pytest.raises(ValueError, match="algorithm 'block-v1', this sampler runs 'perm-v1'"):
+    with pytest.raises(ValueError, match="algorithm 'block-v2', this sampler runs 'perm-v2'"):
         plain.load_state_dict(block.state_dict())
     with pytest.raises(ValueError, match="block_size"):
         ShardedSampler(100, 2, 0, block_size=20, window_blocks=2).load_state_dict(block.state_dict())
@@ -119,7 +119,7 @@ def test_state_dicts_name_the_order():
         ShardedSampler(100, 2, 0, block_size=10)
     with pytest.raises(ValueError, match="needs block_size"):
         ShardConfig(100, 2, window_blocks=3)
-    assert verify(100, 2).algorithm == "perm-v1"
+    assert verify(100, 2).algorithm == "perm-v2"
 
 
 class Recording:

@@ -67,15 +67,15 @@ def test_locate_agrees_with_the_sampler(capsys):
 def test_verify_exit_codes(capsys, monkeypatch):
     assert cli.main(["verify", "-n", "100000", "-w", "4"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("PROVEN (inverse, perm-v1, round-robin): n=100,000 over 4 ranks")
+    assert out.startswith("PROVEN (inverse, perm-v2, round-robin): n=100,000 over 4 ranks")
     assert "100,000 items checked in" in out  # every item, no position outside the pass
     assert cli.main(["verify", "-n", "100000", "-w", "4", "--method", "bitmap"]) == 0
-    assert capsys.readouterr().out.startswith("PROVEN (bitmap, perm-v1, round-robin): n=100,000 over 4 ranks")
+    assert capsys.readouterr().out.startswith("PROVEN (bitmap, perm-v2, round-robin): n=100,000 over 4 ranks")
     assert cli.main(["verify", "-n", "1e6", "-w", "64", "--rank", "5", "--drop-last"]) == 0
     out = capsys.readouterr().out
     # Rank 5's 15,625 items and its 1/64 slice of the 0 dropped positions (1e6 = 64 x 15,625).
     assert out.startswith(
-        "PROVEN (inverse, perm-v1, round-robin): the share of rank 5 of n=1,000,000 over 64 ranks"
+        "PROVEN (inverse, perm-v2, round-robin): the share of rank 5 of n=1,000,000 over 64 ranks"
     )
     assert "15,625 items checked in" in out and "projected cluster wall time" in out
     assert cli.main(["verify", "-n", "1000", "-w", "8", "--rank", "8"]) == 2
@@ -150,7 +150,7 @@ def _ddp_train(out: str) -> None:
     assert sorted((r, e) for r, e, _, _ in lines) == [("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")]
     for _, _, windows, total in lines:
         assert int(windows) == -(-int(total) // 2)  # each rank its half, every epoch
-    assert "PROVEN (fingerprint, perm-v1, round-robin)" in out
+    assert "PROVEN (fingerprint, perm-v2, round-robin)" in out
 
 
 def _accelerate_train(out: str) -> None:

@@ -10,7 +10,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from reference_perm_v1 import ReferencePermutation
+from reference_perm_v2 import ReferencePermutation
 
 import permshard
 from permshard import (
@@ -22,7 +22,7 @@ from permshard import (
 
 
 def accelerate_layout(n: int, w: int, bs: int, seed: int, epoch: int = 0, start: int = 0) -> dict[int, list]:
-    """accelerate's step layout written out directly, over the reference perm-v1: at step
+    """accelerate's step layout written out directly, over the reference perm-v2: at step
     s rank r takes [start + s·B·W + r·b, ... + b), b = B but maybe at the last step."""
     perm = ReferencePermutation(n, seed, epoch)
     per_rank = -(-(n - start) // w) if start < n else 0
@@ -67,7 +67,7 @@ def test_every_sampler_names_its_dealing():
         "item": "round-robin",
         "batches": "round-robin",
         "step": "step",
-        "budget": "budget-v1",
+        "budget": "budget-v2",
     }
 
 
@@ -120,7 +120,7 @@ def test_the_cli_verifies_a_step_dealing():
          "--dealing", "step", "--batch-size", "8"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    assert out.startswith("PROVEN (inverse, perm-v1, step): n=1,000 over 4 ranks")
+    assert out.startswith("PROVEN (inverse, perm-v2, step): n=1,000 over 4 ranks")
 
 
 def test_a_consensus_refuses_a_rank_with_another_dealing_message():

@@ -1,23 +1,21 @@
-"""Mixture (mix-v1) and MixedDataset: prefix proportions, passes, random access both ways,
-golden vectors, the plain-Python reference, bad input, and MixedDataset under ShardedSampler."""
+"""Mixture (mix-v2, mix-v1) and MixedDataset: prefix proportions, passes, random access both
+ways, golden vectors, the plain-Python reference, bad input, and MixedDataset under
+ShardedSampler."""
 
 from __future__ import annotations
 
 import json
 import math
-import pathlib
 import pickle
 import random
 from collections import Counter
 
 import numpy as np
 import pytest
-from reference_mix_v1 import ReferenceMixture
+from reference_mix import GOLDEN, ReferenceMixture
 
 from permshard import Mixture, ShardedSampler
 from permshard.data import MixedDataset
-
-GOLDEN = pathlib.Path(__file__).parent / "golden" / "mix-v1.json"
 
 
 def deviation(m: Mixture, n: int) -> float:
@@ -29,9 +27,10 @@ def deviation(m: Mixture, n: int) -> float:
     return float(max(abs(c - w / total * n) for c, w in zip(m.counts(n), weights)))
 
 
-def test_golden_vectors_from_python():
-    golden = json.loads(GOLDEN.read_text())
-    assert golden["algorithm"] == "mix-v1"
+@pytest.mark.parametrize("algorithm", ["mix-v1", "mix-v2"])
+def test_golden_vectors_from_python(algorithm):
+    golden = json.loads(GOLDEN[algorithm].read_text())
+    assert golden["algorithm"] == algorithm
     assert any(case["stages"] for case in golden["cases"])
     for case in golden["cases"]:
         m = Mixture(
@@ -40,25 +39,29 @@ def test_golden_vectors_from_python():
             int(case["num_samples"]),
             int(case["seed"]),
             stages=[(int(start), [float(w) for w in ws]) for start, ws in case["stages"]],
+            algorithm=algorithm,
         )
+        assert m.algorithm == algorithm and pickle.loads(pickle.dumps(m)) == m
         for p, s, i in zip(case["positions"], case["sources"], case["indices"]):
             assert m[int(p)] == (int(s), int(i))
         for n, counts in zip(case["prefixes"], case["counts"]):
             assert m.counts(int(n)) == [int(c) for c in counts]
 
 
-def test_agrees_with_the_plain_python_reference_on_random_mixtures():
-    # Sources of a few thousand samples keep the reference's cycle walks short (its
+@pytest.mark.parametrize("algorithm", ["mix-v1", "mix-v2"])
+def test_agrees_with_the_plain_python_reference_on_random_mixtures(algorithm):
+    # Sources of a few thousand samples keep the reference's perm-v1 cycle walks short (its
     # domain is at least 2^16); num_samples up to 40x a source makes passes wrap.
     rng = random.Random(5)
-    for _ in range(20):
+    for _ in range(20 if algorithm == "mix-v1" else 8):  # perm-v2's reference shuffles a table per call
         k = rng.randint(1, 9)
         sizes = [rng.randint(1000, 9000) for _ in range(k)]
         weights = [rng.choice([0.0, rng.random(), rng.lognormvariate(0, 3)]) for _ in range(k)]
         if not any(weights):
             weights[0] = 1.0
         n, seed = rng.randint(1, 40 * min(sizes)), rng.randrange(2**64)
-        m, ref = Mixture(sizes, weights, n, seed), ReferenceMixture(sizes, weights, n, seed)
+        m = Mixture(sizes, weights, n, seed, algorithm=algorithm)
+        ref = ReferenceMixture(sizes, weights, n, seed, algorithm=algorithm)
         sources, indices = m.take(0, n)
         for p in [0, n - 1, *rng.sample(range(n), min(n, 40))]:
             assert (sources[p], indices[p]) == ref.at(p) == m[p], (sizes, weights, n, p)
@@ -220,7 +223,7 @@ def test_pickle_repr_and_equality():
     clone = pickle.loads(pickle.dumps(m))
     assert clone == m and hash(clone) == hash(m)
     assert clone.take(0, 50)[1].tolist() == m.take(0, 50)[1].tolist()
-    assert repr(m) == "Mixture(sizes=[10, 20], weights=[0.25, 0.75], num_samples=50, seed=3) (mix-v1)"
+    assert repr(m) == "Mixture(sizes=[10, 20], weights=[0.25, 0.75], num_samples=50, seed=3) (mix-v2)"
 
 
 def _sources() -> list[list[str]]:

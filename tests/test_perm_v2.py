@@ -1,16 +1,22 @@
-"""perm-v2 through the samplers: opted into with ``algorithm="perm-v2"``, DistributedSampler's
-layout over the perm-v2 order, proven, and every state dict continuing with the order it names."""
+"""perm-v2 through the samplers: the default, DistributedSampler's layout over the perm-v2
+order, proven, perm-v1 pinned with ``algorithm="perm-v1"``, and every state dict continuing
+with the order it names (the committed states of 0.1-0.3 included)."""
 
 from __future__ import annotations
 
+import itertools
+import json
+import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+from reference_perm_v1 import chain
 from reference_perm_v2 import ReferencePermutation
 
 import permshard
-from permshard import ShardedBatchSampler, ShardedSampler, StepBatchSampler
+from permshard import ShardedBatchSampler, ShardedSampler, StepBatchSampler, TokenBudgetBatchSampler
 
 
 def expected(n: int, world: int, rank: int, seed: int, epoch: int) -> list[int]:
@@ -42,19 +48,19 @@ def test_the_batch_samplers_prove_their_perm_v2_streams():
 
 
 def test_a_state_continues_with_the_order_it_names():
-    v2 = ShardedSampler(1000, num_replicas=4, rank=1, algorithm="perm-v2")
+    v2 = ShardedSampler(1000, num_replicas=4, rank=1)
     it = iter(v2)
     [next(it) for _ in range(30)]
     state = v2.state_dict()
     assert state["algorithm"] == "perm-v2" and "permutation" not in state
-    resumed = ShardedSampler(1000, num_replicas=4, rank=1)  # built with the default, perm-v1
+    resumed = ShardedSampler(1000, num_replicas=4, rank=1, algorithm="perm-v1")
     resumed.load_state_dict(state)
     assert resumed.config.algorithm == "perm-v2" and list(resumed) == list(it)
-    # And a perm-v1 state into a sampler built for perm-v2: perm-v1 goes on.
-    v1 = ShardedSampler(1000, num_replicas=4, rank=1)
+    # And a perm-v1 state into a sampler built with the default: perm-v1 goes on.
+    v1 = ShardedSampler(1000, num_replicas=4, rank=1, algorithm="perm-v1")
     it = iter(v1)
     [next(it) for _ in range(30)]
-    back = ShardedSampler(1000, num_replicas=4, rank=1, algorithm="perm-v2")
+    back = ShardedSampler(1000, num_replicas=4, rank=1)
     back.load_state_dict(v1.state_dict())
     assert back.config.algorithm == "perm-v1" and list(back) == list(it)
 
@@ -62,8 +68,6 @@ def test_a_state_continues_with_the_order_it_names():
 def test_bad_choices_are_refused_with_the_fix():
     with pytest.raises(ValueError, match='unknown permutation algorithm "perm-v9"'):
         ShardedSampler(100, num_replicas=2, rank=0, algorithm="perm-v9")
-    with pytest.raises(ValueError, match="built on perm-v1"):
-        ShardedSampler(100, 2, 0, block_size=4, window_blocks=2, algorithm="perm-v2")
     with pytest.raises(TypeError, match="algorithm must be a str"):
         ShardedSampler(100, 2, 0, algorithm=2)  # type: ignore[arg-type]
     unshuffled = ShardedSampler(100, 2, 0, shuffle=False, algorithm="perm-v2")
@@ -77,3 +81,78 @@ def test_the_cli_takes_the_algorithm():
         text=True,
     )
     assert done.returncode == 0 and "PROVEN (inverse, perm-v2, round-robin)" in done.stdout, done.stderr
+
+
+STATES_0_3 = json.loads((pathlib.Path(__file__).parent / "golden" / "state_dicts_0.3.json").read_text())
+
+
+def _resumed(case: dict, world: int, rank: int):
+    """A sampler of this release built for ``case`` with today's defaults, its state loaded."""
+    kwargs = {k: v for k, v in case["kwargs"].items() if k != "algorithm"}  # not pinned
+    if case["kind"] == "TokenBudgetBatchSampler":
+        spec = case["lengths"]
+        rng = np.random.default_rng(spec["seed"])
+        lengths = np.clip(rng.lognormal(spec["mean"], spec["sigma"], size=spec["size"]), 1, 4096).astype(
+            np.int64
+        )
+        sampler = TokenBudgetBatchSampler(lengths, case["max_tokens"], world, rank, **kwargs)
+    else:
+        sampler = ShardedSampler(case["n"], num_replicas=world, rank=rank, check_consensus=False, **kwargs)
+        if case["kind"] != "ShardedSampler":
+            sampler = getattr(permshard, case["kind"])(sampler, case["batch_size"])
+    sampler.load_state_dict(case["state"])
+    return sampler
+
+
+@pytest.mark.parametrize("case", STATES_0_3["cases"], ids=lambda case: case["name"])
+def test_every_state_of_0_3_resumes_exactly(case):
+    """Each state 0.3.0 wrote continues, on its world size and on another, with exactly the
+    items (batches) 0.3.0 yielded after loading it, in the order it names."""
+    assert STATES_0_3["version"] == "0.3.0"
+    for world, ranks in case["next"].items():
+        for rank, expected in enumerate(ranks):
+            sampler = _resumed(case, int(world), rank)
+            config = getattr(sampler, "sampler", sampler).config  # a batch sampler's is its sampler's
+            assert config.algorithm == case["state"]["algorithm"]
+            assert list(itertools.islice(iter(sampler), len(expected))) == expected, (world, rank)
+            # Saved again, the state still names the order it continues.
+            assert sampler.state_dict()["algorithm"] == case["state"]["algorithm"]
+
+
+def test_new_runs_of_every_sampler_use_the_perm_v2_orders():
+    lengths = np.arange(1, 301) % 97 + 1
+    records = {
+        "perm-v2": ShardedSampler(300, 2, 0).state_dict(),
+        "block-v2": ShardedSampler(300, 2, 0, block_size=8, window_blocks=2).state_dict(),
+        "budget-v2": TokenBudgetBatchSampler(lengths, 512, 2, 0).state_dict(),
+    }
+    assert {state["algorithm"] for state in records.values()} == set(records)
+    assert permshard.Mixture([10, 20], [1.0, 1.0]).algorithm == "mix-v2"
+    # Pinned: the orders of 0.3.
+    pinned = {
+        "perm-v1": ShardedSampler(300, 2, 0, algorithm="perm-v1"),
+        "block-v1": ShardedSampler(300, 2, 0, block_size=8, window_blocks=2, algorithm="perm-v1"),
+        "budget-v1": TokenBudgetBatchSampler(lengths, 512, 2, 0, algorithm="perm-v1"),
+    }
+    assert {k: s.state_dict()["algorithm"] for k, s in pinned.items()} == {k: k for k in pinned}
+    assert permshard.Mixture([10, 20], [1.0, 1.0], algorithm="mix-v1").algorithm == "mix-v1"
+
+
+def test_block_v2_is_block_v1s_construction_over_perm_v2():
+    """Written out from the definition over the plain-Python perm-v2: blocks in a perm-v2
+    order, the samples of each window of blocks shuffled by perm-v2 keyed by the window."""
+    n, bs, wb, seed, epoch = 203, 8, 3, 5, 2
+    tag = 0x626C6F636B2D7631  # "block-v1": the block order's key tag, either version
+    blocks = ReferencePermutation(-(-n // bs), chain(tag, [seed]), epoch, 0)
+    sequence = []
+    for slot in range(-(-n // bs)):
+        b = blocks.forward(slot)
+        sequence += list(range(b * bs, min(n, (b + 1) * bs)))
+    window = bs * wb
+    expected = []
+    for w in range(-(-n // window)):
+        here = sequence[w * window : (w + 1) * window]
+        order = ReferencePermutation(len(here), chain(tag, [seed, 1]), epoch, w)
+        expected += [here[order.forward(p)] for p in range(len(here))]
+    got = permshard.BlockPermutation(n, bs, wb, seed=seed, epoch=epoch)
+    assert got.algorithm == "block-v2" and got.take(0, n).tolist() == expected

@@ -39,7 +39,7 @@ def test_is_a_permutation_with_inverse():
 @pytest.mark.parametrize("algorithm", ["perm-v1", "perm-v2"])
 def test_golden_vectors_from_python(algorithm):
     golden = json.loads(GOLDEN.with_name(f"{algorithm}.json").read_text())
-    assert golden["algorithm"] == algorithm and permshard.ALGORITHM == "perm-v1"
+    assert golden["algorithm"] == algorithm and permshard.ALGORITHM == "perm-v2"
     for case in golden["cases"]:
         p = Permutation(int(case["n"]), int(case["seed"]), int(case["epoch"]), algorithm=algorithm)
         assert p.algorithm == algorithm
@@ -59,7 +59,7 @@ def test_matches_the_plain_python_reference(n, seed, epoch, frac):
     if n <= 2**15:  # the reference walks ~2**16 / n steps per lookup: keep tiny n cheap
         n += 2**15
     ref = ReferencePermutation(n, seed, epoch)
-    p = Permutation(n, seed, epoch)
+    p = Permutation(n, seed, epoch, algorithm="perm-v1")
     i = min(n - 1, int(n * frac))
     assert p[i] == ref.forward(i)
     assert p.index_of(p[i]) == i
@@ -74,7 +74,7 @@ def test_matches_the_plain_python_reference(n, seed, epoch, frac):
 )
 def test_perm_v2_matches_its_plain_python_reference(n, seed, epoch, frac):
     ref = ReferencePermutationV2(n, seed, epoch)
-    p = Permutation(n, seed, epoch, algorithm="perm-v2")
+    p = Permutation(n, seed, epoch)  # the default
     i = min(n - 1, int(n * frac))
     assert p[i] == ref.forward(i)
     assert p.index_of(p[i]) == i == ref.inverse(p[i])
@@ -82,14 +82,15 @@ def test_perm_v2_matches_its_plain_python_reference(n, seed, epoch, frac):
 
 def test_an_unknown_algorithm_is_refused_with_the_names():
     with pytest.raises(
-        ValueError, match='unknown permutation algorithm "perm-v3": use "perm-v2" or "perm-v1"'
+        ValueError,
+        match='unknown permutation algorithm "perm-v3": use "perm-v2" \\(the default\\) or "perm-v1"',
     ):
         Permutation(10, algorithm="perm-v3")
     with pytest.raises(TypeError, match="algorithm must be a str"):
         Permutation(10, algorithm=2)  # type: ignore[arg-type]
-    p = Permutation(10, 1, 2, algorithm="perm-v2")
+    p = Permutation(10, 1, 2, algorithm="perm-v1")
     assert pickle.loads(pickle.dumps(p)) == p != Permutation(10, 1, 2)
-    assert "perm-v2" in repr(p) and Permutation(10).algorithm == "perm-v1"
+    assert "perm-v1" in repr(p) and Permutation(10).algorithm == "perm-v2"
 
 
 def test_simd_level_names_the_level_in_use_and_a_forced_one_is_checked():
@@ -211,7 +212,7 @@ def test_pickle_and_equality():
 def test_repr_is_helpful():
     text = repr(Permutation(100, seed=2, epoch=3))
     assert text.startswith("Permutation(n=100, seed=2, epoch=3) [")
-    assert "..." in text and "perm-v1" in text
+    assert "..." in text and "perm-v2" in text
 
 
 def test_version_is_cargos():

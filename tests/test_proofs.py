@@ -51,7 +51,7 @@ def test_verify_matches_brute_force(n, w, drop_last):
         assert cert.n == n and cert.num_replicas == w and cert.method == method
         assert cert.ranks == tuple(range(w))
         assert 0 < cert.seconds <= took  # the proof's own time, inside the call's
-        assert "PROVEN" in str(cert) and cert.config.algorithm == ("perm-v1" if shuffle else "identity")
+        assert "PROVEN" in str(cert) and cert.config.algorithm == ("perm-v2" if shuffle else "identity")
 
 
 @pytest.mark.parametrize(
@@ -73,7 +73,7 @@ def test_block_orders_and_resumed_passes_are_proven_both_ways():
         assert (inverse.covered, inverse.padding, inverse.algorithm) == (
             bitmap.covered,
             bitmap.padding,
-            "block-v1",
+            "block-v2",
         )
     s = ShardedSampler(5000, num_replicas=3, rank=1, seed=8)
     s.load_state_dict(ShardedSampler(5000, num_replicas=4, rank=0, seed=8).state_dict(consumed_samples=1204))

@@ -15,7 +15,7 @@ ALPHA = 1e-4
 
 
 def perm_v1(n: int, seed: int, epoch: int) -> np.ndarray:
-    return Permutation(n, seed, epoch).take(0, n)
+    return Permutation(n, seed, epoch, algorithm="perm-v1").take(0, n)
 
 
 def perm_v2(n: int, seed: int, epoch: int) -> np.ndarray:

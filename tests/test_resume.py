@@ -97,7 +97,7 @@ def test_state_dict_contents_and_o1():
         next(it)
     state = s.state_dict()
     assert state == {
-        "algorithm": "perm-v1",
+        "algorithm": "perm-v2",
         "n": 10**12,
         "seed": 7,
         "epoch": 4,
@@ -156,7 +156,7 @@ def test_finished_epoch_then_next_epoch():
     [
         ({"n": 11}, "n=11"),
         ({"seed": 1}, "seed=1"),
-        ({"shuffle": False}, "shuffle=False"),
+        ({"shuffle": False}, "'shuffle': False"),
         ({"drop_last": True}, "drop_last=True"),
         ({"algorithm": "perm-v0"}, "perm-v0"),
         ({"consumed": -1}, "consumed"),

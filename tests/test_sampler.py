@@ -6,10 +6,11 @@ from __future__ import annotations
 import pickle
 
 import pytest
+import reference_perm_v1
+import reference_perm_v2
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference_perm_v1 import ReferencePermutation
 from torch.utils.data import BatchSampler, DistributedSampler
 
 from permshard import ShardedBatchSampler, ShardedSampler
@@ -37,14 +38,17 @@ def test_unshuffled_equals_distributed_sampler(n, w, drop_last):
 
 @pytest.mark.parametrize("n, w", GRID)
 @pytest.mark.parametrize("drop_last", [False, True])
-def test_shuffled_follows_distributed_samplers_rule_on_the_permutation(n, w, drop_last):
-    """DistributedSampler's padding and interleaving, applied to perm-v1's order (from the
-    independent plain-Python reference)."""
-    perm = ReferencePermutation(n, seed=3, epoch=2)
+@pytest.mark.parametrize("algorithm", [None, "perm-v1"])
+def test_shuffled_follows_distributed_samplers_rule_on_the_permutation(n, w, drop_last, algorithm):
+    """DistributedSampler's padding and interleaving, applied to the permutation's order
+    (from the independent plain-Python reference): perm-v2 by default, perm-v1 pinned."""
+    reference = reference_perm_v1 if algorithm else reference_perm_v2
+    perm = reference.ReferencePermutation(n, seed=3, epoch=2)
     order = [perm.forward(p) for p in range(n)]
+    pinned = {"algorithm": algorithm} if algorithm else {}
     for r in range(w):
         ref = DistributedSampler(order, num_replicas=w, rank=r, shuffle=False, drop_last=drop_last)
-        s = ShardedSampler(n, num_replicas=w, rank=r, seed=3, drop_last=drop_last)
+        s = ShardedSampler(n, num_replicas=w, rank=r, seed=3, drop_last=drop_last, **pinned)
         s.set_epoch(2)
         assert list(s) == [order[i] for i in ref]
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import native
 import pytest
+import reference_perm_v2
 from reference_perm_v1 import ReferencePermutation
 
 import permshard
@@ -18,11 +19,19 @@ GOLDEN = json.loads((Path(__file__).parent / "golden" / "state_dicts.json").read
 
 
 @pytest.mark.parametrize(
-    "shuffle, block_size, expected",
-    [(False, 0, "identity"), (True, 0, "perm-v1"), (True, 8, "block-v1")],
+    "shuffle, block_size, expected, algorithm",
+    [
+        (False, 0, "identity", None),
+        (True, 0, "perm-v2", None),
+        (True, 8, "block-v2", None),
+        (True, 0, "perm-v1", "perm-v1"),
+        (True, 8, "block-v1", "perm-v1"),
+    ],
 )
-def test_every_record_names_the_order_used(shuffle, block_size, expected):
-    kw = {"block_size": block_size, "window_blocks": 2} if block_size else {}
+def test_every_record_names_the_order_used(shuffle, block_size, expected, algorithm):
+    kw: dict = {"block_size": block_size, "window_blocks": 2} if block_size else {}
+    if algorithm:
+        kw["algorithm"] = algorithm
     s = ShardedSampler(100, num_replicas=3, rank=1, shuffle=shuffle, check_consensus=False, **kw)
     assert s.config.algorithm == expected
     assert s.state_dict()["algorithm"] == expected
@@ -56,14 +65,17 @@ def test_state_dicts_of_earlier_releases_resume(version):
             elif not kw:
                 assert first == ReferencePermutation(n, state["seed"], state["epoch"]).forward(position)
             else:
-                assert first == permshard.BlockPermutation(n, 16, 4, seed=7, epoch=2)[position]
+                assert (
+                    first
+                    == permshard.BlockPermutation(n, 16, 4, seed=7, epoch=2, algorithm="block-v1")[position]
+                )
             # Re-saved, the state names the order used.
             assert s.state_dict()["algorithm"] == s.config.algorithm
 
 
 def test_a_state_naming_another_order_is_refused():
-    state = dict(GOLDEN["0.2"][0], algorithm="identity")  # shuffle=True says perm-v1
-    with pytest.raises(ValueError, match="mean 'perm-v1'"):
+    state = dict(GOLDEN["0.2"][0], algorithm="identity")  # shuffle=True says a permutation
+    with pytest.raises(ValueError, match="mean 'perm-v2'"):
         ShardedSampler(1000, num_replicas=4, rank=0, seed=7, check_consensus=False).load_state_dict(state)
     state = dict(GOLDEN["0.2"][2], algorithm="perm-v1")  # block fields say block-v1
     with pytest.raises(ValueError, match="mean 'block-v1'"):
@@ -86,7 +98,7 @@ def test_the_core_decides_and_checks():
 def test_step_batches_follow_the_core_step_layout():
     # Brute force: accelerate's layout, step s, rank r: [s·B·W + r·b, s·B·W + (r + 1)·b).
     n, w, bs = 29, 3, 4
-    perm = ReferencePermutation(n, 5, 0)
+    perm = reference_perm_v2.ReferencePermutation(n, 5, 0)
     expected = {r: [] for r in range(w)}
     per_rank = -(-n // w)
     for step in range(-(-per_rank // bs)):
@@ -106,10 +118,20 @@ def test_step_batches_follow_the_core_step_layout():
 def test_the_algorithm_ids_and_epoch_index_are_exported():
     assert (permshard.IDENTITY_ALGORITHM, permshard.ALGORITHM, permshard.BLOCK_ALGORITHM) == (
         "identity",
-        "perm-v1",
-        "block-v1",
+        "perm-v2",
+        "block-v2",
     )
-    assert permshard.MIX_ALGORITHM == permshard.Mixture([1], [1.0], 1).algorithm == "mix-v1"
+    assert (permshard.ALGORITHM_V1, permshard.ALGORITHM_V2) == ("perm-v1", "perm-v2")
+    # The binding's defaults are the core's.
+    assert _core.Permutation(5).algorithm == _core.ALGORITHM
+    assert _core.BlockPermutation(5, 2, 2).algorithm == _core.BLOCK_ALGORITHM
+    assert _core.Mixture([2], [(0, [1.0])]).algorithm == _core.MIX_ALGORITHM
+    assert permshard.MIX_ALGORITHM == permshard.Mixture([1], [1.0], 1).algorithm == "mix-v2"
+    assert (
+        permshard.TokenBudgetBatchSampler([1], 1, 1, 0).config.algorithm
+        == permshard.token_budget.BUDGET_ALGORITHM
+    )
+    assert permshard.token_budget.BUDGET_ALGORITHM == "budget-v2"
     assert permshard.EpochIndex(5, 2).epoch == 2 and int(permshard.EpochIndex(5, 2)) == 5
     assert {"EpochIndex", "IDENTITY_ALGORITHM", "Certificate"} <= set(dir(permshard))
 

@@ -1,4 +1,4 @@
-"""TokenBudgetBatchSampler: the plan against an independent budget-v1 planner, the budget,
+"""TokenBudgetBatchSampler: the plan against an independent planner (budget-v2, budget-v1), the budget,
 equal batch counts, exactly once, padding, load balance, order, epochs, resume (also onto
 other world sizes and from a 0.2 state dict), its Certificate, bad input, a 1e8-entry
 memmap, and real ranks."""
@@ -17,7 +17,7 @@ from pathlib import Path
 import dist_workers
 import numpy as np
 import pytest
-import reference_budget_v1
+import reference_budget
 from distributed import launch
 
 from permshard import Certificate, ShardedSampler, ShardingError, _core
@@ -25,22 +25,35 @@ from permshard.token_budget import BUDGET_ALGORITHM, BudgetConfig, TokenBudgetBa
 
 BUDGET = 16384
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "budget_state_0.2.json").read_text())
+
+
 # The independent planner over the core's perm-v1 (fast; perm-v1 itself is checked against
 # its plain-Python reference by the golden vectors).
-reference_plan = functools.partial(reference_budget_v1.reference_plan, Permutation=_core.Permutation)
+def core_permutation(algorithm: str):
+    """The core's permutation of ``algorithm``, as the reference planner builds one."""
+    return lambda n, seed, epoch: _core.Permutation(n, seed, epoch, algorithm)
 
 
-def test_golden_vectors_of_the_plain_python_reference():
-    golden = json.loads(reference_budget_v1.GOLDEN.read_text())
-    assert golden["algorithm"] == BUDGET_ALGORITHM and len(golden["cases"]) == len(reference_budget_v1.CASES)
+reference_plan = functools.partial(reference_budget.reference_plan, Permutation=core_permutation("perm-v2"))
+reference_plan_v1 = functools.partial(
+    reference_budget.reference_plan, Permutation=core_permutation("perm-v1")
+)
+
+
+@pytest.mark.parametrize("algorithm", ["budget-v1", "budget-v2"])
+def test_golden_vectors_of_the_plain_python_reference(algorithm):
+    golden = json.loads(reference_budget.GOLDEN[algorithm].read_text())
+    assert golden["algorithm"] == algorithm and len(golden["cases"]) == len(reference_budget.CASES)
+    pinned = {"algorithm": "perm-v1"} if algorithm == "budget-v1" else {}
     for case in golden["cases"]:
-        lengths = np.array(reference_budget_v1.lengths_of(case["n"], case["n"]), dtype=np.uint16)
+        lengths = np.array(reference_budget.lengths_of(case["n"], case["n"]), dtype=np.uint16)
         world = case["num_replicas"]
         for rank in range(world):
             s = TokenBudgetBatchSampler(
                 lengths, case["max_tokens"], world, rank, seed=case["seed"], shuffle=case["shuffle"],
-                drop_last=case["drop_last"], window=case["window"],
+                drop_last=case["drop_last"], window=case["window"], **pinned,
             )  # fmt: skip
+            assert s.config.algorithm == algorithm
             s.set_epoch(case["epoch"])
             assert list(s) == case["ranks"][rank]
 
@@ -103,7 +116,7 @@ def test_a_state_dict_of_0_2_loads_and_continues_its_plan():
     assert rest[: len(GOLDEN["next_batches"])] == GOLDEN["next_batches"]
     assert len(rest) == GOLDEN["batches_left"]
     state = GOLDEN["state"]
-    reference = reference_plan(
+    reference = reference_plan_v1(
         lengths, BUDGET, world, seed=7, window=1024, start=(state["window_index"], None, state["steps"])
     )
     assert rest == reference[rank]
@@ -134,7 +147,7 @@ def test_verify_returns_a_certificate_of_the_pass():
     cert = resumed.verify()
     consumed = sum(len(b) for r in ranks for b in r[:25])
     assert done == ranks[0][:25] and (cert.consumed, cert.covered) == (consumed, 6000 - consumed)
-    assert "resumed" in str(cert) and "budget-v1" in str(cert)
+    assert "resumed" in str(cert) and "budget-v2" in str(cert)
 
 
 @pytest.mark.parametrize("broken", ["a repeat", "over the budget"])
@@ -172,7 +185,7 @@ def test_state_dicts_are_checked_as_shardedsampler_s():
         TokenBudgetBatchSampler(lengths, BUDGET, 2, 0, seed=2, window=512).load_state_dict(state)
     with pytest.raises(
         ValueError,
-        match=r"state_dict \(of algorithm 'perm-v1'\) is missing \['max_tokens', 'window', 'window_index'",
+        match=r"state_dict \(of algorithm 'perm-v2'\) is missing \['max_tokens', 'window', 'window_index'",
     ):
         s.load_state_dict(ShardedSampler(2000, 2, 0).state_dict())
     with pytest.raises(ValueError, match=r"missing \['taken'\]"):

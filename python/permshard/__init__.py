@@ -1,7 +1,7 @@
 """permshard: O(1)-memory shuffled sharding for PyTorch that proves what it does.
 
-* :class:`Permutation` — a keyed pseudo-random permutation of ``range(n)`` (perm-v1, or
-  perm-v2 with ``algorithm="perm-v2"``), O(1) memory, O(1) access both ways;
+* :class:`Permutation` — a keyed pseudo-random permutation of ``range(n)`` (perm-v2, or
+  perm-v1 with ``algorithm="perm-v1"``), O(1) memory, O(1) access both ways;
   :func:`simd_level` names the SIMD level its batched paths use (``PERMSHARD_SIMD``
   forces one).
 * :class:`ShardedSampler` — a drop-in :class:`~torch.utils.data.DistributedSampler`
@@ -11,8 +11,8 @@
   it yields.
 * :class:`Mixture` — weighted sources, position → ``(source, index)``, no build step.
 * :func:`verify` — the exact proof; :class:`ShardingError` when sharding is wrong.
-* ``IDENTITY_ALGORITHM``, ``ALGORITHM`` (perm-v1), ``ALGORITHM_V2``, ``BLOCK_ALGORITHM``,
-  ``MIX_ALGORITHM`` —
+* ``IDENTITY_ALGORITHM``, ``ALGORITHM`` (perm-v2, the default), ``ALGORITHM_V1``,
+  ``ALGORITHM_V2``, ``BLOCK_ALGORITHM`` (block-v2), ``MIX_ALGORITHM`` (mix-v2) —
   the orders' ids, as state dicts, plans and certificates record them;
   :class:`EpochIndex` — an index that carries its epoch to DataLoader workers.
 
@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._core import (
     ALGORITHM,
+    ALGORITHM_V1,
     ALGORITHM_V2,
     BLOCK_ALGORITHM,
     IDENTITY_ALGORITHM,
@@ -71,6 +72,7 @@ _LAZY = {
 
 __all__ = [
     "ALGORITHM",
+    "ALGORITHM_V1",
     "ALGORITHM_V2",
     "BLOCK_ALGORITHM",
     "IDENTITY_ALGORITHM",

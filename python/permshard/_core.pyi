@@ -7,6 +7,7 @@ import numpy.typing as npt
 
 __all__ = [
     "ALGORITHM",
+    "ALGORITHM_V1",
     "ALGORITHM_V2",
     "BLOCK_ALGORITHM",
     "BlockPermutation",
@@ -37,20 +38,25 @@ __all__ = [
     "verify",
     "verify_inverse",
     "simd_level",
+    "permutation_of",
+    "built_on",
 ]
 
 __version__: str
 ALGORITHM: str
+ALGORITHM_V1: str
 ALGORITHM_V2: str
 IDENTITY_ALGORITHM: str
 
 class ShardingError(ValueError): ...
 
 def simd_level() -> str: ...
+def permutation_of(algorithm: str) -> str | None: ...
+def built_on(family: str, permutation: str) -> str: ...
 
 @final
 class Permutation:
-    def __new__(cls, n: int, seed: int = 0, epoch: int = 0, algorithm: str = "perm-v1") -> Permutation: ...
+    def __new__(cls, n: int, seed: int = 0, epoch: int = 0, algorithm: str = "perm-v2") -> Permutation: ...
     @property
     def algorithm(self) -> str: ...
     @property
@@ -186,7 +192,10 @@ class Mixture:
         stages: list[tuple[int, list[float]]],
         num_samples: int | None = None,
         seed: int = 0,
+        algorithm: str = "mix-v2",
     ) -> Mixture: ...
+    @property
+    def algorithm(self) -> str: ...
     @property
     def num_samples(self) -> int: ...
     def at(self, position: int) -> tuple[int, int]: ...
@@ -268,8 +277,16 @@ class TokenBudget:
 @final
 class BlockPermutation:
     def __new__(
-        cls, n: int, block_size: int, window_blocks: int, seed: int = 0, epoch: int = 0
+        cls,
+        n: int,
+        block_size: int,
+        window_blocks: int,
+        seed: int = 0,
+        epoch: int = 0,
+        algorithm: str = "block-v2",
     ) -> BlockPermutation: ...
+    @property
+    def algorithm(self) -> str: ...
     @property
     def n(self) -> int: ...
     @property

@@ -1,4 +1,4 @@
-"""``BlockPermutation``: a locality-aware order for datasets bigger than RAM (block-v1)."""
+"""``BlockPermutation``: a locality-aware order for datasets bigger than RAM (block-v2, block-v1)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,16 @@ from . import _core
 from ._validation import as_u64
 from .permutation import KeyedOrder
 
-#: The algorithm id of the block order, recorded in state dicts and certificates.
+#: The algorithm id of the block order of new runs (block-v2), recorded in state dicts and
+#: certificates.
 BLOCK_ALGORITHM: str = _core.BLOCK_ALGORITHM
 
 
 class BlockPermutation(KeyedOrder):
-    r"""A keyed permutation of ``range(n)`` that reads storage in large pieces (block-v1).
+    r"""A keyed permutation of ``range(n)`` that reads storage in large pieces.
 
     Samples are cut into blocks of ``block_size`` consecutive indices; the blocks are put
-    in a perm-v1 order, and the samples of each window of ``window_blocks`` consecutive
+    in a keyed permutation's order, and the samples of each window of ``window_blocks`` consecutive
     blocks in that order are shuffled together. Every aligned window of
     ``window_blocks * block_size`` positions therefore reads at most ``window_blocks``
     blocks (plus one when the partial last block falls in it): a few large regions of a
@@ -30,6 +31,8 @@ class BlockPermutation(KeyedOrder):
             cache many times over).
         seed (int, optional): key of the order. Default: ``0``.
         epoch (int, optional): a fresh order per epoch. Default: ``0``.
+        algorithm (str, optional): ``"block-v2"`` (built on perm-v2) or ``"block-v1"``
+            (on perm-v1, the default up to 0.3). Default: ``"block-v2"``.
 
     Example::
 
@@ -40,14 +43,30 @@ class BlockPermutation(KeyedOrder):
 
     __slots__ = ()
 
-    def __init__(self, n: int, block_size: int, window_blocks: int, seed: int = 0, epoch: int = 0) -> None:
+    def __init__(
+        self,
+        n: int,
+        block_size: int,
+        window_blocks: int,
+        seed: int = 0,
+        epoch: int = 0,
+        algorithm: str = BLOCK_ALGORITHM,
+    ) -> None:
+        if not isinstance(algorithm, str):
+            raise TypeError(f"algorithm must be a str ('block-v2' or 'block-v1'), got {algorithm!r}")
         self._inner = _core.BlockPermutation(
             as_u64("n", n, minimum=1),
             as_u64("block_size", block_size, minimum=1),
             as_u64("window_blocks", window_blocks, minimum=1),
             as_u64("seed", seed),
             as_u64("epoch", epoch),
+            algorithm,
         )
+
+    @property
+    def algorithm(self) -> str:
+        """The construction's id: ``block-v2`` or ``block-v1``."""
+        return str(self._inner.algorithm)
 
     @property
     def block_size(self) -> int:
@@ -67,11 +86,11 @@ class BlockPermutation(KeyedOrder):
         return int(start), int(stop)
 
     def _arguments(self) -> tuple[Any, ...]:
-        return (self.n, self.block_size, self.window_blocks, self.seed, self.epoch)
+        return (self.n, self.block_size, self.window_blocks, self.seed, self.epoch, self.algorithm)
 
     def __repr__(self) -> str:
         return (
             f"BlockPermutation(n={self.n}, block_size={self.block_size}, "
             f"window_blocks={self.window_blocks}, seed={self.seed}, epoch={self.epoch}) "
-            f"{self._head()} ({BLOCK_ALGORITHM})"
+            f"{self._head()} ({self.algorithm})"
         )

@@ -44,7 +44,7 @@ class Certificate(Configured):
 
         >>> cert = permshard.verify(1000, 8, seed=1)
         >>> cert.covered, cert.padding, cert.dropped, cert.method, cert.algorithm, cert.dealing
-        (1000, 0, 0, 'inverse', 'perm-v1', 'round-robin')
+        (1000, 0, 0, 'inverse', 'perm-v2', 'round-robin')
     """
 
     config: EpochConfig

@@ -19,7 +19,7 @@ from ._validation import as_int, as_positive, as_u64
 
 _Config = TypeVar("_Config", bound="EpochConfig")
 
-#: The algorithm id of the token-budget plan (the core's), recorded in state dicts.
+#: The algorithm id of the token-budget plan of new runs (budget-v2), recorded in state dicts.
 BUDGET_ALGORITHM = _core.BUDGET_ALGORITHM
 
 
@@ -37,6 +37,9 @@ class EpochConfig:
         shuffle (bool): a keyed order (``True``) or the identity.
         drop_last (bool): drop the tail that does not fill a round of ranks, instead of
             padding it.
+        permutation (str): the keyed permutation a shuffled order is built on:
+            ``"perm-v2"`` (default) or ``"perm-v1"`` (the default up to 0.3). A state dict
+            does not write it: its ``algorithm`` names it.
     """
 
     # Each field's metadata: its command-line flags (default ``--field-name``) and help.
@@ -51,6 +54,14 @@ class EpochConfig:
         metadata={"flags": ("--no-shuffle",), "help": "identity order (DistributedSampler shuffle=False)"},
     )
     drop_last: bool = field(default=False, metadata={"help": "drop the tail instead of padding"})
+    permutation: str = field(
+        default=_core.ALGORITHM,
+        metadata={
+            "flags": ("--algorithm",),
+            "choices": (_core.ALGORITHM_V2, _core.ALGORITHM_V1),
+            "help": "the keyed permutation of a shuffle (default perm-v2; perm-v1: the order up to 0.3)",
+        },
+    )
     dealing: str = field(init=False)  # how the pass is dealt, named by certificates
     algorithm: str = field(init=False)  # the order the fields imply, recorded in state dicts
 
@@ -67,7 +78,7 @@ class EpochConfig:
     retired_keys: ClassVar[Mapping[str, Any]] = {}
 
     #: Fields a state dict does not write because its ``algorithm`` implies them.
-    implied_keys: ClassVar[tuple[str, ...]] = ()
+    implied_keys: ClassVar[tuple[str, ...]] = ("permutation",)
 
     def __init__(
         self,
@@ -78,7 +89,10 @@ class EpochConfig:
         epoch: int = 0,
         shuffle: bool = True,
         drop_last: bool = False,
+        permutation: str = _core.ALGORITHM,
     ) -> None:
+        if not isinstance(permutation, str):
+            raise TypeError(f"algorithm must be a str, got {permutation!r}")
         self._set(
             {
                 "n": as_u64("n", n, minimum=1),
@@ -87,6 +101,7 @@ class EpochConfig:
                 "epoch": as_u64("epoch", epoch),
                 "shuffle": bool(shuffle),
                 "drop_last": bool(drop_last),
+                "permutation": permutation,
             }
         )
 
@@ -118,8 +133,10 @@ class EpochConfig:
 
     @classmethod
     def _implied(cls, state: Mapping[str, Any]) -> dict[str, Any]:
-        """The :attr:`implied_keys` of a state dict, from its ``algorithm``."""
-        return {}
+        """The :attr:`implied_keys` of a state dict, from its ``algorithm``: the permutation
+        its order is built on (the core's reading of the id; an unshuffled epoch's does not
+        matter)."""
+        return {"permutation": _core.permutation_of(str(state.get("algorithm"))) or _core.ALGORITHM}
 
     def accepts_algorithm(self, algorithm: str) -> bool:
         """Whether a state saved under ``algorithm`` continues under this configuration.
@@ -212,29 +229,28 @@ class ShardConfig(EpochConfig):
     it: an :class:`EpochConfig`, the order's blocks, and how the pass is dealt.
 
     Args:
-        n, num_replicas, seed, epoch, shuffle, drop_last: as in :class:`EpochConfig`
-            (``shuffle``: the perm-v1 order).
-        block_size (int): ``0`` for perm-v1; else the block-v1 order (see
-            :class:`permshard.BlockPermutation`) with blocks of this many samples.
-        window_blocks (int): blocks shuffled together in block-v1 (``0`` without blocks).
+        n, num_replicas, seed, epoch, shuffle, drop_last, permutation: as in
+            :class:`EpochConfig` (``shuffle``: the ``permutation``'s order).
+        block_size (int): ``0`` for the permutation's order; else the block order built on
+            it (block-v2, block-v1: see :class:`permshard.BlockPermutation`) with blocks of
+            this many samples.
+        window_blocks (int): blocks shuffled together in the block order (``0`` without
+            blocks).
         dealing (str): how a pass's positions go to (rank, local index):
             ``"round-robin"`` (DistributedSampler's, :class:`ShardedSampler`) or ``"step"``
             (accelerate's whole batches, :class:`~permshard.StepBatchSampler`).
         batch_size (int): items per batch of a batch sampler (``0``: an item sampler).
         drop_last_batch (bool): the batch sampler drops its last partial batch.
-        permutation (str): the keyed permutation of a shuffled epoch without blocks:
-            ``"perm-v1"`` (default) or ``"perm-v2"``. A state dict does not write it: its
-            ``algorithm`` names it.
 
     The dealing fields are agreed by every rank and named by certificates, but not saved
     in state dicts: a resume point is a prefix of the epoch's positions whatever the
     dealing, so a state saved under one dealing resumes under another.
 
     The order and its algorithm id, ``algorithm``, follow from them, decided by the core
-    (``identity`` without ``shuffle``, ``block-v1`` with ``block_size``, else the
-    ``permutation``); a state dict of another order cannot be resumed. State dicts of 0.1 and
-    0.2, which recorded an unshuffled epoch as ``perm-v1``, still load. Every field after
-    ``num_replicas`` is keyword-only.
+    (``identity`` without ``shuffle``, ``block-v2`` or ``block-v1`` with ``block_size``, else
+    the ``permutation``); a state dict of another order cannot be resumed. State dicts of
+    0.1 and 0.2, which recorded an unshuffled epoch as ``perm-v1``, still load. Every field
+    after ``num_replicas`` is keyword-only.
 
     Example::
 
@@ -244,9 +260,9 @@ class ShardConfig(EpochConfig):
     """
 
     block_size: int = field(
-        default=0, metadata={"help": "block-v1: blocks of this many samples (default 0: perm-v1)"}
+        default=0, metadata={"help": "the block order: blocks of this many samples (default 0: none)"}
     )
-    window_blocks: int = field(default=0, metadata={"help": "block-v1: blocks shuffled together"})
+    window_blocks: int = field(default=0, metadata={"help": "the block order: blocks shuffled together"})
     dealing: str = field(
         default="round-robin",
         metadata={
@@ -258,19 +274,10 @@ class ShardConfig(EpochConfig):
     drop_last_batch: bool = field(
         default=False, metadata={"help": "the batch sampler drops its last partial batch"}
     )
-    permutation: str = field(
-        default=_core.ALGORITHM,
-        metadata={
-            "flags": ("--algorithm",),
-            "choices": (_core.ALGORITHM, _core.ALGORITHM_V2),
-            "help": "the keyed permutation of a shuffle (default perm-v1; perm-v2: no cost floor at small n)",
-        },
-    )
 
     dealing_keys: ClassVar[tuple[str, ...]] = ("dealing", "batch_size", "drop_last_batch")
     resume_keys: ClassVar[tuple[str, ...]] = EpochConfig.resume_keys + ("block_size", "window_blocks")
     optional_keys: ClassVar[Mapping[str, Any]] = {"block_size": 0, "window_blocks": 0}
-    implied_keys: ClassVar[tuple[str, ...]] = ("permutation",)
 
     def __init__(
         self,
@@ -282,13 +289,11 @@ class ShardConfig(EpochConfig):
         dealing: str = "round-robin",
         batch_size: int = 0,
         drop_last_batch: bool = False,
-        permutation: str = _core.ALGORITHM,
         **epoch: Any,
     ) -> None:
         super().__init__(n, num_replicas, **epoch)
-        for name, value in (("dealing", dealing), ("algorithm", permutation)):
-            if not isinstance(value, str):
-                raise TypeError(f"{name} must be a str, got {value!r}")
+        if not isinstance(dealing, str):
+            raise TypeError(f"dealing must be a str, got {dealing!r}")
         self._set(
             {
                 "block_size": as_u64("block_size", block_size),
@@ -296,17 +301,10 @@ class ShardConfig(EpochConfig):
                 "dealing": dealing,
                 "batch_size": as_u64("batch_size", batch_size),
                 "drop_last_batch": bool(drop_last_batch),
-                "permutation": permutation,
             }
         )
         # The core checks the fields together and names the order they imply.
         self._set({"algorithm": self.sharding().algorithm})
-
-    @classmethod
-    def _implied(cls, state: Mapping[str, Any]) -> dict[str, Any]:
-        # A shuffled epoch's algorithm is its permutation; the others are built on perm-v1.
-        algorithm = state.get("algorithm")
-        return {"permutation": algorithm if algorithm == _core.ALGORITHM_V2 else _core.ALGORITHM}
 
     def sharding(self) -> _core.Sharding:
         """The core's description of this epoch (order, algorithm id, dealing, resume
@@ -365,19 +363,20 @@ class ShardConfig(EpochConfig):
 @dataclass(frozen=True, init=False)
 class BudgetConfig(EpochConfig):
     """The configuration of :class:`~permshard.TokenBudgetBatchSampler`: an
-    :class:`EpochConfig` (the perm-v1 order the windows are read from, or the identity
-    without ``shuffle``) and the budget. Its ``algorithm`` and ``dealing`` are
-    ``budget-v1``: batches dealt by the plan.
+    :class:`EpochConfig` (the order of ``permutation`` the windows are read from, or the
+    identity without ``shuffle``) and the budget. Its ``algorithm`` and ``dealing`` are
+    ``budget-v2`` (over perm-v2) or ``budget-v1`` (over perm-v1): batches dealt by the plan.
 
     Args:
-        n, num_replicas, seed, epoch, shuffle, drop_last: as in :class:`EpochConfig`.
+        n, num_replicas, seed, epoch, shuffle, drop_last, permutation: as in
+            :class:`EpochConfig`.
         max_tokens (int, keyword-only): the padded token budget of a batch.
         window (int, keyword-only): positions planned together, ``>= num_replicas``.
 
     Example::
 
         >>> BudgetConfig(n=1000, num_replicas=2, max_tokens=4096).algorithm
-        'budget-v1'
+        'budget-v2'
     """
 
     max_tokens: int = 1
@@ -395,14 +394,8 @@ class BudgetConfig(EpochConfig):
         max_tokens, window = as_positive("max_tokens", max_tokens), as_positive("window", window)
         if window < self.num_replicas:
             raise ValueError(f"window ({window}) must be at least num_replicas ({self.num_replicas})")
-        self._set(
-            {
-                "max_tokens": max_tokens,
-                "window": window,
-                "algorithm": BUDGET_ALGORITHM,
-                "dealing": BUDGET_ALGORITHM,
-            }
-        )
+        algorithm = _core.built_on("budget", self.permutation)
+        self._set({"max_tokens": max_tokens, "window": window, "algorithm": algorithm, "dealing": algorithm})
 
     def planner(self) -> _core.TokenBudget:
         """The core's planner of this epoch's windows."""

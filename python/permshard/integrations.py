@@ -4,7 +4,7 @@
 permshard. ``Trainer.get_train_dataloader`` hands a loader with a ``DistributedSampler``-
 like sampler to ``accelerator.prepare``; this subclass builds it with a
 :class:`~permshard.ShardedSampler` and :func:`permshard.accelerate.prepare_data_loader`
-instead, so ranks read disjoint, perm-v1-shuffled parts of the data every epoch.
+instead, so ranks read disjoint, perm-v2-shuffled parts of the data every epoch.
 
 Lightning needs no recipe: it leaves a sampler alone when it is a ``DistributedSampler``,
 which :class:`~permshard.ShardedSampler` is, and calls its ``set_epoch`` every epoch

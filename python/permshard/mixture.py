@@ -11,7 +11,7 @@ import numpy.typing as npt
 from . import _core
 from ._validation import as_int, as_u64
 
-#: The algorithm id of the mixture map, recorded in state dicts and certificates.
+#: The algorithm id of the mixture map of new runs (mix-v2), named by certificates.
 MIX_ALGORITHM: str = _core.MIX_ALGORITHM
 
 
@@ -64,13 +64,14 @@ def _stages(stages: Sequence[Any]) -> list[tuple[int, list[float]]]:
 
 class Mixture:
     r"""Weighted sources mixed position by position, in O(sources) memory: nothing to
-    build, nothing to cache, every position computed on demand (mix-v1).
+    build, every position computed on demand (mix-v2, or mix-v1).
 
     ``m[p]`` is the ``(source, index)`` at global position ``p``. Among the first ``n``
     positions source ``s`` appears ``counts(n)[s]`` times, within 2 of
     ``n * weights[s] / sum(weights)`` for every ``n`` (the weights as given, not rounded;
     at most ``1 + log2(sources)`` in general). Each pass over a source visits all its
-    samples once, in a fresh perm-v1 order keyed by ``(seed, source, pass)``.
+    samples once, in a fresh order keyed by ``(seed, source, pass)``: perm-v2 (mix-v2; a
+    small source's order is a table, its latest pass kept) or perm-v1 (mix-v1).
 
     With ``stages``, the weights change at given positions (a curriculum, an annealing
     phase): the bound holds within each stage, counted from its first position, and the
@@ -87,6 +88,8 @@ class Mixture:
         stages (sequence of (int, sequence of float), optional): ``(start, weights)``:
             from global position ``start`` on, mix with these weights (``weights`` above
             holds from 0). Starts strictly increase. Default: none.
+        algorithm (str, optional): ``"mix-v2"`` or ``"mix-v1"`` (the map of 0.3 and
+            before: pass it to continue a run of those). Default: ``"mix-v2"``.
 
     Example::
 
@@ -97,7 +100,7 @@ class Mixture:
         >>> annealed = Mixture([1000, 500], [0.7, 0.3], stages=[(900, [0.2, 0.8])])
     """
 
-    __slots__ = ("_inner", "_seed", "_sizes", "_stages", "_weights")
+    __slots__ = ("_inner", "_seed", "_sizes", "_stages", "_weights")  # the id is _inner's
 
     def __init__(
         self,
@@ -107,7 +110,10 @@ class Mixture:
         seed: int = 0,
         *,
         stages: Sequence[tuple[int, Sequence[float]]] = (),
+        algorithm: str = MIX_ALGORITHM,
     ) -> None:
+        if not isinstance(algorithm, str):
+            raise TypeError(f"algorithm must be a str ('mix-v2' or 'mix-v1'), got {algorithm!r}")
         if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence):
             raise TypeError(f"sizes must be a sequence of ints, got {type(sizes).__name__}")
         if not sizes:
@@ -122,7 +128,7 @@ class Mixture:
             num_samples = as_u64("num_samples", num_samples)
         self._seed = as_u64("seed", seed)
         schedule = [(0, list(self._weights))] + [(start, list(w)) for start, w in self._stages]
-        self._inner = _core.Mixture(list(self._sizes), schedule, num_samples, self._seed)
+        self._inner = _core.Mixture(list(self._sizes), schedule, num_samples, self._seed, algorithm)
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -147,7 +153,8 @@ class Mixture:
 
     @property
     def algorithm(self) -> str:
-        return MIX_ALGORITHM
+        """The map's id: ``mix-v2`` or ``mix-v1``."""
+        return str(self._inner.algorithm)
 
     def __len__(self) -> int:
         return self._inner.num_samples
@@ -261,13 +268,13 @@ class Mixture:
 
     def __reduce__(self) -> tuple[Any, ...]:
         arguments = (self._sizes, self._weights, self.num_samples, self._seed)
-        return (_rebuild, (*arguments, self._stages))
+        return (_rebuild, (*arguments, self._stages, self.algorithm))
 
     def __repr__(self) -> str:
         stages = f", stages={[(start, list(w)) for start, w in self._stages]}" if self._stages else ""
         return (
             f"Mixture(sizes={list(self._sizes)}, weights={list(self._weights)}, "
-            f"num_samples={self.num_samples}, seed={self._seed}{stages}) ({MIX_ALGORITHM})"
+            f"num_samples={self.num_samples}, seed={self._seed}{stages}) ({self.algorithm})"
         )
 
 
@@ -277,6 +284,7 @@ def _rebuild(
     num_samples: int,
     seed: int,
     stages: Sequence[tuple[int, Sequence[float]]],
+    algorithm: str = "mix-v1",  # pickles of 0.3, before the id was an argument
 ) -> Mixture:
-    """Unpickles a Mixture (``stages`` is keyword-only in the constructor)."""
-    return Mixture(sizes, weights, num_samples, seed, stages=stages)
+    """Unpickles a Mixture (``stages`` and ``algorithm`` are keyword-only in the constructor)."""
+    return Mixture(sizes, weights, num_samples, seed, stages=stages, algorithm=algorithm)

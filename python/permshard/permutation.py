@@ -1,4 +1,4 @@
-"""``Permutation``: perm-v1 as a read-only Python sequence (and the sequence behaviour
+"""``Permutation``: perm-v2 or perm-v1 as a read-only Python sequence (and the sequence behaviour
 every keyed order shares)."""
 
 from __future__ import annotations
@@ -140,10 +140,10 @@ class Permutation(KeyedOrder):
         seed (int, optional): key of the shuffle, in ``[0, 2**64 - 1]``. Default: ``0``.
         epoch (int, optional): a fresh independent order per epoch, in
             ``[0, 2**64 - 1]``. Default: ``0``.
-        algorithm (str, optional): ``"perm-v1"`` (splitmix64 rounds, what the samplers
-            use today) or ``"perm-v2"`` (an exact shuffled table up to ``2**16``, 32-bit
-            multiply rounds above: no cost floor at small n, vectorised on AVX2 and NEON
-            too; see ``docs/perm-v2.md``). Default: ``"perm-v1"``.
+        algorithm (str, optional): ``"perm-v2"`` (an exact shuffled table up to
+            ``2**16``, 32-bit multiply rounds above: no cost floor at small n, vectorised
+            on AVX2 and NEON too; see ``docs/perm-v2.md``) or ``"perm-v1"`` (splitmix64
+            rounds, the default up to 0.3). Default: ``"perm-v2"``.
 
     Example::
 

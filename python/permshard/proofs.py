@@ -144,13 +144,13 @@ def verify(
         n (int): dataset length.
         num_replicas (int): number of ranks.
         seed, epoch, shuffle, drop_last, block_size, window_blocks (keyword-only): as for
-            :class:`ShardedSampler` (``0`` block fields: perm-v1).
+            :class:`ShardedSampler` (``0`` block fields: no blocks).
         dealing (str, optional): ``"round-robin"`` or ``"step"``. Default: round-robin.
         batch_size (int, optional): items per batch of a batch sampler (``>= 1`` for
             ``"step"``; ``0``: an item sampler). Default: ``0``.
         drop_last_batch (bool, optional): the batch sampler drops its last partial batch.
-        algorithm (str, optional): the keyed permutation of the shuffle, ``"perm-v1"``
-            (default) or ``"perm-v2"``.
+        algorithm (str, optional): the keyed permutation of the shuffle, ``"perm-v2"``
+            (default) or ``"perm-v1"``.
         method (str, optional): ``"inverse"`` or ``"bitmap"``. Default: ``"inverse"``.
         rank (int, optional): prove this rank's share only. Default: every rank.
         threads (int, optional): worker threads; ``0`` uses every core. Default: ``0``.
@@ -166,7 +166,7 @@ def verify(
     Example::
 
         >>> print(permshard.verify(1000, 8, seed=1))  # doctest: +ELLIPSIS
-        PROVEN (inverse, perm-v1, round-robin): n=1,000 over 8 ranks x 125 samples ...
+        PROVEN (inverse, perm-v2, round-robin): n=1,000 over 8 ranks x 125 samples ...
     """
     config = ShardConfig(
         n,

@@ -54,7 +54,7 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
 
     A drop-in for :class:`torch.utils.data.DistributedSampler` (and a subclass of it): the
     same arguments, lengths, padding, ``drop_last`` and ``set_epoch``; with
-    ``shuffle=False`` the same indices. With ``shuffle=True`` the order is perm-v1, computed
+    ``shuffle=False`` the same indices. With ``shuffle=True`` the order is perm-v2, computed
     in Rust per chunk, never ``randperm(N)``: memory does not grow with the dataset.
 
     Global positions are dealt round-robin (rank ``r`` takes ``r, r + W, ...``), so resuming
@@ -87,19 +87,20 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
         mesh_dim (str or tuple of str, optional): the data-parallel dimension name(s) of
             ``device_mesh``; several are flattened (e.g. ``("dp_replicate", "dp_shard")``).
         block_size (int, optional): for datasets bigger than RAM, a locality-aware order
-            (block-v1, :class:`~permshard.BlockPermutation`): blocks of this many
+            (block-v2, :class:`~permshard.BlockPermutation`): blocks of this many
             consecutive samples are permuted, and the samples of ``window_blocks`` blocks
             at a time shuffled together. The locality protocol: a dataset with a
             ``prefetch(indices)`` method is told each window's samples of this rank, from
             the main process, as the iteration enters the window; one with a
             ``block_order`` attribute gets ``True`` (``TokenWindows`` then keeps the
             kernel's read-ahead).
-            Default: ``None`` (perm-v1).
+            Default: ``None`` (no blocks).
         window_blocks (int, optional): blocks shuffled together, with ``block_size``.
-        algorithm (str, optional): the keyed permutation of the shuffle: ``"perm-v1"``
-            (default) or ``"perm-v2"`` (an exact shuffled table up to ``2**16`` samples,
-            32-bit multiply rounds above: no fixed cost at small n; see
-            ``docs/perm-v2.md``). A loaded state dict continues with the order it names.
+        algorithm (str, optional): the keyed permutation of the shuffle (and of the
+            blocks): ``"perm-v2"`` (default: an exact shuffled table up to ``2**16``
+            samples, 32-bit multiply rounds above, no fixed cost at small n; see
+            ``docs/perm-v2.md``) or ``"perm-v1"`` (the order of 0.3 and before). A loaded
+            state dict continues with the order it names.
 
     Model parallelism: processes that share a data-parallel rank (tensor, pipeline or
     context parallel peers) pass the same ``rank`` (or the same mesh coordinate) and read

@@ -1,5 +1,5 @@
 """``TokenBudgetBatchSampler``: batches under a padded token budget, balanced across ranks,
-planned a window of the perm-v1 order at a time (budget-v1). The core plans, counts,
+planned a window of the perm-v2 order at a time (budget-v2; budget-v1 over perm-v1). The core plans, counts,
 re-plans a resume and proves; this module speaks torch."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
     r"""Batches of variable-length samples under a padded token budget, the same number
     on every rank, every sample once per epoch across ranks.
 
-    The epoch's perm-v1 order is read a ``window`` of positions at a time (memory never
+    The epoch's perm-v2 order is read a ``window`` of positions at a time (memory never
     depends on the dataset's size). A window's samples are sorted by length and cut into
     batches with ``len(batch) * max(lengths[batch]) <= max_tokens`` (so little padding);
     the batches are grouped into steps of ``num_replicas`` batches of similar load (so no
@@ -49,8 +49,8 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
         num_replicas (int, optional): data-parallel ranks (default: the process group).
         rank (int, optional): this rank (default: the process group's).
         seed (int, optional): key of the order. Default: ``0``.
-        shuffle (bool, optional): perm-v1 order (``False``: samples in index order,
-            still batched by length within each window). Default: ``True``.
+        shuffle (bool, optional): the permutation's order (``False``: samples in index
+            order, still batched by length within each window). Default: ``True``.
         drop_last (bool, optional): drop the few samples that cannot fill a step of the
             last window instead of repeating samples. Default: ``False``.
         window (int, optional): positions planned together; larger windows pad less and
@@ -60,6 +60,9 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
         as_array (bool, optional): yield each batch as one int64 ``numpy.ndarray``
             instead of a list. Default: ``False``.
         device_mesh, mesh_dim: data-parallel ranks from a DeviceMesh (model parallelism).
+        algorithm (str, optional): the permutation of the order and of each window's
+            steps: ``"perm-v2"`` (budget-v2, default) or ``"perm-v1"`` (budget-v1, the plan
+            of 0.3 and before). A loaded state dict continues with the plan it names.
 
     Example::
 
@@ -88,6 +91,7 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
         device_mesh: Any = None,
         mesh_dim: Optional[MeshDim] = None,
         as_array: bool = False,
+        algorithm: str = _core.ALGORITHM,
     ) -> None:
         self.as_array = bool(as_array)
         self.lengths, self._lengths = as_lengths(lengths)  # the core reads _lengths in place
@@ -102,6 +106,7 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
                 seed=seed,
                 shuffle=shuffle,
                 drop_last=drop_last,
+                permutation=algorithm,
             )  # fmt: skip
         )
 
@@ -224,6 +229,7 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
             ValueError: it was saved by another sampler or configuration, or edited.
         """
         saved = BudgetConfig.read_state(state, _RESUME_KEYS, strict=strict)
+        self.permutation = saved.permutation  # the state continues with the plan it names
         self.config.check_resumable(saved)
         taken = as_base64("state_dict['taken']", state["taken"])
         window = as_u64("state_dict['window_index']", state["window_index"])

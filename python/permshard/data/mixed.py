@@ -1,4 +1,4 @@
-"""``MixedDataset``: several map-style datasets read in a weighted mixture (mix-v1)."""
+"""``MixedDataset``: several map-style datasets read in a weighted mixture (mix-v2, mix-v1)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, Optional, Union
 import numpy as np
 from torch.utils.data import Dataset
 
-from ..mixture import Mixture, as_floats
+from ..mixture import MIX_ALGORITHM, Mixture, as_floats
 
 _WEIGHTS_IN = ("samples", "tokens")
 
@@ -44,6 +44,8 @@ class MixedDataset(Dataset[Any]):
         weights_in (str, optional): ``"samples"`` (Megatron's rule: the share of
             samples) or ``"tokens"`` (the share of tokens: each weight is divided by its
             source's ``tokens_per_sample``). Default: ``"samples"``.
+        algorithm (str, optional): the mixture map, ``"mix-v2"`` or ``"mix-v1"`` (0.3's:
+            pass it to continue a run started before 0.4). Default: ``"mix-v2"``.
 
     Example::
 
@@ -60,6 +62,7 @@ class MixedDataset(Dataset[Any]):
         *,
         stages: Sequence[tuple[int, Sequence[float]]] = (),
         weights_in: str = "samples",
+        algorithm: str = MIX_ALGORITHM,
     ) -> None:
         if isinstance(datasets, (str, bytes)) or not isinstance(datasets, Sequence):
             raise TypeError(f"datasets must be a sequence of datasets, got {type(datasets).__name__}")
@@ -78,14 +81,21 @@ class MixedDataset(Dataset[Any]):
         if weights_in == "tokens":
             weights = self._per_sample(weights)
             stages = [(start, self._per_sample(w)) for start, w in stages]
-        mixture = Mixture(sizes, weights, 1 if num_samples is None else num_samples, seed, stages=stages)
+        mixture = Mixture(
+            sizes,
+            weights,
+            1 if num_samples is None else num_samples,
+            seed,
+            stages=stages,
+            algorithm=algorithm,
+        )
         if num_samples is None:
             covering = mixture.covering_length()
             if covering >= 2**64 - 1:
                 raise ValueError(
                     "no mixture shorter than 2**64 reads every weighted source in full: pass num_samples"
                 )
-            mixture = Mixture(sizes, weights, covering, seed, stages=stages)
+            mixture = Mixture(sizes, weights, covering, seed, stages=stages, algorithm=algorithm)
         self.mixture = mixture
         # The sources as one dataset (see __getitems__), or False: built on first use.
         self._joined: Any = None
@@ -118,6 +128,7 @@ class MixedDataset(Dataset[Any]):
         seed: int = 0,
         *,
         weights_in: str = "samples",
+        algorithm: str = MIX_ALGORITHM,
         **windows: Any,
     ) -> MixedDataset:
         """Megatron's ``--data-path w1 p1 w2 p2 ...`` (or ``p1 p2 ...``: weights in
@@ -130,6 +141,7 @@ class MixedDataset(Dataset[Any]):
             num_samples (int, optional): Megatron's train samples (``None``: see above).
             seed (int, optional): key of the per-pass orders.
             weights_in (str, optional): ``"samples"`` or ``"tokens"``.
+            algorithm (str, optional): the mixture map, ``"mix-v2"`` or ``"mix-v1"``.
             **windows: passed to every ``TokenWindows`` (``split``, ``part``,
                 ``documents``, ``eod_id``, ``reset_position_ids``, ...).
 
@@ -157,7 +169,7 @@ class MixedDataset(Dataset[Any]):
         if weights is None:
             weights = [float(len(s)) for s in sources]
             weights_in = "samples"
-        return cls(sources, weights, num_samples, seed, weights_in=weights_in)
+        return cls(sources, weights, num_samples, seed, weights_in=weights_in, algorithm=algorithm)
 
     def __len__(self) -> int:
         return len(self.mixture)

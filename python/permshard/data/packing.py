@@ -27,7 +27,7 @@ class PackedDataset(IterableDataset[torch.Tensor]):
         eos_id (int): token appended after every document.
         tokenizer (callable, optional): ``str -> list[int]``. Default: documents are
             already token lists.
-        shuffle (bool, optional): order documents by perm-v1 for each epoch.
+        shuffle (bool, optional): order documents by perm-v1 (as in 0.3) for each epoch.
             Default: ``False``.
         seed (int, optional): key of the shuffle. Default: ``0``.
         infinite (bool, optional): start a new, reshuffled pass whenever one ends,
@@ -95,7 +95,8 @@ class PackedDataset(IterableDataset[torch.Tensor]):
         if self.shuffle:
             from ..permutation import Permutation
 
-            order = Permutation(n, seed=self.seed, epoch=epoch)
+            # perm-v1, as in 0.3: the documents' order is in no state dict to name another.
+            order = Permutation(n, seed=self.seed, epoch=epoch, algorithm="perm-v1")
             for k in range(me, n, count):
                 yield self.documents[order[k]]
         else:

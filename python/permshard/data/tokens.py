@@ -227,7 +227,8 @@ class TokenWindows(WindowProvenance, Dataset[Any]):
         if shift is None:
             from ..permutation import Permutation
 
-            shift = Permutation(self.seq_len, seed=self.seed, epoch=epoch)[0]
+            # perm-v1, as in 0.3: the shift is in no state dict to name another order.
+            shift = Permutation(self.seq_len, seed=self.seed, epoch=epoch, algorithm="perm-v1")[0]
             if len(self._shifts) >= 64:
                 self._shifts.clear()
             self._shifts[epoch] = shift

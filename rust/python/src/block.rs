@@ -16,7 +16,7 @@ pub struct BlockPermutation {
 #[pymethods]
 impl BlockPermutation {
     #[new]
-    #[pyo3(signature = (n, block_size, window_blocks, seed = 0, epoch = 0, algorithm = permshard_core::BLOCK_ALGORITHM))]
+    #[pyo3(signature = (n, block_size, window_blocks, seed = 0, epoch = 0, algorithm = "block-v2"))]
     fn new(
         n: u64,
         block_size: u64,

@@ -29,7 +29,7 @@ mod _core {
     #[pymodule_export]
     use super::partition::Partition;
     #[pymodule_export]
-    use super::permutation::{permutation_of, simd_level, Permutation};
+    use super::permutation::{built_on, permutation_of, simd_level, Permutation};
     #[pymodule_export]
     use super::sharding::Sharding;
     #[pymodule_export]

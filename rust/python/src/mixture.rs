@@ -25,7 +25,7 @@ impl Mixture {
     /// `stages[j] = (start, weights)`: the weights from position `start` on (the first
     /// stage starts at 0).
     #[new]
-    #[pyo3(signature = (sizes, stages, num_samples = None, seed = 0, algorithm = permshard_core::MIX_ALGORITHM))]
+    #[pyo3(signature = (sizes, stages, num_samples = None, seed = 0, algorithm = "mix-v2"))]
     fn new(
         sizes: Vec<u64>,
         stages: Vec<(u64, Vec<f64>)>,

@@ -1,4 +1,5 @@
-//! `_core.Permutation`: perm-v1 or perm-v2 over `[0, n)`; `simd_level()`; `permutation_of()`.
+//! `_core.Permutation`: perm-v1 or perm-v2 over `[0, n)`; `simd_level()`; the algorithm ids
+//! built on a permutation (`permutation_of()`, `built_on()`).
 
 use numpy::PyArray1;
 use pyo3::prelude::*;
@@ -16,7 +17,7 @@ pub struct Permutation {
 #[pymethods]
 impl Permutation {
     #[new]
-    #[pyo3(signature = (n, seed = 0, epoch = 0, algorithm = permshard_core::ALGORITHM))]
+    #[pyo3(signature = (n, seed = 0, epoch = 0, algorithm = "perm-v2"))]
     fn new(n: u64, seed: u64, epoch: u64, algorithm: &str) -> PyResult<Self> {
         let version = Version::named(algorithm).map_err(to_py)?;
         let inner =
@@ -82,4 +83,23 @@ pub fn simd_level() -> PyResult<&'static str> {
 #[pyfunction]
 pub fn permutation_of(algorithm: &str) -> Option<&'static str> {
     Version::of_order(algorithm).map(Version::algorithm)
+}
+
+/// The id of the order of `family` (`"perm"`, `"block"`, `"mix"` or `"budget"`) built on
+/// `permutation` (`"perm-v1"`, `"perm-v2"`): `built_on("budget", "perm-v2") == "budget-v2"`.
+#[pyfunction]
+pub fn built_on(family: &str, permutation: &str) -> PyResult<&'static str> {
+    let version = Version::named(permutation).map_err(to_py)?;
+    let ids = match family {
+        "perm" => &[permshard_core::ALGORITHM_V1, permshard_core::ALGORITHM_V2],
+        "block" => &permshard_core::BLOCK_ALGORITHMS,
+        "mix" => &permshard_core::MIX_ALGORITHMS,
+        "budget" => &permshard_core::BUDGET_ALGORITHMS,
+        other => {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "unknown family {other:?}: use \"perm\", \"block\", \"mix\" or \"budget\""
+            )))
+        }
+    };
+    Ok(version.id(ids))
 }

@@ -6,6 +6,9 @@
 2. ``Permutation.take`` per index on every SIMD level this CPU has (``PERMSHARD_SIMD``,
    a fresh process per level), perm-v1 against perm-v2.
 3. One rank's share of the exact proof (ns per item per core), perm-v1 against perm-v2.
+4. A mixture of 1,000 equal sources of 100, 1,000 and 10^5 samples: ns per position of
+   consecutive positions (``take``) and of random batches of 32 (``at_positions``),
+   mix-v1 against mix-v2.
 
 Run: ``python benches/perm_v2.py [--large] [--markdown PATH]``.
 """
@@ -74,6 +77,27 @@ def share_cost(algorithm: str) -> float:
     return seconds / cert.lengths[0] * 1e9
 
 
+def mixture_cost(size: int, algorithm: str) -> tuple[float, float]:
+    """ns per position of a 1,000-source mixture: ``take`` of 200,000 consecutive
+    positions, and random batches of 32 (best of 5)."""
+    import numpy as np
+
+    import permshard
+
+    m = permshard.Mixture([size] * 1000, [1.0] * 1000, num_samples=10**7, algorithm=algorithm)
+    batches = [np.random.default_rng(k).integers(0, 10**7, 32).tolist() for k in range(300)]
+    best_take = best_batch = 1e9
+    for round_ in range(5):
+        began = time.perf_counter()
+        m.take(round_ * 200_000, (round_ + 1) * 200_000)
+        best_take = min(best_take, (time.perf_counter() - began) / 200_000 * 1e9)
+        began = time.perf_counter()
+        for b in batches:
+            m.at_positions(b)
+        best_batch = min(best_batch, (time.perf_counter() - began) / (32 * len(batches)) * 1e9)
+    return best_take, best_batch
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--large", action="store_true", help="also n = 10^8 (minutes, GBs)")
@@ -114,6 +138,16 @@ def main() -> int:
         f"One rank's share of the exact proof (n = 10^9 over 64 ranks, one thread): perm-v1 "
         f"{v1:.1f} ns per item, perm-v2 {v2:.1f} ns per item ({v2 / v1:.2f}×).",
     ]
+    lines += ["", "A mixture of 1,000 equal sources, ns per position (best of 5):", ""]
+    lines += [
+        "| source size | take, mix-v1 | take, mix-v2 | mix-v2 / mix-v1 | batches of 32, mix-v1 | batches of 32, mix-v2 | mix-v2 / mix-v1 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for size in (100, 1000, 10**5):
+        (t1, b1), (t2, b2) = mixture_cost(size, "mix-v1"), mixture_cost(size, "mix-v2")
+        lines.append(
+            f"| {size:,} | {t1:,.0f} ns | {t2:,.0f} ns | {t2 / t1:.2f}× | {b1:,.0f} ns | {b2:,.0f} ns | {b2 / b1:.2f}× |"
+        )
     text = "\n".join(lines)
     print(text)
     if args.markdown:

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-import sys
 import warnings
 from collections.abc import Iterator, Sequence
-from types import FrameType
 from typing import TYPE_CHECKING, Any, Optional
 
 import torch.distributed as dist
@@ -17,6 +15,7 @@ from torch.utils.data import DistributedSampler, Subset
 
 from ._core import ShardingError
 from ._validation import as_u64
+from .callers import callers
 
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader
@@ -103,11 +102,7 @@ def check_not_wrapped_by_accelerate(num_replicas: int) -> None:
     """
     if num_replicas < 2:
         return
-    frame: Optional[FrameType] = sys._getframe(1)
-    for _ in range(16):
-        if frame is None:
-            return
-        owner: Any = frame.f_locals.get("self")
+    for owner in callers(16):
         if type(owner).__name__ == "BatchSamplerShard" and getattr(owner, "num_processes", 1) > 1:
             raise ShardingError(
                 f"accelerate's BatchSamplerShard (num_processes={owner.num_processes}) is "
@@ -116,8 +111,6 @@ def check_not_wrapped_by_accelerate(num_replicas: int) -> None:
                 "data. Use permshard.accelerate.prepare_data_loader(accelerator, loader) instead "
                 "of accelerator.prepare(loader)"
             )
-        frame = frame.f_back
-    return
 
 
 def double_split(everyone: list[dict[str, int]]) -> Optional[str]:

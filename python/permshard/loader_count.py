@@ -10,10 +10,10 @@ on the call stack of its first item, and reads the count when a state is saved.
 
 from __future__ import annotations
 
-import sys
 import weakref
-from types import FrameType
 from typing import Any, Optional
+
+from .callers import callers
 
 #: Frames searched above the first item for the DataLoader's iterator.
 _DEPTH = 16
@@ -28,14 +28,9 @@ def find_loader_iterator() -> Optional[weakref.ref[Any]]:
         from torch.utils.data.dataloader import _BaseDataLoaderIter
     except ImportError:  # a torch without it: count what the sampler yielded
         return None
-    frame: Optional[FrameType] = sys._getframe(1)
-    for _ in range(_DEPTH):
-        if frame is None:
-            return None
-        owner = frame.f_locals.get("self")
+    for owner in callers(_DEPTH):
         if isinstance(owner, _BaseDataLoaderIter):
             return None if hasattr(owner, "_sampler_iter_yielded") else weakref.ref(owner)
-        frame = frame.f_back
     return None
 
 

@@ -31,6 +31,7 @@ $(VENV)/.base: pyproject.toml
 $(VENV)/.dev: $(VENV)/.base
 	$(PY) -m pip install -q -e ".[dev]"
 	$(PY) -m pip install -q --no-deps megatron-core==0.16.1 || echo "megatron-core not installed: tests/test_megatron.py will skip"
+	$(PY) -m pip install -q grain || echo "grain not installed: tests/test_grain.py will skip"
 	touch $@
 
 build: $(VENV)/.build-release  ## Build the Rust extension into the virtualenv (release, fat LTO)

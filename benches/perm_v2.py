@@ -140,7 +140,8 @@ def main() -> int:
     ]
     lines += ["", "A mixture of 1,000 equal sources, ns per position (best of 5):", ""]
     lines += [
-        "| source size | take, mix-v1 | take, mix-v2 | mix-v2 / mix-v1 | batches of 32, mix-v1 | batches of 32, mix-v2 | mix-v2 / mix-v1 |",
+        "| source size | take, mix-v1 | take, mix-v2 | mix-v2 / mix-v1 "
+        "| batches of 32, mix-v1 | batches of 32, mix-v2 | mix-v2 / mix-v1 |",
         "|---|---|---|---|---|---|---|",
     ]
     for size in (100, 1000, 10**5):

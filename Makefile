@@ -32,6 +32,7 @@ $(VENV)/.dev: $(VENV)/.base
 	$(PY) -m pip install -q -e ".[dev]"
 	$(PY) -m pip install -q --no-deps megatron-core==0.16.1 || echo "megatron-core not installed: tests/test_megatron.py will skip"
 	$(PY) -m pip install -q grain || echo "grain not installed: tests/test_grain.py will skip"
+	$(PY) -m pip install -q "ray[train]" || echo "ray[train] not installed: tests/test_ray.py will skip"
 	touch $@
 
 build: $(VENV)/.build-release  ## Build the Rust extension into the virtualenv (release, fat LTO)

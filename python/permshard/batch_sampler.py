@@ -105,6 +105,15 @@ class ShardedBatchSampler(BatchSampler, ProvenStream):
                 current.handed(end)
                 yield batch
 
+    def set_epoch(self, epoch: int) -> None:
+        """Sets the epoch of the sampler under the batches (``sampler.set_epoch``), for
+        loops that call it on the loader's batch sampler.
+
+        Args:
+            epoch (int): epoch number, in ``[0, 2**64 - 1]``.
+        """
+        self._sharded.set_epoch(epoch)
+
     def _batches(self, num_samples: int) -> int:
         """Batches of ``batch_size`` in ``num_samples`` items."""
         if self.drop_last:

@@ -8,7 +8,6 @@ Adding a field here adds it to all of them.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -116,8 +115,8 @@ class EpochConfig:
             **changes: new values of fields, by name (``epoch=3``).
         """
         if changes.keys() == {"epoch"}:  # every epoch's path: no other field depends on it
-            again = copy.copy(self)
-            again._set({"epoch": as_u64("epoch", changes["epoch"])})
+            again = object.__new__(type(self))
+            again.__dict__.update(self.__dict__, epoch=as_u64("epoch", changes["epoch"]))
             return again
         return dataclasses.replace(self, **changes)
 
@@ -460,6 +459,9 @@ class HoldsConfig(Configured):
     """
 
     def __setattr__(self, name: str, value: Any) -> None:
+        if name[0] == "_":  # private state, never a field: the common case, every pass
+            object.__setattr__(self, name, value)
+            return
         config = self.__dict__.get("config")
         if config is not None and name in _field_names(config):
             self._reconfigure(config.replace(**{name: value}))

@@ -174,7 +174,8 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
         any change is a new order, iterated afresh."""
         if config.epoch != self.config.epoch:
             self._start = 0
-        if config != self.config:
+            self._iterated_epoch = None
+        elif config != self.config:
             self._iterated_epoch = None
         super()._reconfigure(config)
 
@@ -251,34 +252,36 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
             SamplerPass: the pass's partition, rank and item counter.
         """
         self._check_dataset_unchanged()
-        guards.check_not_wrapped_by_accelerate(self.num_replicas)
-        if self._iterated_epoch == self.epoch and self._start == 0:
+        config = self.config  # read once: its fields are the sampler's
+        guards.check_not_wrapped_by_accelerate(config.num_replicas)
+        if self._iterated_epoch == config.epoch and self._start == 0:
             if self.auto_epoch:
                 self.epoch += 1
+                config = self.config
             elif not self._warned_repeat:
                 self._warned_repeat = True
                 warnings.warn(
-                    f"ShardedSampler is iterated again in epoch {self.epoch} without "
+                    f"ShardedSampler is iterated again in epoch {config.epoch} without "
                     "set_epoch(): the order repeats. Call sampler.set_epoch(epoch) before each "
                     "epoch, or pass auto_epoch=True.",
                     UserWarning,
                     stacklevel=3,
                 )
-        if self.check_consensus and self._agreed_epoch != self.epoch:
+        if self.check_consensus and self._agreed_epoch != config.epoch:
             if dist.is_available() and dist.is_initialized():
                 consensus.check_consensus(
-                    self.config,
+                    config,
                     self.rank,
                     self.dataset,
                     agreed=[consensus.Agreed("start", self._start, consensus.FIX_RESUME)],
                 )
-            self._agreed_epoch = self.epoch
-        part = self._partition(self.epoch, self._start)
+            self._agreed_epoch = config.epoch
+        part = self._partition_of(config, self._start)
         prefetch = None
-        if self.block_size and callable(getattr(self.dataset, "prefetch", None)):
-            prefetch = WindowPrefetch(self.dataset, part, self.rank, self.block_size * self.window_blocks)
+        if config.block_size and callable(getattr(self.dataset, "prefetch", None)):
+            prefetch = WindowPrefetch(self.dataset, part, self.rank, config.block_size * config.window_blocks)
         self._pass = SamplerPass(
-            self.epoch,
+            config.epoch,
             part,
             self.rank,
             epoch_dependent=wants_epoch(self.dataset),

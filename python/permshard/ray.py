@@ -1,0 +1,225 @@
+"""permshard for Ray Train: ``prepare_data_loader`` that keeps permshard's samplers.
+
+Ray's own ``ray.train.torch.prepare_data_loader`` keeps a loader whose ``sampler`` is a
+``DistributedSampler`` (a ``ShardedSampler`` is one), but rebuilds every other loader as
+``DataLoader(batch_size=loader.batch_size, sampler=DistributedSampler(shuffle=...))``.
+torch reports a custom ``batch_sampler`` (``ShardedBatchSampler``,
+``TokenBudgetBatchSampler``) as a ``SequentialSampler`` with ``batch_size=None``, so Ray
+replaces it without a warning: the batches come unbatched and unshuffled (rank 0 reading
+0, 2, 4, ...), or crash in ``default_collate``. Ray's ``add_dist_sampler=False`` avoids
+it; this module does the right thing by default:
+
+* permshard's samplers and batch samplers are kept as they are (their rank and world
+  checked against Ray's);
+* a loader with torch's default sampler (``shuffle=True`` or ``False``) gets a
+  :class:`~permshard.ShardedSampler` where Ray would put a ``DistributedSampler``, keeping
+  ``batch_size``, ``drop_last``, the workers, ``persistent_workers``, ``prefetch_factor``
+  and ``multiprocessing_context`` (Ray drops the last three);
+* batches move to the worker's device, as Ray's do, without drawing one ahead: a
+  sampler's default ``state_dict()`` counts exactly the batches the loop received.
+
+ray is not a dependency of permshard: this module imports it on use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    DistributedSampler,
+    IterableDataset,
+    RandomSampler,
+    SequentialSampler,
+)
+
+from ._core import ShardingError
+from .batch_sampler import ShardedBatchSampler
+from .sampler import ShardedSampler
+from .token_budget import TokenBudgetBatchSampler
+
+__all__ = ["DeviceLoader", "prepare_data_loader"]
+
+#: DataLoader arguments a rebuilt loader keeps (read from the loader's attributes).
+_KEPT = (
+    "num_workers",
+    "collate_fn",
+    "pin_memory",
+    "timeout",
+    "worker_init_fn",
+    "generator",
+    "multiprocessing_context",
+    "persistent_workers",
+    "pin_memory_device",
+    "in_order",
+)
+
+
+def prepare_data_loader(
+    data_loader: DataLoader[Any],
+    *,
+    add_dist_sampler: bool = True,
+    move_to_device: bool = True,
+    auto_transfer: bool = True,
+) -> Any:
+    """Prepares ``data_loader`` for this Ray Train worker: sharded once, by permshard, and
+    (with ``move_to_device``) yielding batches on the worker's device. Call it inside the
+    training function, as Ray's own.
+
+    Args:
+        data_loader (DataLoader): the loader to prepare.
+        add_dist_sampler (bool, optional): shard a loader that is not sharded yet (torch's
+            default sampler) with a :class:`~permshard.ShardedSampler` over Ray's world.
+            Default: ``True``.
+        move_to_device (bool, optional): move each batch's tensors to
+            ``ray.train.torch.get_device()``. Default: ``True``.
+        auto_transfer (bool, optional): on a GPU, copy without blocking (from page-locked
+            memory with ``pin_memory=True``). Default: ``True``.
+
+    Returns:
+        DataLoader or DeviceLoader: the loader to iterate.
+
+    Raises:
+        ShardingError: a permshard sampler splits over another world than Ray's.
+        TypeError: the loader's sampler is a custom one that does not shard.
+
+    Example::
+
+        >>> def train_loop_per_worker(config):
+        ...     loader = DataLoader(dataset, batch_sampler=ShardedBatchSampler(ShardedSampler(dataset), 32))
+        ...     loader = permshard.ray.prepare_data_loader(loader)
+        ...     for epoch in range(config["epochs"]):
+        ...         loader.sampler.set_epoch(epoch)
+        ...         for batch in loader: ...
+    """
+    if not isinstance(data_loader, DataLoader):
+        raise TypeError(f"data_loader must be a torch DataLoader, got {type(data_loader).__name__}")
+    import ray.train
+    import ray.train.torch
+
+    context = ray.train.get_context()
+    world, rank = int(context.get_world_size()), int(context.get_world_rank())
+    loader = data_loader
+    if add_dist_sampler and world > 1 and not isinstance(loader.dataset, IterableDataset):
+        loader = _sharded(loader, world, rank)
+    if move_to_device:
+        return DeviceLoader(loader, ray.train.torch.get_device(), non_blocking=auto_transfer)
+    return loader
+
+
+def _check_world(sampler: Any, world: int, rank: int) -> None:
+    if isinstance(sampler, ShardedBatchSampler):
+        sampler = sampler.sampler  # its world is its ShardedSampler's
+    if (sampler.num_replicas, sampler.rank) != (world, rank):
+        raise ShardingError(
+            f"the {type(sampler).__name__} splits across num_replicas={sampler.num_replicas} as rank "
+            f"{sampler.rank}, but Ray Train has {world} workers and this is world rank {rank}: "
+            "leave num_replicas and rank unset (they come from the process group Ray starts)"
+        )
+
+
+def _sharded(loader: DataLoader[Any], world: int, rank: int) -> DataLoader[Any]:
+    """``loader`` if a permshard (or Distributed) sampler shards it, else rebuilt on a
+    ShardedSampler with the same batches, workers and options."""
+    batch_sampler, sampler = loader.batch_sampler, loader.sampler
+    if isinstance(batch_sampler, (ShardedBatchSampler, TokenBudgetBatchSampler)):
+        _check_world(batch_sampler, world, rank)
+        return loader
+    if isinstance(sampler, DistributedSampler):
+        _check_world(sampler, world, rank)
+        return loader
+    batch: dict[str, Any]
+    if type(batch_sampler) is BatchSampler and type(batch_sampler.sampler) in (
+        SequentialSampler,
+        RandomSampler,
+    ):
+        inner = batch_sampler.sampler
+        batch = {"batch_size": batch_sampler.batch_size, "drop_last": batch_sampler.drop_last}
+    elif batch_sampler is None and type(sampler) in (SequentialSampler, RandomSampler):
+        inner, batch = sampler, {"batch_size": None}
+    else:
+        custom = (
+            batch_sampler
+            if batch_sampler is not None and type(batch_sampler) is not BatchSampler
+            else sampler
+        )
+        raise TypeError(
+            f"cannot shard a DataLoader whose {'batch_' if custom is batch_sampler else ''}sampler is a "
+            f"{type(custom).__name__} (it would read the whole dataset on every worker): build it on "
+            "permshard.ShardedSampler(dataset) (or a permshard batch sampler), or pass add_dist_sampler=False"
+        )
+    kept = {name: getattr(loader, name) for name in _KEPT if hasattr(loader, name)}
+    if loader.num_workers > 0:
+        kept["prefetch_factor"] = loader.prefetch_factor
+    else:  # torch refuses these without workers
+        kept.pop("persistent_workers", None)
+        kept.pop("multiprocessing_context", None)
+    sharded = ShardedSampler(loader.dataset, world, rank, shuffle=isinstance(inner, RandomSampler))  # type: ignore[arg-type]
+    return DataLoader(loader.dataset, sampler=sharded, **batch, **kept)
+
+
+def _to(value: Any, device: torch.device, non_blocking: bool) -> Any:
+    """``value`` with every tensor in it (through dicts, lists, tuples) on ``device``."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device, non_blocking=non_blocking)
+    if isinstance(value, Mapping):
+        return type(value)({k: _to(v, device, non_blocking) for k, v in value.items()})  # type: ignore[call-arg]
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
+        return type(value)(*(_to(v, device, non_blocking) for v in value))
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to(v, device, non_blocking) for v in value)
+    return value
+
+
+class DeviceLoader:
+    """A DataLoader whose batches arrive on ``device``. It draws a batch from the loader
+    only when the loop asks for one, so a sampler's default ``state_dict()`` (which counts
+    the batches the DataLoader handed out) is exact. Every other attribute (``sampler``,
+    ``batch_sampler``, ``dataset``, ...) is the loader's.
+
+    Args:
+        loader (DataLoader): the loader to wrap.
+        device (torch.device): where the batches go.
+        non_blocking (bool, optional): copy without blocking (CUDA). Default: ``True``.
+    """
+
+    def __init__(self, loader: DataLoader[Any], device: Any, *, non_blocking: bool = True) -> None:
+        self.loader, self.device = loader, torch.device(device)
+        self.non_blocking = bool(non_blocking) and self.device.type == "cuda"
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        for batch in self.loader:
+            yield _to(batch, self.device, self.non_blocking)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "loader":  # not yet set (unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.loader, name)
+
+    def _stateful(self) -> Any:
+        for owner in (self.loader.batch_sampler, self.loader.sampler):
+            if callable(getattr(owner, "state_dict", None)):
+                return owner
+        raise TypeError("the loader's sampler has no state_dict(): build it on a permshard sampler")
+
+    def state_dict(self) -> dict[str, Any]:
+        """The sampler's state at the batches the loop received."""
+        state: dict[str, Any] = self._stateful().state_dict()
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores the sampler's resume point (onto another number of workers too).
+
+        Args:
+            state (Mapping): a dict saved by :meth:`state_dict`.
+        """
+        self._stateful().load_state_dict(state)
+
+    def __repr__(self) -> str:
+        return f"DeviceLoader({self.loader!r}, device={self.device})"

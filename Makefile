@@ -8,7 +8,7 @@ ifneq ($(wildcard $(PY)),)
 export PYO3_PYTHON := $(abspath $(PY))
 endif
 
-.PHONY: help demo test test-fast bench bench-megatron bench-mixture bench-blocks build build-fast lint lint-rust lint-py rust-test py-test clean
+.PHONY: help demo docs test test-fast bench bench-megatron bench-mixture bench-blocks build build-fast lint lint-rust lint-py rust-test py-test clean
 
 # What the extension is built from: a build runs again only when one of them changed.
 SOURCES := Cargo.toml Cargo.lock pyproject.toml $(shell find rust -name '*.rs' -o -name Cargo.toml)
@@ -73,7 +73,10 @@ py-test: build $(VENV)/.dev  ## Python tests (real multi-process runs included),
 test-fast: build-fast  ## The fast tier: tests not marked slow or multiprocess, over every core
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -m "not slow and not multiprocess" -q
 
-test: lint rust-test py-test  ## Everything CI runs
+test: lint rust-test py-test docs  ## Everything CI runs
+
+docs: $(VENV)/.dev  ## The documentation site (mkdocs, API pages from the docstrings) into site/; broken links fail
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -q
 
 bench: build $(VENV)/.dev  ## criterion + pytest-benchmark + side-by-side; writes docs/benchmarks.md and the plot
 	cargo bench -p permshard-core --bench permutation

@@ -133,7 +133,7 @@ class PendingCertificate:
     Example::
 
         >>> pending = sampler.verify_in_background()  # consensus now, the proof meanwhile
-        >>> for batch in loader: ...
+        >>> for batch in loader: pass
         >>> cert = pending.wait()  # every rank, at the same point
     """
 

@@ -90,7 +90,7 @@ class Agreed(NamedTuple):
 
     Example::
 
-        >>> Agreed("start", 4096, FIX_RESUME)  # a resume point every rank must share
+        >>> resume = Agreed("start", 4096, FIX_RESUME)  # a resume point every rank must share
     """
 
     name: str

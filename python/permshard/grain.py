@@ -62,7 +62,8 @@ class ShardedIndexSampler:
         >>> sampler = ShardedIndexSampler(len(source), grain.sharding.ShardOptions(rank, world), seed=0)
         >>> loader = grain.DataLoader(data_source=source, sampler=sampler,
         ...                           shard_options=grain.sharding.ShardOptions(rank, world), worker_count=2)
-        >>> sampler.verify()  # this shard's stream, proven
+        >>> sampler.verify().covered  # every shard's stream, proven
+        1000
     """
 
     def __init__(

@@ -64,8 +64,9 @@ class ProvenStream:
         Example::
 
             >>> pending = sampler.verify_in_background()
-            >>> for batch in loader: ...
+            >>> for batch in loader: pass
             >>> print(pending.wait())
+            PROVEN (inverse, perm-v2, round-robin): n=1,000 over 1 ranks ...
         """
         return self._distributed(group, exact=True, background=True)
 

@@ -93,7 +93,7 @@ def prepare_data_loader(
         ...     loader = permshard.ray.prepare_data_loader(loader)
         ...     for epoch in range(config["epochs"]):
         ...         loader.sampler.set_epoch(epoch)
-        ...         for batch in loader: ...
+        ...         for batch in loader: pass
     """
     if not isinstance(data_loader, DataLoader):
         raise TypeError(f"data_loader must be a torch DataLoader, got {type(data_loader).__name__}")

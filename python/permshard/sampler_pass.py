@@ -27,7 +27,7 @@ class WindowPrefetch:
 
     Example::
 
-        >>> prefetch = WindowPrefetch(dataset, part, rank=0, window_len=4096)
+        >>> prefetch = WindowPrefetch(rows, part, rank=0, window_len=4096)  # rows.prefetch(indices)
         >>> prefetch.upto(prefetch.window_end(0))  # announces the first window
     """
 

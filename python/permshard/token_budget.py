@@ -71,7 +71,7 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
         >>> loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=pad_collate)
         >>> for epoch in range(epochs):
         ...     sampler.set_epoch(epoch)
-        ...     for batch in loader: ...
+        ...     for batch in loader: pass
     """
 
     config: BudgetConfig  # the configuration of the current epoch, as every rank must agree on it

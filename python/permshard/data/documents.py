@@ -29,9 +29,12 @@ class DocumentBatch(Sequence[dict[str, torch.Tensor]]):
 
     Example::
 
-        >>> batch = windows.__getitems__([3, 17])
-        >>> batch.collate()["cu_seqlens"]
-        tensor([   0,  811, 2048, 3001, 4096], dtype=torch.int32)
+        >>> docs = TokenWindows("corpus/web_text_document", 2048, documents=True, eod_id=0,
+        ...                     reset_attention_mask=True)
+        >>> batch = docs.__getitems__([3, 17])
+        >>> batch.collate()["cu_seqlens"]  # the documents of both windows, end to end
+        tensor([   0,  395,  553,  930, 1477, 1757, 2048, 2181, 2241, 2510, 2728, 2965,
+                3438, 3819, 3879, 4096], dtype=torch.int32)
     """
 
     def __init__(

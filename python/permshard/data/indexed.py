@@ -102,11 +102,11 @@ class MegatronIndex:
 
     Example::
 
-        >>> index = MegatronIndex("corpus/web_text_document")
+        >>> index = MegatronIndex("corpus/web_text_document")  # 1000 documents
         >>> index.dtype, index.num_sequences, index.num_tokens
-        (dtype('uint16'), 250000, 245123584)
+        (dtype('uint16'), 1000, 303154)
         >>> index.sequence_range("969,30,1", "valid")
-        (242250, 249750)
+        (969, 999)
     """
 
     def __init__(self, prefix: PathLike) -> None:

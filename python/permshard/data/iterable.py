@@ -227,7 +227,7 @@ class ShardedIterable(IterableDataset[T], Generic[T]):
     Example::
 
         >>> ds = ShardedIterable(["a.jsonl", "b.jsonl"], open_shard=read_jsonl)
-        >>> loader = DataLoader(ds, batch_size=32, num_workers=3)
+        >>> loader = DataLoader(ds, batch_size=32, num_workers=2)
     """
 
     def __init__(

@@ -41,7 +41,7 @@ class PackedDataset(IterableDataset[torch.Tensor]):
 
         >>> ds = PackedDataset(texts, seq_len=2048, eos_id=tok.eos_token_id, tokenizer=tok.encode,
         ...                    shuffle=True)
-        >>> loader = DataLoader(ds, batch_size=8, num_workers=4)
+        >>> loader = DataLoader(ds, batch_size=8, num_workers=2)
     """
 
     def __init__(

@@ -104,3 +104,28 @@ def test_bad_input_names_the_fix():
         shuffle(list(range(5)))
     with pytest.raises(ValueError, match="unknown permutation algorithm"):
         shuffle(grain.MapDataset.source([1, 2]), algorithm="perm-v9")
+
+
+def test_a_state_resumes_onto_another_shard_count_every_record_once():
+    n, read = 1001, Counter()
+    samplers = [ShardedIndexSampler(n, ShardOptions(s, 2), seed=7, num_epochs=2) for s in range(2)]
+    for s, sampler in enumerate(samplers):  # 300 records a shard, then the job stops
+        read.update(sampler.record_key(j * 2 + s) for j in range(300))
+    state = samplers[0].state_dict(consumed_records=300)
+    assert (state["epoch"], state["consumed"]) == (0, 600)
+    resumed = []
+    for s in range(3):
+        sampler = ShardedIndexSampler(n, ShardOptions(s, 3), seed=7, num_epochs=2)
+        sampler.load_state_dict(state)
+        options = ShardOptions(s, 3)
+        loader = grain.DataLoader(data_source=range(n), sampler=sampler, shard_options=options)
+        resumed.append([int(x) for x in loader])
+    first_epoch = -(-(n - 600) // 3)  # what is left of epoch 0, per shard
+    read.update(x for r in resumed for x in r[:first_epoch])
+    assert set(read) == set(range(n)) and sum(read.values()) - n < 3  # padding only
+    second = Counter(x for r in resumed for x in r[first_epoch:])
+    expected = ShardedSampler(n, 3, 0, seed=7)
+    expected.set_epoch(1)
+    assert resumed[0][first_epoch:] == list(expected) and set(second) == set(range(n))
+    with pytest.raises(ValueError, match="n="):
+        ShardedIndexSampler(999, ShardOptions(0, 3), seed=7).load_state_dict(state)

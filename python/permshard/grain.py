@@ -97,23 +97,38 @@ class ShardedIndexSampler:
             )
         self.num_epochs = None if num_epochs is None else as_positive("num_epochs", num_epochs)
         self._epoch_len = self.config.partition().total_size  # global positions of an epoch
-        self._current: tuple[int, _core.Partition] = (0, self.config.partition())
+        self._resume = (0, 0)  # (epoch, consumed positions) the indices start from
+        self._current: Optional[tuple[tuple[int, int], _core.Partition]] = None
 
     def __getstate__(self) -> dict[str, Any]:
         # The native partition is rebuilt in each worker, not pickled.
         return dict(self.__dict__, _current=None)
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, _current=(0, state["config"].partition()))
+    def _partition(self, epoch: int, start: int = 0) -> _core.Partition:
+        if self._current is None or self._current[0] != (epoch, start):  # epochs come in turn
+            self._current = ((epoch, start), self.config.replace(epoch=epoch).partition(start))
+        return self._current[1]
+
+    def _first_len(self) -> int:
+        """Global indices of the first epoch read: what is left of it after a resume."""
+        epoch, start = self._resume
+        return int(self._partition(epoch, start).num_samples) * self.config.num_replicas
 
     def __len__(self) -> int:
         """Global indices over every shard and epoch (``sys.maxsize`` without an end)."""
-        return sys.maxsize if self.num_epochs is None else self.num_epochs * self._epoch_len
+        if self.num_epochs is None:
+            return sys.maxsize
+        return self._first_len() + (self.num_epochs - self._resume[0] - 1) * self._epoch_len
 
-    def _partition(self, epoch: int) -> _core.Partition:
-        if self._current[0] != epoch:  # the loader reads epochs in turn: keep the last one
-            self._current = (epoch, self.config.replace(epoch=epoch).partition())
-        return self._current[1]
+    def _locate(self, index: int) -> tuple[int, int, int]:
+        """``(epoch, start, position)``: global index ``index`` is the ``position``-th
+        dealt position of ``epoch``'s pass from ``start``."""
+        epoch, start = self._resume
+        first = self._first_len()
+        if index < first:
+            return epoch, start, index
+        later, position = divmod(index - first, self._epoch_len)
+        return epoch + 1 + later, 0, position
 
     def record_key(self, index: int) -> int:
         """The record at global index ``index``; O(1).
@@ -124,9 +139,46 @@ class ShardedIndexSampler:
         index = as_int("index", index)
         if not 0 <= index < len(self):
             raise IndexError(f"index {index} is out of range: the sampler has {len(self)} indices")
-        epoch, position = divmod(index, self._epoch_len)
+        epoch, start, position = self._locate(index)
         rank, local = position % self.config.num_replicas, position // self.config.num_replicas
-        return int(self._partition(epoch).take_list(rank, local, local + 1)[0])
+        return int(self._partition(epoch, start).take_list(rank, local, local + 1)[0])
+
+    def state_dict(self, consumed_records: int) -> dict[str, Any]:
+        """A :class:`~permshard.ShardedSampler` state dict of where the shards are, after
+        each read ``consumed_records`` records from this sampler (grain's shards move in
+        lockstep); :meth:`load_state_dict` on a sampler with another shard count resumes
+        there, every record still once per epoch.
+
+        Args:
+            consumed_records (int): records this shard read, counted from index 0.
+        """
+        consumed_records = as_int("consumed_records", consumed_records)
+        index = consumed_records * self.config.num_replicas
+        if not 0 <= index <= len(self):
+            raise ValueError(
+                f"consumed_records must be in [0, {len(self) // self.config.num_replicas}], got {consumed_records}"
+            )
+        epoch, start, position = self._locate(index)
+        if start and index == self._first_len():  # the resumed epoch is done
+            epoch, start, position = epoch + 1, 0, 0
+        return self.config.replace(epoch=epoch).state_dict(start + position)
+
+    def load_state_dict(self, state: dict[str, Any], strict: bool = True) -> None:
+        """Starts this sampler's indices at the resume point of ``state`` (saved by
+        :meth:`state_dict`, or by a ``ShardedSampler``), on this shard count: build grain's
+        ``DataLoader`` afresh on it.
+
+        Args:
+            state (Mapping): a ``ShardedSampler`` state dict.
+            strict (bool, optional): refuse unknown keys. Default: ``True``.
+        """
+        saved, consumed = ShardConfig.from_state_dict(state, strict=strict)
+        config = self.config.replace(permutation=saved.permutation)  # the order it names
+        config.check_resumable(saved)
+        if self.num_epochs is not None and saved.epoch >= self.num_epochs:
+            raise ValueError(f"the state is in epoch {saved.epoch}, past num_epochs={self.num_epochs}")
+        self.config, self._resume, self._current = config, (saved.epoch, consumed), None
+        self._epoch_len = config.partition().total_size
 
     def __getitem__(self, index: int) -> Any:
         key = self.record_key(index)

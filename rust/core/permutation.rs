@@ -12,7 +12,7 @@
 //! 17 bits, so `< 2n`), with a round function of two 32×32→64 multiplies, which AVX2
 //! (`vpmuludq`) and NEON (`umull`) vectorise as AVX-512 does.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::error::{check_below, Error};
 use crate::splitmix::{chain, splitmix64};
@@ -182,14 +182,36 @@ impl Feistel {
     }
 }
 
-/// Both directions of a small permutation, precomputed.
+/// Both directions of a small permutation: the forward one precomputed, the inverse on
+/// first use (a mixture's passes and a block order's windows map positions only).
 #[derive(Debug)]
 struct Table {
     forward: Vec<u16>,
-    inverse: Vec<u16>,
+    inverse: OnceLock<Vec<u16>>,
 }
 
 impl Table {
+    fn of(forward: Vec<u16>) -> Table {
+        Table {
+            forward,
+            inverse: OnceLock::new(),
+        }
+    }
+
+    fn forward(&self) -> &[u16] {
+        &self.forward
+    }
+
+    fn inverse(&self) -> &[u16] {
+        self.inverse.get_or_init(|| {
+            let mut inverse = vec![0u16; self.forward.len()];
+            for (p, &x) in self.forward.iter().enumerate() {
+                inverse[x as usize] = p as u16;
+            }
+            inverse
+        })
+    }
+
     /// perm-v2's table of `n <= 2^16`: Fisher–Yates (`i` from `n - 1` down to 1 swaps
     /// entry `i` with a uniform `j` in `[0, i]`), each `j` drawn by Lemire's unbiased
     /// multiply-and-reject from a counter-based generator, `splitmix64(key + c·φ)` for
@@ -201,7 +223,10 @@ impl Table {
             let r = splitmix64(key.wrapping_add(counter.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
             counter += 1;
             let m = u128::from(r) * u128::from(bound);
-            if (m as u64) >= bound.wrapping_neg() % bound {
+            // Accept when the low word is at least (2^64 - bound) mod bound; that
+            // threshold is below bound, so a low word >= bound needs no division.
+            let low = m as u64;
+            if low >= bound || low >= bound.wrapping_neg() % bound {
                 return (m >> 64) as u64;
             }
         };
@@ -209,11 +234,7 @@ impl Table {
             let j = draw(i + 1);
             forward.swap(i as usize, j as usize);
         }
-        let mut inverse = vec![0u16; n as usize];
-        for (p, &x) in forward.iter().enumerate() {
-            inverse[x as usize] = p as u16;
-        }
-        Table { forward, inverse }
+        Table::of(forward)
     }
 }
 
@@ -327,11 +348,7 @@ impl Permutation {
                 x as usize >= n
             });
         }
-        let mut inverse = vec![0u16; n];
-        for (p, &x) in forward.iter().enumerate() {
-            inverse[x as usize] = p as u16;
-        }
-        Table { forward, inverse }
+        Table::of(forward)
     }
 
     /// Number of positions `n`.
@@ -392,7 +409,7 @@ impl Permutation {
     pub fn inverse(&self, sample: u64) -> Result<u64, Error> {
         check_below("sample", sample, self.n)?;
         Ok(match &self.table {
-            Some(t) => t.inverse[sample as usize] as u64,
+            Some(t) => t.inverse()[sample as usize] as u64,
             None => self.walk_inverse(sample),
         })
     }
@@ -435,7 +452,7 @@ impl Permutation {
 
     /// Replaces every position in `values` (all `< n`, checked by the caller) by π(position).
     pub(crate) fn map_in_place(&self, values: &mut [u64]) {
-        self.apply_in_place(values, |t| &t.forward, simd::map_block)
+        self.apply_in_place(values, Table::forward, simd::map_block)
     }
 
     /// `values` through one direction: the small table's `side` when there is one, else
@@ -444,7 +461,7 @@ impl Permutation {
     fn apply_in_place(
         &self,
         values: &mut [u64],
-        side: fn(&Table) -> &Vec<u16>,
+        side: fn(&Table) -> &[u16],
         block: fn(&Permutation, &mut [u64]),
     ) {
         if let Some(t) = &self.table {
@@ -536,7 +553,7 @@ impl Permutation {
     /// Replaces every sample in `values` (all `< n`, checked by the caller) by π⁻¹(sample):
     /// the batched inverse, identical to [`Permutation::inverse`].
     pub(crate) fn invert_in_place(&self, values: &mut [u64]) {
-        self.apply_in_place(values, |t| &t.inverse, simd::invert_block)
+        self.apply_in_place(values, Table::inverse, simd::invert_block)
     }
 
     /// `out[i] = π⁻¹(start + i)`, batched; identical to calling [`Permutation::inverse`].

@@ -129,3 +129,14 @@ def test_a_state_resumes_onto_another_shard_count_every_record_once():
     assert resumed[0][first_epoch:] == list(expected) and set(second) == set(range(n))
     with pytest.raises(ValueError, match="n="):
         ShardedIndexSampler(999, ShardOptions(0, 3), seed=7).load_state_dict(state)
+
+
+def test_a_state_at_the_end_of_a_resumed_epoch_is_the_next_epochs_start():
+    sampler = ShardedIndexSampler(1001, ShardOptions(0, 2), seed=7, num_epochs=3)
+    sampler.load_state_dict(
+        ShardedIndexSampler(1001, ShardOptions(0, 4), seed=7).state_dict(consumed_records=100)
+    )
+    rest = -(-(1001 - 400) // 2)  # records of epoch 0 left to each of the 2 shards
+    state = sampler.state_dict(consumed_records=rest)
+    assert (state["epoch"], state["consumed"]) == (1, 0)
+    assert sampler.state_dict(consumed_records=rest - 1)["epoch"] == 0

@@ -158,9 +158,7 @@ class ShardedIndexSampler:
             raise ValueError(
                 f"consumed_records must be in [0, {len(self) // self.config.num_replicas}], got {consumed_records}"
             )
-        epoch, start, position = self._locate(index)
-        if start and index == self._first_len():  # the resumed epoch is done
-            epoch, start, position = epoch + 1, 0, 0
+        epoch, start, position = self._locate(index)  # a finished epoch: the next one's start
         return self.config.replace(epoch=epoch).state_dict(start + position)
 
     def load_state_dict(self, state: dict[str, Any], strict: bool = True) -> None:

@@ -18,6 +18,13 @@ def as_int(name: str, value: Any) -> int:
         raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}") from None
 
 
+def as_str(name: str, value: Any, choices: str = "") -> str:
+    """``value`` if it is a str; ``choices`` (`` ('perm-v2' or 'perm-v1')``) goes in the error."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str{choices}, got {value!r}")
+    return value
+
+
 def as_u64(name: str, value: Any, *, minimum: int = 0) -> int:
     """``value`` as an int in ``[minimum, 2**64 - 1]``."""
     number = as_int(name, value)

@@ -23,6 +23,7 @@ from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Rando
 
 from ._core import ShardingError
 from .batch_sampler import ShardedBatchSampler, StepBatchSampler
+from .loader_options import kept_options
 from .mesh import mesh_world
 from .sampler import ShardedSampler
 from .token_budget import TokenBudgetBatchSampler
@@ -162,24 +163,7 @@ def prepare_data_loader(accelerator: Any, dataloader: DataLoader[Any]) -> Any:
     else:
         sampler, batch_size, drop_last = _sharded_sampler(dataloader, *world)
         batches = StepBatchSampler(sampler, batch_size, drop_last)
-    kwargs = {
-        name: getattr(dataloader, name)
-        for name in (
-            "num_workers",
-            "collate_fn",
-            "pin_memory",
-            "timeout",
-            "worker_init_fn",
-            "multiprocessing_context",
-            "generator",
-            "prefetch_factor",
-            "persistent_workers",
-        )
-        if hasattr(dataloader, name)
-    }
-    if kwargs.get("num_workers", 0) == 0:
-        kwargs.pop("prefetch_factor", None)
-        kwargs.pop("persistent_workers", None)
+    kwargs = kept_options(dataloader)
     device: Optional[Any] = accelerator.device if getattr(accelerator, "device_placement", True) else None
     loader = _PermshardLoader(
         dataloader.dataset,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import _core
-from ._validation import as_u64
+from ._validation import as_str, as_u64
 from .permutation import KeyedOrder
 
 #: The algorithm id of the block order of new runs (block-v2), recorded in state dicts and
@@ -52,15 +52,13 @@ class BlockPermutation(KeyedOrder):
         epoch: int = 0,
         algorithm: str = BLOCK_ALGORITHM,
     ) -> None:
-        if not isinstance(algorithm, str):
-            raise TypeError(f"algorithm must be a str ('block-v2' or 'block-v1'), got {algorithm!r}")
         self._inner = _core.BlockPermutation(
             as_u64("n", n, minimum=1),
             as_u64("block_size", block_size, minimum=1),
             as_u64("window_blocks", window_blocks, minimum=1),
             as_u64("seed", seed),
             as_u64("epoch", epoch),
-            algorithm,
+            as_str("algorithm", algorithm, " ('block-v2' or 'block-v1')"),
         )
 
     @property

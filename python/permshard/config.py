@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from . import _core
-from ._validation import as_int, as_positive, as_u64
+from ._validation import as_int, as_positive, as_str, as_u64
 
 _Config = TypeVar("_Config", bound="EpochConfig")
 
@@ -90,8 +90,6 @@ class EpochConfig:
         drop_last: bool = False,
         permutation: str = _core.ALGORITHM,
     ) -> None:
-        if not isinstance(permutation, str):
-            raise TypeError(f"algorithm must be a str, got {permutation!r}")
         self._set(
             {
                 "n": as_u64("n", n, minimum=1),
@@ -100,7 +98,7 @@ class EpochConfig:
                 "epoch": as_u64("epoch", epoch),
                 "shuffle": bool(shuffle),
                 "drop_last": bool(drop_last),
-                "permutation": permutation,
+                "permutation": as_str("algorithm", permutation),
             }
         )
 
@@ -291,13 +289,11 @@ class ShardConfig(EpochConfig):
         **epoch: Any,
     ) -> None:
         super().__init__(n, num_replicas, **epoch)
-        if not isinstance(dealing, str):
-            raise TypeError(f"dealing must be a str, got {dealing!r}")
         self._set(
             {
                 "block_size": as_u64("block_size", block_size),
                 "window_blocks": as_u64("window_blocks", window_blocks),
-                "dealing": dealing,
+                "dealing": as_str("dealing", dealing),
                 "batch_size": as_u64("batch_size", batch_size),
                 "drop_last_batch": bool(drop_last_batch),
             }

@@ -96,9 +96,15 @@ class ShardedIndexSampler:
                 f"shard_options.shard_index must be in [0, {self.config.num_replicas}), got {self.shard_index}"
             )
         self.num_epochs = None if num_epochs is None else as_positive("num_epochs", num_epochs)
-        self._epoch_len = self.config.partition().total_size  # global positions of an epoch
-        self._resume = (0, 0)  # (epoch, consumed positions) the indices start from
+        self._start_at(0, 0)
+
+    def _start_at(self, epoch: int, consumed: int) -> None:
+        """Global index 0 is the first position after ``consumed`` of ``epoch``: the
+        lengths of that first, partial epoch and of a whole one, computed once."""
         self._current: Optional[tuple[tuple[int, int], _core.Partition]] = None
+        self._resume = (epoch, consumed)
+        self._epoch_len = self.config.partition().total_size  # global positions of an epoch
+        self._first_len = int(self._partition(epoch, consumed).num_samples) * self.config.num_replicas
 
     def __getstate__(self) -> dict[str, Any]:
         # The native partition is rebuilt in each worker, not pickled.
@@ -109,25 +115,19 @@ class ShardedIndexSampler:
             self._current = ((epoch, start), self.config.replace(epoch=epoch).partition(start))
         return self._current[1]
 
-    def _first_len(self) -> int:
-        """Global indices of the first epoch read: what is left of it after a resume."""
-        epoch, start = self._resume
-        return int(self._partition(epoch, start).num_samples) * self.config.num_replicas
-
     def __len__(self) -> int:
         """Global indices over every shard and epoch (``sys.maxsize`` without an end)."""
         if self.num_epochs is None:
             return sys.maxsize
-        return self._first_len() + (self.num_epochs - self._resume[0] - 1) * self._epoch_len
+        return self._first_len + (self.num_epochs - self._resume[0] - 1) * self._epoch_len
 
     def _locate(self, index: int) -> tuple[int, int, int]:
         """``(epoch, start, position)``: global index ``index`` is the ``position``-th
         dealt position of ``epoch``'s pass from ``start``."""
         epoch, start = self._resume
-        first = self._first_len()
-        if index < first:
+        if index < self._first_len:
             return epoch, start, index
-        later, position = divmod(index - first, self._epoch_len)
+        later, position = divmod(index - self._first_len, self._epoch_len)
         return epoch + 1 + later, 0, position
 
     def record_key(self, index: int) -> int:
@@ -175,8 +175,8 @@ class ShardedIndexSampler:
         config.check_resumable(saved)
         if self.num_epochs is not None and saved.epoch >= self.num_epochs:
             raise ValueError(f"the state is in epoch {saved.epoch}, past num_epochs={self.num_epochs}")
-        self.config, self._resume, self._current = config, (saved.epoch, consumed), None
-        self._epoch_len = config.partition().total_size
+        self.config = config
+        self._start_at(saved.epoch, consumed)
 
     def __getitem__(self, index: int) -> Any:
         key = self.record_key(index)

@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _core
-from ._validation import as_int, as_u64
+from ._validation import as_int, as_str, as_u64
 
 #: The algorithm id of the mixture map of new runs (mix-v2), named by certificates.
 MIX_ALGORITHM: str = _core.MIX_ALGORITHM
@@ -112,8 +112,7 @@ class Mixture:
         stages: Sequence[tuple[int, Sequence[float]]] = (),
         algorithm: str = MIX_ALGORITHM,
     ) -> None:
-        if not isinstance(algorithm, str):
-            raise TypeError(f"algorithm must be a str ('mix-v2' or 'mix-v1'), got {algorithm!r}")
+        algorithm = as_str("algorithm", algorithm, " ('mix-v2' or 'mix-v1')")
         if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence):
             raise TypeError(f"sizes must be a sequence of ints, got {type(sizes).__name__}")
         if not sizes:

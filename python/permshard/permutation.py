@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _core
-from ._validation import as_int, as_u64
+from ._validation import as_int, as_str, as_u64
 
 #: Items computed per call into Rust while iterating.
 _CHUNK = 1 << 14
@@ -160,8 +160,7 @@ class Permutation(KeyedOrder):
 
     def __init__(self, n: int, seed: int = 0, epoch: int = 0, algorithm: str = _core.ALGORITHM) -> None:
         n = as_u64("n", n, minimum=1)
-        if not isinstance(algorithm, str):
-            raise TypeError(f"algorithm must be a str ('perm-v1' or 'perm-v2'), got {algorithm!r}")
+        algorithm = as_str("algorithm", algorithm, " ('perm-v2' or 'perm-v1')")
         self._inner = _core.Permutation(n, as_u64("seed", seed), as_u64("epoch", epoch), algorithm)
 
     @property

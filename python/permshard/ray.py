@@ -38,24 +38,11 @@ from torch.utils.data import (
 
 from ._core import ShardingError
 from .batch_sampler import ShardedBatchSampler
+from .loader_options import kept_options
 from .sampler import ShardedSampler
 from .token_budget import TokenBudgetBatchSampler
 
 __all__ = ["DeviceLoader", "prepare_data_loader"]
-
-#: DataLoader arguments a rebuilt loader keeps (read from the loader's attributes).
-_KEPT = (
-    "num_workers",
-    "collate_fn",
-    "pin_memory",
-    "timeout",
-    "worker_init_fn",
-    "generator",
-    "multiprocessing_context",
-    "persistent_workers",
-    "pin_memory_device",
-    "in_order",
-)
 
 
 def prepare_data_loader(
@@ -151,14 +138,8 @@ def _sharded(loader: DataLoader[Any], world: int, rank: int) -> DataLoader[Any]:
             f"{type(custom).__name__} (it would read the whole dataset on every worker): build it on "
             "permshard.ShardedSampler(dataset) (or a permshard batch sampler), or pass add_dist_sampler=False"
         )
-    kept = {name: getattr(loader, name) for name in _KEPT if hasattr(loader, name)}
-    if loader.num_workers > 0:
-        kept["prefetch_factor"] = loader.prefetch_factor
-    else:  # torch refuses these without workers
-        kept.pop("persistent_workers", None)
-        kept.pop("multiprocessing_context", None)
     sharded = ShardedSampler(loader.dataset, world, rank, shuffle=isinstance(inner, RandomSampler))  # type: ignore[arg-type]
-    return DataLoader(loader.dataset, sampler=sharded, **batch, **kept)
+    return DataLoader(loader.dataset, sampler=sharded, **batch, **kept_options(loader))
 
 
 def _to(value: Any, device: torch.device, non_blocking: bool) -> Any:

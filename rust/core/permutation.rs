@@ -26,6 +26,9 @@ pub const ALGORITHM_V2: &str = "perm-v2";
 /// The id of the permutation new runs use: perm-v2.
 pub const ALGORITHM: &str = ALGORITHM_V2;
 
+/// The ids of the permutation by version, as every family of orders lists its own.
+pub const PERM_ALGORITHMS: [&str; 2] = [ALGORITHM_V1, ALGORITHM_V2];
+
 /// Version tag mixed first into every key, so perm-v2 shares no keys with v1.
 const VERSION_TAG: u64 = 0x7065_726d_2d76_3101; // "perm-v1" + 0x01
 const VERSION_TAG_V2: u64 = 0x7065_726d_2d76_3202; // "perm-v2" + 0x02
@@ -44,18 +47,26 @@ pub enum Version {
     V2,
 }
 
+/// Every family of orders built on a permutation, by name, with its ids by version.
+const FAMILIES: [(&str, [&str; 2]); 4] = [
+    ("perm", PERM_ALGORITHMS),
+    ("block", crate::block::BLOCK_ALGORITHMS),
+    ("mix", crate::mixture::MIX_ALGORITHMS),
+    ("budget", crate::budget::BUDGET_ALGORITHMS),
+];
+
 impl Version {
     /// The permutation of new runs.
     pub const DEFAULT: Version = Version::V2;
 
     /// The version an algorithm id names: `perm-v1` or `perm-v2`.
     pub fn named(algorithm: &str) -> Result<Version, Error> {
-        Version::in_family(&[ALGORITHM_V1, ALGORITHM_V2], "permutation", algorithm)
+        Version::in_family(&PERM_ALGORITHMS, "permutation", algorithm)
     }
 
     /// Its algorithm id.
     pub fn algorithm(self) -> &'static str {
-        self.id(&[ALGORITHM_V1, ALGORITHM_V2])
+        self.id(&PERM_ALGORITHMS)
     }
 
     /// The id of an order built on this version, from the ids of its family by version
@@ -64,18 +75,20 @@ impl Version {
         family[self as usize]
     }
 
+    /// The ids of a family of orders by version: `"perm"`, `"block"`, `"mix"`, `"budget"`.
+    pub fn family(name: &str) -> Option<[&'static str; 2]> {
+        FAMILIES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|&(_, ids)| ids)
+    }
+
     /// The permutation an order's id is built on: perm-vK, block-vK, mix-vK and budget-vK
     /// on perm-vK; `None` for another id (the identity's among them).
     pub fn of_order(algorithm: &str) -> Option<Version> {
-        let families = [
-            [ALGORITHM_V1, ALGORITHM_V2],
-            crate::block::BLOCK_ALGORITHMS,
-            crate::mixture::MIX_ALGORITHMS,
-            crate::budget::BUDGET_ALGORITHMS,
-        ];
-        families
+        FAMILIES
             .iter()
-            .find_map(|family| Version::in_family(family, "", algorithm).ok())
+            .find_map(|(_, family)| Version::in_family(family, "", algorithm).ok())
     }
 
     /// The version of `algorithm`, one of `family`'s ids (by version); `what` names the
@@ -1001,6 +1014,18 @@ mod tests {
             v2(10, 0, 1).forward(0).unwrap()
         );
         assert_eq!(Version::named("perm-v2").unwrap(), Version::V2);
+        // Every family's ids read back into the permutation they are built on.
+        assert_eq!(
+            Version::family("block"),
+            Some(crate::block::BLOCK_ALGORITHMS)
+        );
+        assert_eq!(Version::family("perm-v2"), None);
+        for name in ["perm", "block", "mix", "budget"] {
+            let ids = Version::family(name).unwrap();
+            assert_eq!(Version::of_order(ids[0]), Some(Version::V1));
+            assert_eq!(Version::of_order(ids[1]), Some(Version::V2));
+        }
+        assert_eq!(Version::of_order("identity"), None);
         assert!(Version::named("perm-v3")
             .unwrap_err()
             .to_string()

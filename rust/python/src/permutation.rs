@@ -90,16 +90,10 @@ pub fn permutation_of(algorithm: &str) -> Option<&'static str> {
 #[pyfunction]
 pub fn built_on(family: &str, permutation: &str) -> PyResult<&'static str> {
     let version = Version::named(permutation).map_err(to_py)?;
-    let ids = match family {
-        "perm" => &[permshard_core::ALGORITHM_V1, permshard_core::ALGORITHM_V2],
-        "block" => &permshard_core::BLOCK_ALGORITHMS,
-        "mix" => &permshard_core::MIX_ALGORITHMS,
-        "budget" => &permshard_core::BUDGET_ALGORITHMS,
-        other => {
-            return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                "unknown family {other:?}: use \"perm\", \"block\", \"mix\" or \"budget\""
-            )))
-        }
-    };
-    Ok(version.id(ids))
+    let ids = Version::family(family).ok_or_else(|| {
+        pyo3::exceptions::PyValueError::new_err(format!(
+            "unknown family {family:?}: use \"perm\", \"block\", \"mix\" or \"budget\""
+        ))
+    })?;
+    Ok(version.id(&ids))
 }

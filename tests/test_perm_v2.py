@@ -70,6 +70,17 @@ def test_bad_choices_are_refused_with_the_fix():
         ShardedSampler(100, num_replicas=2, rank=0, algorithm="perm-v9")
     with pytest.raises(TypeError, match="algorithm must be a str"):
         ShardedSampler(100, 2, 0, algorithm=2)  # type: ignore[arg-type]
+    # Each family names its own ids, the default first.
+    with pytest.raises(
+        ValueError, match='unknown mixture algorithm "mix-v9": use "mix-v2" \\(the default\\) or "mix-v1"'
+    ):
+        permshard.Mixture([3], [1.0], algorithm="mix-v9")
+    with pytest.raises(ValueError, match='unknown block algorithm "perm-v2": use "block-v2"'):
+        permshard.BlockPermutation(10, 2, 2, algorithm="perm-v2")
+    with pytest.raises(ValueError, match='unknown permutation algorithm "budget-v2": use "perm-v2"'):
+        TokenBudgetBatchSampler([1, 2], 4, 1, 0, algorithm="budget-v2")  # it names the permutation
+    with pytest.raises(TypeError, match="algorithm must be a str"):
+        permshard.Mixture([3], [1.0], algorithm=3)  # type: ignore[arg-type]
     unshuffled = ShardedSampler(100, 2, 0, shuffle=False, algorithm="perm-v2")
     assert unshuffled.config.algorithm == "identity" and list(unshuffled) == list(range(0, 100, 2))
 

@@ -207,28 +207,6 @@ def test_a_proof_too_large_for_memory_is_a_memory_error():
         permshard.verify(2**64 - 1, 3, method="bitmap")
 
 
-def test_consensus_device_follows_the_backend(monkeypatch):
-    import torch
-    import torch.distributed as dist
-
-    from permshard.collectives import collective_device
-
-    monkeypatch.setattr(dist, "get_backend", lambda group=None: "gloo")
-    assert collective_device() == torch.device("cpu")
-    monkeypatch.setattr(dist, "get_backend", lambda group=None: "cpu:gloo,cuda:nccl")
-    assert collective_device() == torch.device("cpu")
-    # NCCL in a script that never called torch.cuda.set_device: LOCAL_RANK's GPU, not GPU 0.
-    monkeypatch.setattr(dist, "get_backend", lambda group=None: "nccl")
-    monkeypatch.setattr(dist, "group", type("G", (), {"WORLD": None}))
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
-    monkeypatch.setenv("LOCAL_RANK", "3")
-    assert collective_device() == torch.device("cuda", 3)
-    # A group bound to a device (init_process_group(device_id=...)) wins.
-    bound = type("Bound", (), {"bound_device_id": torch.device("cuda", 5)})()
-    assert collective_device(bound) == torch.device("cuda", 5)
-
-
 def test_a_failing_share_raises_the_core_s_counter_example(monkeypatch):
     # items, real, padding, outside, failures, has a first failure; rank 1's item 2 at
     # position 9 holds sample 7, which inverts to 5 (not a dealing failure).

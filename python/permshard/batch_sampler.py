@@ -87,23 +87,22 @@ class ShardedBatchSampler(BatchSampler, ProvenStream):
 
     def __iter__(self) -> Iterator[Any]:
         current = self._sharded.begin_pass()
-        part, rank, bs = current.partition, current.rank, self.batch_size
+        part, _ = self._dealt()  # what this sampler proves, dealt and batched by the core
         arrays = self.yields_arrays
-        total = current.num_samples
-        if self.drop_last:
-            total -= total % bs
-        # Whole batches per call into Rust, about _CHUNK items at a time.
-        step = max(1, _CHUNK // bs) * bs
-        for base in range(0, total, step):
-            stop = min(base + step, total)
-            items: Any = part.take(rank, base, stop) if arrays else part.take_list(rank, base, stop)
-            for i in range(0, stop - base, bs):
-                end = min(base + i + bs, stop)
-                current.announce(end)  # the windows this batch enters, before it is read
-                piece = items[i : i + bs]
-                batch = current.for_dataset_array(piece) if arrays else current.for_dataset(piece)
+        take = part.take_batches if arrays else part.take_batches_list
+        wrap = current.for_dataset_array if arrays else current.for_dataset
+        # A rank's positions keep their round-robin local index: block windows announce.
+        announce = current.announce if part.dealing == "round-robin" else None
+        per_call = max(1, _CHUNK // part.batch_len)  # whole batches, ~_CHUNK items a call
+        for first in range(0, part.num_batches, per_call):
+            last = min(first + per_call, part.num_batches)
+            for step, batch in enumerate(take(current.rank, first, last), first):
+                _, end = part.batch_bounds(step)
+                if announce is not None:
+                    announce(end)  # the windows this batch enters, before it is read
+                out = wrap(batch)
                 current.handed(end)
-                yield batch
+                yield out
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch of the sampler under the batches (``sampler.set_epoch``), for
@@ -114,14 +113,8 @@ class ShardedBatchSampler(BatchSampler, ProvenStream):
         """
         self._sharded.set_epoch(epoch)
 
-    def _batches(self, num_samples: int) -> int:
-        """Batches of ``batch_size`` in ``num_samples`` items."""
-        if self.drop_last:
-            return num_samples // self.batch_size
-        return -(-num_samples // self.batch_size)
-
     def __len__(self) -> int:
-        return self._batches(self._sharded.num_samples)
+        return self._dealt()[0].num_batches
 
     def state_dict(self, consumed_samples: Optional[int] = None) -> dict[str, Any]:
         """The sampler's state dict: the batches the training loop received (from the
@@ -179,16 +172,3 @@ class StepBatchSampler(ShardedBatchSampler):
         return self._sharded.num_replicas
 
     dealing = "step"
-
-    def __iter__(self) -> Iterator[Any]:
-        current = self._sharded.begin_pass()
-        part, _ = self._dealt()  # the core's step dealing of this pass
-        rank, bs, arrays = current.rank, self.batch_size, self.yields_arrays
-        for step in range(self._batches(current.num_samples)):
-            lo, hi = step * bs, min(step * bs + bs, part.num_samples)
-            if arrays:
-                batch: Any = current.for_dataset_array(part.take(rank, lo, hi))
-            else:
-                batch = current.for_dataset(part.take_list(rank, lo, hi))
-            current.handed(hi)
-            yield batch

@@ -21,25 +21,47 @@ _U64 = 1 << 64
 _I64_MAX = (1 << 63) - 1
 
 
+def _backends(group: Any) -> dict[str, str]:
+    """Device type -> backend of ``group``: ``{"cpu": "gloo", "cuda": "nccl"}`` for a group
+    built by ``init_process_group()`` without a backend on a CUDA machine, ``{"cpu":
+    "gloo"}`` on a CPU one (where ``get_backend()`` answers ``"undefined"``)."""
+    config = getattr(dist, "get_backend_config", None)
+    text = str(config(group) if config is not None else dist.get_backend(group)).lower()
+    pairs = [part.split(":", 1) for part in text.split(",") if part]
+    if len(pairs) == 1 and len(pairs[0]) == 1:  # one backend for every device type
+        name = pairs[0][0]
+        return {"cpu": name} if name in ("gloo", "mpi") else {"cuda": name}
+    return {device.strip(): backend.strip() for device, backend in (p for p in pairs if len(p) == 2)}
+
+
 def collective_device(group: Any = None) -> torch.device:
     """The device for tensors of a collective on ``group``.
 
-    CPU when the group's backend takes CPU tensors (gloo, or ``cpu:gloo,cuda:nccl``).
+    CPU when one of the group's backends takes CPU tensors (gloo, ``cpu:gloo,cuda:nccl``,
+    and ``init_process_group()`` without a backend, as ``Accelerator()`` builds it).
     Otherwise a CUDA device: the one the group is bound to (``init_process_group(device_id=
     ...)``), else ``cuda:LOCAL_RANK`` (set by torchrun and accelerate), else the current
     device.
 
     Args:
         group (ProcessGroup, optional): the group (default: the world).
+
+    Raises:
+        ShardingError: the group takes CUDA tensors only and this process has no CUDA.
     """
-    backend = str(dist.get_backend(group)).lower()
-    if "gloo" in backend or "mpi" in backend:
+    backends = _backends(group)
+    if "cpu" in backends:
         return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ShardingError(
+            f"the process group's backends ({backends}) take CUDA tensors only, but this "
+            "process sees no CUDA device: init_process_group(backend='gloo') on CPU machines"
+        )
     bound = getattr(group if group is not None else dist.group.WORLD, "bound_device_id", None)
     if bound is not None:
         return torch.device(bound)
     local_rank = os.environ.get("LOCAL_RANK")
-    if local_rank is not None and local_rank.isdigit() and torch.cuda.is_available():
+    if local_rank is not None and local_rank.isdigit():
         return torch.device("cuda", int(local_rank) % torch.cuda.device_count())
     return torch.device("cuda", torch.cuda.current_device())
 

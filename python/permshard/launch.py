@@ -1,4 +1,4 @@
-"""Real torch.distributed process groups on this machine (gloo on 127.0.0.1).
+"""Real torch.distributed process groups on this machine (gloo by default, on 127.0.0.1).
 
 ``launch(worker, world, *args)`` runs ``worker(rank, world, *args)`` in ``world`` fresh
 processes joined in one gloo group and returns each rank's return value. A worker that
@@ -13,7 +13,7 @@ import datetime
 import os
 import socket
 import traceback
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -27,7 +27,13 @@ def free_port() -> int:
 
 
 def _entry(
-    rank: int, world: int, port: int, worker: Callable[..., Any], args: tuple[Any, ...], results: Any
+    rank: int,
+    world: int,
+    port: int,
+    backend: Optional[str],
+    worker: Callable[..., Any],
+    args: tuple[Any, ...],
+    results: Any,
 ) -> None:
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
@@ -38,7 +44,7 @@ def _entry(
         LOCAL_WORLD_SIZE=str(world),
     )
     # Bounded: a rank that never joins fails the run in two minutes, not torch's 30.
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
     try:
         results[rank] = ("ok", worker(rank, world, *args))
     except BaseException:
@@ -51,8 +57,9 @@ def _entry(
         dist.destroy_process_group()
 
 
-def launch(worker: Callable[..., Any], world: int, *args: Any) -> list[Any]:
-    """Runs ``worker(rank, world, *args)`` on ``world`` gloo ranks; their return values.
+def launch(worker: Callable[..., Any], world: int, *args: Any, backend: Optional[str] = "gloo") -> list[Any]:
+    """Runs ``worker(rank, world, *args)`` on ``world`` ranks of one group; their return
+    values.
 
     ``worker`` and ``args`` must pickle (a module-level function).
 
@@ -60,11 +67,13 @@ def launch(worker: Callable[..., Any], world: int, *args: Any) -> list[Any]:
         worker (callable): ``worker(rank, world, *args)``, a module-level function.
         world (int): number of processes.
         *args: passed to every worker.
+        backend (str, optional): the group's backend; ``None`` is torch's default (what
+            ``init_process_group()`` and ``Accelerator()`` choose). Default: ``"gloo"``.
     """
     with mp.Manager() as manager:
         results = manager.dict()
         mp.spawn(  # type: ignore[attr-defined,no-untyped-call]
-            _entry, args=(world, free_port(), worker, args, results), nprocs=world, join=True
+            _entry, args=(world, free_port(), backend, worker, args, results), nprocs=world, join=True
         )
         out = [results[r] for r in range(world)]
     errors = [f"rank {r}:\n{body}" for r, (status, body) in enumerate(out) if status == "error"]

@@ -373,11 +373,10 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
         Args:
             items (int): items each rank took in this pass, in ``[0, len(self)]``.
         """
-        part = self._current_partition()
         items = as_int("items", items)
-        if not 0 <= items <= part.num_samples:
-            raise ValueError(f"items must be in [0, {part.num_samples}] (this pass's length), got {items}")
-        return part.start + items * self.num_replicas
+        if items < 0:
+            raise ValueError(f"items must be in [0, {self.num_samples}] (this pass's length), got {items}")
+        return self._current_partition().consumed_after(items)
 
     def proof_target(self) -> tuple[_core.Partition, ShardConfig, int, Any]:
         """The pass being run (from its resume point, if any), dealt round-robin; see
@@ -438,7 +437,7 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
         current = self._pass
         yielded = current.delivered() if current is not None and current.epoch == self.epoch else 0
         if consumed_samples is None:
-            consumed = start + yielded * self.num_replicas
+            consumed = self._partition(self.epoch, start).consumed_after(yielded)
         else:
             consumed = as_int("consumed_samples", consumed_samples)
             end = self._partition(self.epoch, start).end

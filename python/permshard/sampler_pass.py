@@ -41,12 +41,7 @@ class WindowPrefetch:
         Args:
             local (int): a local item of this rank in the pass.
         """
-        part, w = self.part, self.part.num_replicas
-        position = part.start + self.rank + local * w
-        if position >= part.n:  # padding wraps around: announce what is left at once
-            return part.num_samples
-        end = min((position // self.window_len + 1) * self.window_len, part.n)
-        return min(part.num_samples, -(-(end - part.start - self.rank) // w))
+        return self.part.window_end(self.rank, local, self.window_len)
 
     def upto(self, local_end: int) -> None:
         """Announces every window holding a local item below ``local_end``.

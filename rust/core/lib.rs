@@ -35,6 +35,7 @@ mod mixture;
 mod order;
 mod partition;
 mod permutation;
+mod plan;
 mod pool;
 mod sharding;
 mod splitmix;

@@ -117,6 +117,71 @@ impl Partition {
         self.fill_positions(py, start, stop)
     }
 
+    /// Items per batch of the pass's dealing (`1` for an item sampler).
+    #[getter]
+    fn batch_len(&self) -> u64 {
+        self.inner.batch_len()
+    }
+
+    /// Batches every rank yields.
+    #[getter]
+    fn num_batches(&self) -> u64 {
+        self.inner.num_batches()
+    }
+
+    /// The local items `(lo, hi)` of every rank's batch `step`.
+    fn batch_bounds(&self, step: u64) -> PyResult<(u64, u64)> {
+        self.inner.batch_bounds(step).map_err(to_py)
+    }
+
+    /// Global positions of the epoch consumed once every rank took its first `items` items.
+    fn consumed_after(&self, items: u64) -> PyResult<u64> {
+        self.inner.consumed_after(items).map_err(to_py)
+    }
+
+    /// One past the last local item of `rank` in the window (of `window_len` positions)
+    /// of its item `local`.
+    fn window_end(&self, rank: u64, local: u64, window_len: u64) -> PyResult<u64> {
+        self.inner
+            .window_end(rank, local, window_len)
+            .map_err(to_py)
+    }
+
+    /// `rank`'s batches `[first, last)`, one new int64 array each (one fill for all).
+    fn take_batches<'py>(
+        &self,
+        py: Python<'py>,
+        rank: u64,
+        first: u64,
+        last: u64,
+    ) -> PyResult<Vec<Bound<'py, PyArray1<i64>>>> {
+        let (offsets, items) = self.fill_batches(py, rank, first, last)?;
+        let lo = offsets[0];
+        offsets
+            .windows(2)
+            .map(|w| {
+                let batch = items[(w[0] - lo) as usize..(w[1] - lo) as usize].to_vec();
+                int64_array(py, self.inner.n(), batch)
+            })
+            .collect()
+    }
+
+    /// As `take_batches`, each batch a list of Python ints.
+    fn take_batches_list(
+        &self,
+        py: Python<'_>,
+        rank: u64,
+        first: u64,
+        last: u64,
+    ) -> PyResult<Vec<Vec<u64>>> {
+        let (offsets, items) = self.fill_batches(py, rank, first, last)?;
+        let lo = offsets[0];
+        Ok(offsets
+            .windows(2)
+            .map(|w| items[(w[0] - lo) as usize..(w[1] - lo) as usize].to_vec())
+            .collect())
+    }
+
     /// Every `(rank, local_position)` that yields `sample`.
     fn locate(&self, sample: u64) -> PyResult<Vec<(u64, u64)>> {
         self.inner.locate(sample).map_err(to_py)
@@ -139,6 +204,19 @@ impl Partition {
             self.inner.fill_positions(start, &mut out).map(|_| out)
         })
         .map_err(to_py)
+    }
+
+    /// The batch offsets of batches `[first, last)` and the items they span.
+    fn fill_batches(
+        &self,
+        py: Python<'_>,
+        rank: u64,
+        first: u64,
+        last: u64,
+    ) -> PyResult<(Vec<u64>, Vec<u64>)> {
+        let offsets = self.inner.batch_offsets(first, last).map_err(to_py)?;
+        let items = self.fill(py, rank, offsets[0], offsets[offsets.len() - 1])?;
+        Ok((offsets, items))
     }
 
     fn fill(&self, py: Python<'_>, rank: u64, start: u64, stop: u64) -> PyResult<Vec<u64>> {

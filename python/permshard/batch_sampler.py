@@ -5,7 +5,7 @@ step). Each proves the stream it yields (:class:`~permshard.proven.ProvenStream`
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from torch.utils.data import BatchSampler
 
@@ -89,8 +89,8 @@ class ShardedBatchSampler(BatchSampler, ProvenStream):
         current = self._sharded.begin_pass()
         part, _ = self._dealt()  # what this sampler proves, dealt and batched by the core
         arrays = self.yields_arrays
-        take = part.take_batches if arrays else part.take_batches_list
-        wrap = current.for_dataset_array if arrays else current.for_dataset
+        take: Callable[[int, int, int], list[Any]] = part.take_batches if arrays else part.take_batches_list
+        wrap: Callable[[Any], Any] = current.for_dataset_array if arrays else current.for_dataset
         # A rank's positions keep their round-robin local index: block windows announce.
         announce = current.announce if part.dealing == "round-robin" else None
         per_call = max(1, _CHUNK // part.batch_len)  # whole batches, ~_CHUNK items a call

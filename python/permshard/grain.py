@@ -1,12 +1,11 @@
 """permshard for grain's ``DataLoader`` and ``MapDataset`` pipelines.
 
 grain's shuffled ``IndexSampler`` and ``MapDataset.shuffle`` repeat one record and never
-read another when ``n = 2**k + 1`` with ``k`` even, and its ``DataLoader`` drops a record
-whenever ``n`` is not divisible by the shard count. :class:`ShardedIndexSampler` follows
-grain's sampler protocol over permshard's order instead: shard ``s`` of ``k`` reads
-exactly ``ShardedSampler(n, num_replicas=k, rank=s)``'s stream, every record once per
-epoch (``DistributedSampler``'s padding, nothing dropped), and each shard's stream can be
-proven. :func:`shuffle` is a ``MapDataset`` transformation with a fresh permutation per
+read another when ``n = 2**k + 1`` with ``k`` even. :class:`ShardedIndexSampler` follows
+grain's sampler contract over permshard's order instead: with ``drop_remainder=False``
+every record exactly once per epoch over uneven shards, with ``drop_remainder=True``
+``n // k`` records a shard, with ``pad=True`` ``DistributedSampler``'s padding; each
+epoch's stream can be proven. :func:`shuffle` is a ``MapDataset`` transformation with a fresh permutation per
 epoch, correct at every ``n``.
 
 grain is not a dependency of permshard: this module imports it on use.
@@ -40,21 +39,35 @@ class ShardedIndexSampler:
     permshard's order, for ``grain.DataLoader(sampler=...)``.
 
     grain's loader reads global indices ``s, s + k, s + 2k, ...`` on shard ``s`` of ``k``.
-    Index ``i`` is position ``i mod T`` of epoch ``i div T``, with ``T`` the padded
-    positions of an epoch (``DistributedSampler``'s ``total_size``), so shard ``s`` reads
-    ``ShardedSampler(n, num_replicas=k, rank=s)``'s stream, epoch after epoch: O(1) memory
-    and O(1) per index. Records come with grain's per-index ``rng`` (``Philox(seed +
-    index)``), as grain's own ``IndexSampler`` gives them.
+    The epochs' positions are laid end to end in those indices: index ``i`` is position
+    ``i mod T`` of epoch ``i div T`` (after a resume, the first epoch starts at its resume
+    point), and holds the record the epoch's order puts there. What ``T`` is follows
+    grain's own ``IndexSampler``:
+
+    * ``drop_remainder=False`` (grain's default): ``T = n``. Every record exactly once per
+      epoch over all shards, the shards uneven by at most one record (grain's uneven
+      shards); ``len(sampler) = num_epochs · n`` as grain's.
+    * ``drop_remainder=True``: ``T = k · (n // k)``; each shard reads ``n // k`` records an
+      epoch, shard ``s`` exactly ``ShardedSampler(n, k, s, drop_last=True)``'s stream.
+    * ``pad=True``: ``T = k · ceil(n / k)``, ``DistributedSampler``'s padding, for loops
+      that need equal steps on every shard: shard ``s`` reads exactly
+      ``ShardedSampler(n, k, s)``'s stream.
+
+    O(1) memory and O(1) per index. Records come with grain's per-index ``rng``
+    (``Philox(seed + index)``), as grain's own ``IndexSampler`` gives them.
 
     Args:
         num_records (int): records in the data source, ``>= 1``.
-        shard_options (grain.sharding.ShardOptions): this process's shard and the shard count;
-            ``drop_remainder=True`` drops the tail that does not fill a round of shards
-            (``drop_last``) instead of padding it.
+        shard_options (grain.sharding.ShardOptions): this process's shard and the shard
+            count; ``drop_remainder=True`` drops the tail that does not fill a round of
+            shards (see above).
         seed (int, optional): key of the order, in ``[0, 2**64 - 1]``. Default: ``0``.
-        num_epochs (int, optional): epochs to read; ``None`` repeats forever. Default: ``1``.
+        num_epochs (int, optional): epochs to read, ``>= 1``; ``None`` repeats forever.
+            Default: ``1``.
         shuffle (bool, optional): a fresh permutation per epoch (``False``: in order).
             Default: ``True``.
+        pad (bool, optional): pad every epoch to whole rounds of shards, repeating its first
+            records (not with ``drop_remainder``). Default: ``False``.
         algorithm (str, optional): ``"perm-v2"`` (default) or ``"perm-v1"``.
 
     Example::
@@ -62,7 +75,7 @@ class ShardedIndexSampler:
         >>> sampler = ShardedIndexSampler(len(source), grain.sharding.ShardOptions(rank, world), seed=0)
         >>> loader = grain.DataLoader(data_source=source, sampler=sampler,
         ...                           shard_options=grain.sharding.ShardOptions(rank, world), worker_count=2)
-        >>> sampler.verify().covered  # every shard's stream, proven
+        >>> sampler.verify().covered  # the epoch's stream over every shard, proven
         1000
     """
 
@@ -74,6 +87,7 @@ class ShardedIndexSampler:
         seed: int = 0,
         num_epochs: Optional[int] = 1,
         shuffle: bool = True,
+        pad: bool = False,
         algorithm: str = _core.ALGORITHM,
     ) -> None:
         for name in ("shard_index", "shard_count", "drop_remainder"):
@@ -81,8 +95,13 @@ class ShardedIndexSampler:
                 raise TypeError(
                     f"shard_options must be a grain.sharding.ShardOptions (with {name}), got {type(shard_options).__name__}"
                 )
+        if not isinstance(pad, bool):
+            raise TypeError(f"pad must be a bool, got {pad!r}")
+        if pad and shard_options.drop_remainder:
+            raise ValueError("pad=True pads the tail that drop_remainder=True drops: pass one of them")
         self.shard_index = as_int("shard_options.shard_index", shard_options.shard_index)
         self.shard_options = shard_options
+        self.pad = pad
         self.config = ShardConfig(
             as_u64("num_records", num_records, minimum=1),
             as_positive("shard_options.shard_count", shard_options.shard_count),
@@ -98,13 +117,24 @@ class ShardedIndexSampler:
         self.num_epochs = None if num_epochs is None else as_positive("num_epochs", num_epochs)
         self._start_at(0, 0)
 
+    @property
+    def uneven(self) -> bool:
+        """Whether the shards are uneven (grain's ``drop_remainder=False`` without ``pad``):
+        an epoch is its ``n`` positions, read by the shards in turn."""
+        return not (self.pad or self.config.drop_last)
+
+    def _epoch_positions(self, part: _core.Partition) -> int:
+        """Global indices the pass ``part`` takes: its positions below ``n`` (uneven
+        shards), else every position it deals (padded or dropped, in whole rounds)."""
+        return part.n - part.start if self.uneven else part.total_size
+
     def _start_at(self, epoch: int, consumed: int) -> None:
         """Global index 0 is the first position after ``consumed`` of ``epoch``: the
         lengths of that first, partial epoch and of a whole one, computed once."""
         self._current: Optional[tuple[tuple[int, int], _core.Partition]] = None
         self._resume = (epoch, consumed)
-        self._epoch_len = self.config.partition().total_size  # global positions of an epoch
-        self._first_len = int(self._partition(epoch, consumed).num_samples) * self.config.num_replicas
+        self._epoch_len = self._epoch_positions(self.config.partition())
+        self._first_len = self._epoch_positions(self._partition(epoch, consumed))
 
     def __getstate__(self) -> dict[str, Any]:
         # The native partition is rebuilt in each worker, not pickled.
@@ -123,7 +153,7 @@ class ShardedIndexSampler:
 
     def _locate(self, index: int) -> tuple[int, int, int]:
         """``(epoch, start, position)``: global index ``index`` is the ``position``-th
-        dealt position of ``epoch``'s pass from ``start``."""
+        position of ``epoch``'s pass from ``start``."""
         epoch, start = self._resume
         if index < self._first_len:
             return epoch, start, index
@@ -138,26 +168,26 @@ class ShardedIndexSampler:
         """
         index = as_int("index", index)
         if not 0 <= index < len(self):
-            raise IndexError(f"index {index} is out of range: the sampler has {len(self)} indices")
+            raise IndexError(f"index {index} is out of range: the sampler has indices [0, {len(self)})")
         epoch, start, position = self._locate(index)
-        rank, local = position % self.config.num_replicas, position // self.config.num_replicas
-        return int(self._partition(epoch, start).take_list(rank, local, local + 1)[0])
+        return int(self._partition(epoch, start).sample_at(start + position))
 
     def state_dict(self, consumed_records: int) -> dict[str, Any]:
         """A :class:`~permshard.ShardedSampler` state dict of where the shards are, after
         each read ``consumed_records`` records from this sampler (grain's shards move in
-        lockstep); :meth:`load_state_dict` on a sampler with another shard count resumes
-        there, every record still once per epoch.
+        lockstep; at the end of uneven shards, the shards that ran out count as done);
+        :meth:`load_state_dict` on a sampler with another shard count resumes there,
+        every record still once per epoch.
 
         Args:
             consumed_records (int): records this shard read, counted from index 0.
         """
         consumed_records = as_int("consumed_records", consumed_records)
-        index = consumed_records * self.config.num_replicas
-        if not 0 <= index <= len(self):
-            raise ValueError(
-                f"consumed_records must be in [0, {len(self) // self.config.num_replicas}], got {consumed_records}"
-            )
+        shards = self.config.num_replicas
+        most = -(-len(self) // shards)  # the records of the longest shard
+        if not 0 <= consumed_records <= most:
+            raise ValueError(f"consumed_records must be in [0, {most}], got {consumed_records}")
+        index = min(consumed_records * shards, len(self))  # the global indices read
         epoch, start, position = self._locate(index)  # a finished epoch: the next one's start
         return self.config.replace(epoch=epoch).state_dict(start + position)
 
@@ -184,8 +214,10 @@ class ShardedIndexSampler:
         return _grain().RecordMetadata(index=index, record_key=key, rng=rng)
 
     def sampler(self, epoch: int = 0) -> Any:
-        """This shard's stream in ``epoch`` as a :class:`~permshard.ShardedSampler` (the
-        same records in the same order): for plans, ``locate``, proofs and state dicts.
+        """The stream of ``epoch`` as a :class:`~permshard.ShardedSampler` (the same records
+        in the same order), for plans, ``locate``, proofs and state dicts: this shard's
+        stream with ``pad`` or ``drop_remainder``; with uneven shards the epoch's whole
+        stream (one rank), of which the shards read every ``k``-th position in turn.
 
         Args:
             epoch (int, optional): the epoch. Default: ``0``.
@@ -195,8 +227,8 @@ class ShardedIndexSampler:
         c = self.config
         out = ShardedSampler(
             c.n,
-            num_replicas=c.num_replicas,
-            rank=self.shard_index,
+            num_replicas=1 if self.uneven else c.num_replicas,
+            rank=0 if self.uneven else self.shard_index,
             seed=c.seed,
             shuffle=c.shuffle,
             drop_last=c.drop_last,
@@ -207,8 +239,8 @@ class ShardedIndexSampler:
         return out
 
     def verify(self, epoch: int = 0) -> Any:
-        """Proves the epoch over every shard exactly (every record once, the padding
-        declared) and returns the :class:`~permshard.Certificate`.
+        """Proves the epoch's stream exactly (every record once; the padding or the dropped
+        tail declared) and returns the :class:`~permshard.Certificate`.
 
         Args:
             epoch (int, optional): the epoch. Default: ``0``.
@@ -217,9 +249,10 @@ class ShardedIndexSampler:
 
     def __repr__(self) -> str:
         c = self.config
+        layout = "uneven" if self.uneven else ("padded" if self.pad else "drop_remainder")
         return (
             f"ShardedIndexSampler(num_records={c.n}, shard {self.shard_index} of {c.num_replicas}, "
-            f"seed={c.seed}, num_epochs={self.num_epochs}, shuffle={c.shuffle}) ({c.algorithm})"
+            f"seed={c.seed}, num_epochs={self.num_epochs}, shuffle={c.shuffle}, {layout}) ({c.algorithm})"
         )
 
 

@@ -215,3 +215,20 @@ def test_a_mutated_state_is_refused_or_resumes_exactly(which, data):
         assert {k: resaved[k] for k in mutated} == mutated
         assert all(type(resaved[k]) is type(v) for k, v in mutated.items())
     assert len(list(itertools.islice(iter(sampler), 50))) > 0 or len(sampler) == 0
+
+
+def test_a_loader_whose_count_cannot_be_read_warns_once_naming_the_fix(monkeypatch):
+    from permshard import loader_count
+
+    # A torch whose DataLoader iterator renamed its count: never a silent overcount.
+    monkeypatch.setattr(loader_count, "_COUNTED", ("_num_yielded", "_renamed_in_a_later_torch"))
+    monkeypatch.setattr(loader_count, "_warned", set())
+    sampler, loader = _loader(0, 0)
+    with pytest.warns(RuntimeWarning, match=r"consumed_samples=") as caught:
+        for epoch in range(2):
+            sampler.set_epoch(epoch)
+            next(iter(loader))
+    assert len([w for w in caught if "consumed_samples" in str(w.message)]) == 1
+    assert "_renamed_in_a_later_torch" in str(caught[0].message)
+    exact = sampler.state_dict(consumed_samples=B * W)
+    assert exact["consumed"] == B * W

@@ -443,30 +443,30 @@ class Configured:
 class HoldsConfig(Configured):
     """A sampler whose only epoch state is its configuration, ``config``: the fields read
     as attributes (DistributedSampler's ``num_replicas``, ``epoch``, ``seed``,
-    ``shuffle``, ``drop_last``), and a field assigned (``sampler.epoch = 3``) replaces the
-    configuration by a checked copy, through :meth:`_reconfigure`.
+    ``shuffle``, ``drop_last``) and are read-only. Assigning one never rebuilds or forgets
+    anything behind the caller's back: it raises, naming the method that does it
+    (``set_epoch``) or the argument to build a new sampler with.
 
     Example::
 
         >>> sampler = ShardedSampler(1000, num_replicas=4, rank=0)
-        >>> sampler.epoch = 3
-        >>> sampler.config.epoch
-        3
+        >>> sampler.set_epoch(3)
+        >>> sampler.epoch, sampler.config.epoch
+        (3, 3)
     """
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name[0] == "_":  # private state, never a field: the common case, every pass
-            object.__setattr__(self, name, value)
-            return
-        config = self.__dict__.get("config")
-        if config is not None and name in _field_names(config):
-            self._reconfigure(config.replace(**{name: value}))
-        else:
-            super().__setattr__(name, value)
-
-    def _reconfigure(self, config: Any) -> None:
-        """Adopts ``config``, a checked copy of the configuration with a field changed."""
-        self.__dict__["config"] = config
+        if name[0] != "_":  # private state is never a field: the common case, every pass
+            config = self.__dict__.get("config")
+            if config is not None and name in _field_names(config):
+                cls = type(self).__name__
+                fix = (
+                    f"call sampler.set_epoch({value!r})"
+                    if name == "epoch"
+                    else f"build a new {cls}(..., {name}={value!r}) (every rank must agree on it)"
+                )
+                raise AttributeError(f"{cls}.{name} is read-only, part of the epoch's configuration: {fix}")
+        object.__setattr__(self, name, value)
 
 
 def _field_names(config: EpochConfig) -> Mapping[str, Any]:

@@ -10,6 +10,7 @@ on the call stack of its first item, and reads the count when a state is saved.
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from typing import Any, Optional
 
@@ -19,19 +20,51 @@ from .callers import callers
 _DEPTH = 16
 
 
+#: What the count of a torch DataLoader iterator is read from.
+_COUNTED = ("_num_yielded", "_index_sampler", "_auto_collation")
+
+
 def find_loader_iterator() -> Optional[weakref.ref[Any]]:
     """The DataLoader iterator pulling the caller's items (a weak reference), or ``None``
     when the sampler is iterated by anything else. torchdata's ``StatefulDataLoader``
     saves its sampler's state itself, when it draws each batch's indices, so its own
-    iterators are left alone: there the sampler's count is the right one."""
+    iterators are left alone: there the sampler's count is the right one. A torch whose
+    iterator no longer has the count warns once, naming ``consumed_samples=``."""
     try:
         from torch.utils.data.dataloader import _BaseDataLoaderIter
-    except ImportError:  # a torch without it: count what the sampler yielded
+    except ImportError:
+        _warn_once("this torch has no torch.utils.data.dataloader._BaseDataLoaderIter")
         return None
     for owner in callers(_DEPTH):
         if isinstance(owner, _BaseDataLoaderIter):
-            return None if hasattr(owner, "_sampler_iter_yielded") else weakref.ref(owner)
+            if hasattr(owner, "_sampler_iter_yielded"):
+                return None
+            missing = [name for name in _COUNTED if not hasattr(owner, name)]
+            if missing:
+                _warn_once(f"its iterator has no {', '.join(missing)}")
+                return None
+            return weakref.ref(owner)
     return None
+
+
+#: The reasons already warned about in this process.
+_warned: set[str] = set()
+
+
+def _warn_once(why: str) -> None:
+    """Warns, once per process and reason, that a default ``state_dict()`` counts what the
+    sampler yielded, which includes what a loader's workers prefetched."""
+    if why in _warned:
+        return
+    _warned.add(why)
+    warnings.warn(
+        f"permshard cannot read what the DataLoader handed to the training loop ({why}): a "
+        "state_dict() without an argument counts what the sampler yielded, prefetched "
+        "samples included. Pass state_dict(consumed_samples=step_in_epoch * batch_size * "
+        "world_size) to save an exact resume point",
+        RuntimeWarning,
+        stacklevel=5,
+    )
 
 
 def delivered_items(loader: Optional[weakref.ref[Any]], yielded: int) -> int:
@@ -46,7 +79,7 @@ def delivered_items(loader: Optional[weakref.ref[Any]], yielded: int) -> int:
     iterator = loader() if loader is not None else None
     if iterator is None:
         return yielded
-    batches = int(getattr(iterator, "_num_yielded", 0))
+    batches = int(iterator._num_yielded)
     per_batch = getattr(iterator._index_sampler, "batch_size", 1) if iterator._auto_collation else 1
     return min(yielded, batches * int(per_batch or 1))
 

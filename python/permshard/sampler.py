@@ -91,9 +91,9 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
             consecutive samples are permuted, and the samples of ``window_blocks`` blocks
             at a time shuffled together. The locality protocol: a dataset with a
             ``prefetch(indices)`` method is told each window's samples of this rank, from
-            the main process, as the iteration enters the window; one with a
-            ``block_order`` attribute gets ``True`` (``TokenWindows`` then keeps the
-            kernel's read-ahead).
+            the main process, as the iteration enters the window (``TokenWindows`` also
+            takes ``read_ahead=True`` to keep the kernel's read-ahead). The sampler never
+            writes into the dataset.
             Default: ``None`` (no blocks).
         window_blocks (int, optional): blocks shuffled together, with ``block_size``.
         algorithm (str, optional): the keyed permutation of the shuffle (and of the
@@ -156,8 +156,6 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
             window_blocks=0 if window_blocks is None else as_positive("window_blocks", window_blocks),
             permutation=algorithm,
         )
-        if self.block_size and hasattr(dataset, "block_order"):
-            dataset.block_order = True  # the locality protocol: reads come in blocks
         self._partitions: dict[tuple[ShardConfig, int], _core.Partition] = {}
         self._start = 0  # global positions consumed before the next pass (a resume)
         self._pass: Optional[SamplerPass] = None
@@ -169,15 +167,13 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
 
     # -- DistributedSampler's attributes -------------------------------------------------
 
-    def _reconfigure(self, config: ShardConfig) -> None:
-        """A field assigned (``sampler.epoch = 3``): another epoch drops the resume point;
-        any change is a new order, iterated afresh."""
+    def _adopt(self, config: ShardConfig) -> None:
+        """Runs ``config`` (a checked copy with another epoch): another epoch drops a loaded
+        resume point, and is iterated afresh."""
         if config.epoch != self.config.epoch:
             self._start = 0
-            self._iterated_epoch = None
-        elif config != self.config:
-            self._iterated_epoch = None
-        super()._reconfigure(config)
+        self._iterated_epoch = None
+        self.__dict__["config"] = config
 
     @property
     def num_samples(self) -> int:
@@ -212,8 +208,7 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
         Args:
             epoch (int): epoch number, in ``[0, 2**64 - 1]``.
         """
-        self.epoch = as_u64("epoch", epoch)  # another epoch drops the resume point
-        self._iterated_epoch = None
+        self._adopt(self.config.replace(epoch=as_u64("epoch", epoch)))  # another epoch drops the resume point
 
     # -- iteration -------------------------------------------------------------------------
 
@@ -256,8 +251,8 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
         guards.check_not_wrapped_by_accelerate(config.num_replicas)
         if self._iterated_epoch == config.epoch and self._start == 0:
             if self.auto_epoch:
-                self.epoch += 1
-                config = self.config
+                config = config.replace(epoch=config.epoch + 1)
+                self._adopt(config)
             elif not self._warned_repeat:
                 self._warned_repeat = True
                 warnings.warn(
@@ -462,9 +457,10 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
                 ignores them). Default: ``True``.
         """
         saved, consumed = ShardConfig.from_state_dict(state_dict, strict=strict)
-        self.permutation = saved.permutation  # the state continues with the order it names
-        self.config.check_resumable(saved)
-        self.epoch = saved.epoch
+        # The state's epoch, continued with the order it names; nothing else changes.
+        config = self.config.replace(permutation=saved.permutation, epoch=saved.epoch)
+        config.check_resumable(saved)
+        self.__dict__["config"] = config
         self._start = consumed
         self._pass = None
         self._iterated_epoch = None

@@ -110,9 +110,9 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
             )  # fmt: skip
         )
 
-    def _set_config(self, config: BudgetConfig) -> None:
+    def _set_config(self, config: BudgetConfig, planner: Optional[_core.TokenBudget] = None) -> None:
         """A new epoch's configuration and its planner, from the epoch's start."""
-        self.config, self._planner = config, config.planner()
+        self.config, self._planner = config, planner if planner is not None else config.planner()
         self._saved = (0, b"", 0, config.num_replicas)  # resume point: window, taken, steps, world
         self._length: Optional[tuple[Any, int]] = None
         self._forget_pass()
@@ -121,11 +121,6 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
         self._progress: deque[tuple[int, _core.BudgetStart]] = deque(maxlen=4096)  # (handed, after)
         self._handed = 0
         self._loader: Any = None  # the DataLoader iterator pulling the batches, if any
-
-    def _reconfigure(self, config: BudgetConfig) -> None:
-        """A field assigned (``sampler.epoch = 3``): a new plan, from the epoch's start."""
-        if config != self.config:
-            self._set_config(config)
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k not in ("_planner", "_progress", "_loader")}
@@ -140,7 +135,9 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
         Args:
             epoch (int): the epoch, in ``[0, 2**64 - 1]``.
         """
-        self.epoch = as_u64("epoch", epoch)
+        config = self.config.replace(epoch=as_u64("epoch", epoch))
+        if config != self.config:
+            self._set_config(config)
 
     def _start(self) -> _core.BudgetStart:
         """The pass's first window, its taken samples and steps done, under this world size."""
@@ -229,15 +226,16 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
             ValueError: it was saved by another sampler or configuration, or edited.
         """
         saved = BudgetConfig.read_state(state, _RESUME_KEYS, strict=strict)
-        self.permutation = saved.permutation  # the state continues with the plan it names
-        self.config.check_resumable(saved)
+        # The state's epoch, continued with the plan it names; nothing else changes.
+        config = self.config.replace(permutation=saved.permutation, epoch=saved.epoch)
+        config.check_resumable(saved)
         taken = as_base64("state_dict['taken']", state["taken"])
         window = as_u64("state_dict['window_index']", state["window_index"])
         steps = as_u64("state_dict['steps']", state["steps"])
-        self.epoch = saved.epoch
-        _core.BudgetStart(self._planner, window, taken, steps)  # checked by the core
+        planner = self._planner if config == self.config else config.planner()
+        _core.BudgetStart(planner, window, taken, steps)  # checked by the core, before any change
+        self._set_config(config, planner)
         self._saved = (window, taken, steps, saved.num_replicas)
-        self._forget_pass()
 
     def _windows_proven(
         self, planner: _core.TokenBudget, start: _core.BudgetStart, first: int, stride: int

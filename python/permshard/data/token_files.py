@@ -37,7 +37,7 @@ class TokenFiles:
     sequence_ranges: list[Optional[tuple[int, int]]]
     first_tokens: list[int]
     sizes: list[int]
-    block_order: bool
+    read_ahead: bool
     _maps: Optional[list[np.memmap]]
     _coarse: dict[int, tuple[npt.NDArray[np.int64], int]]
 
@@ -138,9 +138,9 @@ class TokenFiles:
                     )
                 mm = np.memmap(path, dtype=self.dtype, mode="r")
                 # Globally shuffled windows are random reads: kernel read-ahead would only
-                # waste I/O and page cache. A block order reads whole blocks: keep it.
+                # waste I/O and page cache. A block order reads whole blocks (read_ahead).
                 raw = getattr(mm, "_mmap", None)
-                if raw is not None and hasattr(mmap, "MADV_RANDOM") and not self.block_order:
+                if raw is not None and hasattr(mmap, "MADV_RANDOM") and not self.read_ahead:
                     raw.madvise(mmap.MADV_RANDOM)
                 maps.append(mm)
             self._maps = maps

@@ -96,6 +96,10 @@ class TokenWindows(WindowProvenance, Dataset[Any]):
             a page-locked tensor when fetched in the main process (``num_workers=0``) and
             CUDA is available, so ``.to("cuda", non_blocking=True)`` needs no staging copy
             (and a DataLoader's ``pin_memory=True`` keeps it as is). Default: ``False``.
+        read_ahead (bool, optional): keep the kernel's read-ahead on the memmaps, for
+            reads that come in blocks (``ShardedSampler(..., block_size=...)``); without
+            it they ask for random access (``MADV_RANDOM``: globally shuffled windows
+            would waste read-ahead I/O and page cache). Default: ``False``.
 
     Example::
 
@@ -131,8 +135,10 @@ class TokenWindows(WindowProvenance, Dataset[Any]):
         shift_per_epoch: bool = False,
         seed: int = 0,
         pin_memory: bool = False,
+        read_ahead: bool = False,
     ) -> None:
         self.pin_memory = bool(pin_memory)
+        self.read_ahead = bool(read_ahead)
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
         self.seq_len = as_positive("seq_len", seq_len)
@@ -165,9 +171,6 @@ class TokenWindows(WindowProvenance, Dataset[Any]):
                 )
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.bases = np.asarray(self.first_tokens, dtype=np.int64)
-        #: Set by a ShardedSampler with ``block_size``: reads come in blocks, so the
-        #: memmaps keep the kernel's read-ahead instead of asking for random access.
-        self.block_order = False
         self._views: Optional[list[npt.NDArray[Any]]] = None
 
     def _check_document_options(self) -> None:

@@ -29,7 +29,7 @@ fn bench(c: &mut Criterion) {
     for &n in &SIZES {
         let mut group = c.benchmark_group(format!("n={n}"));
         group.sample_size(10);
-        let perm = Permutation::new(n, 1, 2).unwrap();
+        let perm = Permutation::new(Version::V1, n, 1, 2).unwrap();
         let mut out = vec![0u64; BATCH];
         group.throughput(Throughput::Elements(BATCH as u64));
         group.bench_function(BenchmarkId::new("fill", BATCH), |b| {

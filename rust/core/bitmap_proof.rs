@@ -138,12 +138,13 @@ pub fn verify(part: &Partition, threads: usize, progress: &AtomicU64) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::Version;
     use crate::order::{Explicit, Identity, Order};
     use crate::permutation::Permutation;
     use std::sync::Arc;
 
-    fn check(n: u64, w: u64, start: u64, drop_last: bool) -> Verdict {
-        let order = Arc::new(Permutation::new(n, 3, 1).unwrap()) as Order;
+    fn check(version: Version, n: u64, w: u64, start: u64, drop_last: bool) -> Verdict {
+        let order = Arc::new(Permutation::new(version, n, 3, 1).unwrap()) as Order;
         let part = Partition::new(n, w, start, drop_last, order).unwrap();
         let progress = AtomicU64::new(0);
         let cert = verify(&part, 2, &progress).unwrap();
@@ -152,14 +153,20 @@ mod tests {
     }
 
     /// Brute force: every rank's items counted in a plain vector.
-    fn brute_force(n: u64, w: u64, drop_last: bool) -> (u64, u64, u64) {
-        brute_force_from(n, w, 0, drop_last)
+    fn brute_force(version: Version, n: u64, w: u64, drop_last: bool) -> (u64, u64, u64) {
+        brute_force_from(version, n, w, 0, drop_last)
     }
 
     /// As `brute_force`, for the partition resumed at `start`: items at positions `>= n`
     /// are padding, samples of the positions consumed before `start` are dropped.
-    fn brute_force_from(n: u64, w: u64, start: u64, drop_last: bool) -> (u64, u64, u64) {
-        let order = Arc::new(Permutation::new(n, 3, 1).unwrap()) as Order;
+    fn brute_force_from(
+        version: Version,
+        n: u64,
+        w: u64,
+        start: u64,
+        drop_last: bool,
+    ) -> (u64, u64, u64) {
+        let order = Arc::new(Permutation::new(version, n, 3, 1).unwrap()) as Order;
         let part = Partition::new(n, w, start, drop_last, order).unwrap();
         let mut count = vec![0u64; n as usize];
         let mut padding = 0;
@@ -183,21 +190,23 @@ mod tests {
 
     #[test]
     fn agrees_with_brute_force() {
-        for (n, w) in [
-            (1, 1),
-            (1, 8),
-            (7, 8),
-            (100, 3),
-            (65_537, 8),
-            (1 << 20, 4),
-            ((1 << 20) + 1, 7),
-        ] {
-            for drop_last in [false, true] {
-                let cert = check(n, w, 0, drop_last);
-                assert_eq!(
-                    (cert.covered, cert.padding, cert.dropped + cert.consumed),
-                    brute_force(n, w, drop_last)
-                );
+        for version in Version::ALL {
+            for (n, w) in [
+                (1, 1),
+                (1, 8),
+                (7, 8),
+                (100, 3),
+                (65_537, 8),
+                (1 << 20, 4),
+                ((1 << 20) + 1, 7),
+            ] {
+                for drop_last in [false, true] {
+                    let cert = check(version, n, w, 0, drop_last);
+                    assert_eq!(
+                        (cert.covered, cert.padding, cert.dropped + cert.consumed),
+                        brute_force(version, n, w, drop_last)
+                    );
+                }
             }
         }
     }
@@ -266,23 +275,26 @@ mod tests {
 
     #[test]
     fn resumed_partitions_are_proven_too() {
-        for start in [0, 1, 50, 99, 100, 103] {
-            for drop_last in [false, true] {
-                let cert = check(100, 3, start, drop_last);
-                let (covered, padding, dropped) = brute_force_from(100, 3, start, drop_last);
-                assert_eq!(
-                    (cert.covered, cert.padding, cert.dropped + cert.consumed),
-                    (covered, padding, dropped),
-                    "start {start}, drop_last {drop_last}"
-                );
+        for version in Version::ALL {
+            for start in [0, 1, 50, 99, 100, 103] {
+                for drop_last in [false, true] {
+                    let cert = check(version, 100, 3, start, drop_last);
+                    let (covered, padding, dropped) =
+                        brute_force_from(version, 100, 3, start, drop_last);
+                    assert_eq!(
+                        (cert.covered, cert.padding, cert.dropped + cert.consumed),
+                        (covered, padding, dropped),
+                        "start {start}, drop_last {drop_last}"
+                    );
+                }
             }
+            // By hand: resumed at 50 of 100 over 3 ranks, 17 items each: positions [50, 101),
+            // one of them padding; the 50 consumed before are declared dropped.
+            let cert = check(version, 100, 3, 50, false);
+            assert_eq!(
+                (cert.covered, cert.padding, cert.dropped + cert.consumed),
+                (50, 1, 50)
+            );
         }
-        // By hand: resumed at 50 of 100 over 3 ranks, 17 items each: positions [50, 101),
-        // one of them padding; the 50 consumed before are declared dropped.
-        let cert = check(100, 3, 50, false);
-        assert_eq!(
-            (cert.covered, cert.padding, cert.dropped + cert.consumed),
-            (50, 1, 50)
-        );
     }
 }

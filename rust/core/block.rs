@@ -17,9 +17,7 @@ use crate::order::SampleOrder;
 use crate::permutation::{Permutation, Version};
 use crate::splitmix::chain;
 
-/// The algorithm ids of the block order by version (built on perm-v1, perm-v2), recorded
-/// in state dicts and certificates.
-pub const BLOCK_ALGORITHMS: [&str; 2] = ["block-v1", "block-v2"];
+pub use crate::algorithm::BLOCK_ALGORITHMS;
 
 /// The id of the block order of new runs: block-v2.
 pub const BLOCK_ALGORITHM: &str = BLOCK_ALGORITHMS[1];

@@ -188,12 +188,13 @@ pub fn judge_coverage(part: &Partition, shares: &[CoverageShare]) -> Result<Verd
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::Version;
     use crate::order::{Explicit, Identity, Order};
     use crate::permutation::Permutation;
     use std::sync::Arc;
 
-    fn shuffled(n: u64) -> Order {
-        Arc::new(Permutation::new(n, 1, 0).unwrap())
+    fn shuffled(version: Version, n: u64) -> Order {
+        Arc::new(Permutation::new(version, n, 1, 0).unwrap())
     }
 
     fn shares(part: &Partition) -> Vec<CoverageShare> {
@@ -204,23 +205,26 @@ mod tests {
 
     #[test]
     fn shares_add_up_after_any_resume_and_agree_with_the_exact_proof() {
-        for (n, w, drop_last) in [(23, 5, false), (23, 5, true), (7, 9, false), (64, 4, true)] {
-            for start in 0..=n + 2 {
-                let part = Partition::new(n, w, start, drop_last, shuffled(n)).unwrap();
-                let shares = shares(&part);
-                let total = shares
-                    .iter()
-                    .fold(CoverageShare::default(), |t, s| t.merge(s));
-                assert_eq!(total.reference, Fingerprint::of_range(0, n));
-                for s in &shares {
-                    assert_eq!(CoverageShare::from_words(&s.to_words()).unwrap(), *s);
+        for version in Version::ALL {
+            for (n, w, drop_last) in [(23, 5, false), (23, 5, true), (7, 9, false), (64, 4, true)] {
+                for start in 0..=n + 2 {
+                    let part =
+                        Partition::new(n, w, start, drop_last, shuffled(version, n)).unwrap();
+                    let shares = shares(&part);
+                    let total = shares
+                        .iter()
+                        .fold(CoverageShare::default(), |t, s| t.merge(s));
+                    assert_eq!(total.reference, Fingerprint::of_range(0, n));
+                    for s in &shares {
+                        assert_eq!(CoverageShare::from_words(&s.to_words()).unwrap(), *s);
+                    }
+                    let exact = crate::verify_inverse(&part, 1, &Default::default()).unwrap();
+                    assert_eq!(
+                        judge_coverage(&part, &shares).unwrap(),
+                        exact,
+                        "n={n} w={w} start={start}"
+                    );
                 }
-                let exact = crate::verify_inverse(&part, 1, &Default::default()).unwrap();
-                assert_eq!(
-                    judge_coverage(&part, &shares).unwrap(),
-                    exact,
-                    "n={n} w={w} start={start}"
-                );
             }
         }
     }

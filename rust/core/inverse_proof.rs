@@ -462,6 +462,7 @@ pub fn verify_inverse(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::Version;
     use crate::bitmap_proof::verify;
     use crate::block::BlockPermutation;
     use crate::dealing::Dealing;
@@ -485,26 +486,28 @@ mod tests {
 
     #[test]
     fn agrees_with_the_bitmap_on_every_order_start_and_drop() {
-        let orders: Vec<Order> = vec![
-            Arc::new(Identity::new(1000).unwrap()),
-            Arc::new(Permutation::new(1000, 3, 1).unwrap()),
-            Arc::new(Permutation::new(70_001, 3, 1).unwrap()),
-            Arc::new(BlockPermutation::new(1000, 16, 4, 3, 1).unwrap()),
-            Arc::new(BlockPermutation::new(20_001, 64, 8, 3, 1).unwrap()),
-            Arc::new(Identity::new(1).unwrap()),
-        ];
-        for order in orders {
-            let n = order.len();
-            for w in [1, 3, 8] {
-                for start in [0, 1, n / 2, n - 1, n, n + 2] {
-                    for drop_last in [false, true] {
-                        let part = partition(order.clone(), w, start, drop_last);
-                        let (inverse, bitmap) = both(&part);
-                        assert_eq!(
-                            inverse, bitmap,
-                            "n={n} w={w} start={start} drop={drop_last}"
-                        );
-                        assert!(inverse.is_ok());
+        for version in Version::ALL {
+            let orders: Vec<Order> = vec![
+                Arc::new(Identity::new(1000).unwrap()),
+                Arc::new(Permutation::new(version, 1000, 3, 1).unwrap()),
+                Arc::new(Permutation::new(version, 70_001, 3, 1).unwrap()),
+                Arc::new(BlockPermutation::new(1000, 16, 4, 3, 1).unwrap()),
+                Arc::new(BlockPermutation::new(20_001, 64, 8, 3, 1).unwrap()),
+                Arc::new(Identity::new(1).unwrap()),
+            ];
+            for order in orders {
+                let n = order.len();
+                for w in [1, 3, 8] {
+                    for start in [0, 1, n / 2, n - 1, n, n + 2] {
+                        for drop_last in [false, true] {
+                            let part = partition(order.clone(), w, start, drop_last);
+                            let (inverse, bitmap) = both(&part);
+                            assert_eq!(
+                                inverse, bitmap,
+                                "n={n} w={w} start={start} drop={drop_last}"
+                            );
+                            assert!(inverse.is_ok());
+                        }
                     }
                 }
             }
@@ -554,18 +557,20 @@ mod tests {
 
     #[test]
     fn every_dealing_is_proven_and_agrees_with_the_bitmap() {
-        let order: Order = Arc::new(Permutation::new(1001, 3, 1).unwrap());
-        for dealing in dealings() {
-            for w in [1, 3, 8] {
-                for start in [0, 5, 500, 1001, 1003] {
-                    for drop_last in [false, true] {
-                        let part = dealt(order.clone(), w, start, drop_last, dealing);
-                        let (inverse, bitmap) = both(&part);
-                        assert!(
-                            inverse.is_ok(),
-                            "{dealing:?} w={w} start={start}: {inverse:?}"
-                        );
-                        assert_eq!(inverse, bitmap, "{dealing:?} w={w} start={start}");
+        for version in Version::ALL {
+            let order: Order = Arc::new(Permutation::new(version, 1001, 3, 1).unwrap());
+            for dealing in dealings() {
+                for w in [1, 3, 8] {
+                    for start in [0, 5, 500, 1001, 1003] {
+                        for drop_last in [false, true] {
+                            let part = dealt(order.clone(), w, start, drop_last, dealing);
+                            let (inverse, bitmap) = both(&part);
+                            assert!(
+                                inverse.is_ok(),
+                                "{dealing:?} w={w} start={start}: {inverse:?}"
+                            );
+                            assert_eq!(inverse, bitmap, "{dealing:?} w={w} start={start}");
+                        }
                     }
                 }
             }
@@ -574,126 +579,143 @@ mod tests {
 
     #[test]
     fn every_dealing_broken_on_purpose_is_caught() {
-        let order: Order = Arc::new(Permutation::new(1000, 5, 0).unwrap());
-        for dealing in dealings() {
-            let part = dealt(order.clone(), 3, 0, false, dealing);
-            // Rank 2's item 7 dealt the position of rank 0's item 7: that position twice,
-            // rank 2's own never.
-            let twice = part.position(0, 7);
-            let broken = part.clone().misdeal(2, 7, twice);
-            let (inverse, bitmap) = both(&broken);
-            let message = inverse.unwrap_err().to_string();
-            let want = format!(
-                "rank 2 at local position 7 (global position {twice}) is dealt a position the \
+        for version in Version::ALL {
+            let order: Order = Arc::new(Permutation::new(version, 1000, 5, 0).unwrap());
+            for dealing in dealings() {
+                let part = dealt(order.clone(), 3, 0, false, dealing);
+                // Rank 2's item 7 dealt the position of rank 0's item 7: that position twice,
+                // rank 2's own never.
+                let twice = part.position(0, 7);
+                let broken = part.clone().misdeal(2, 7, twice);
+                let (inverse, bitmap) = both(&broken);
+                let message = inverse.unwrap_err().to_string();
+                let want = format!(
+                    "rank 2 at local position 7 (global position {twice}) is dealt a position the \
                  dealing gives to rank 0 at local position 7: a position dealt twice"
-            );
-            assert!(message.starts_with(&want), "{dealing:?}: {message}");
-            assert!(bitmap.unwrap_err().to_string().contains("yielded twice"));
-            // A position past the pass: the dealing skips one of its own.
-            let skipped = part.clone().misdeal(1, 0, part.end() + 5);
-            let message = verify_inverse(&skipped, 2, &AtomicU64::new(0))
-                .unwrap_err()
-                .to_string();
-            assert!(
-                message.contains("outside the pass: the dealing skips"),
-                "{message}"
-            );
+                );
+                assert!(message.starts_with(&want), "{dealing:?}: {message}");
+                assert!(bitmap.unwrap_err().to_string().contains("yielded twice"));
+                // A position past the pass: the dealing skips one of its own.
+                let skipped = part.clone().misdeal(1, 0, part.end() + 5);
+                let message = verify_inverse(&skipped, 2, &AtomicU64::new(0))
+                    .unwrap_err()
+                    .to_string();
+                assert!(
+                    message.contains("outside the pass: the dealing skips"),
+                    "{message}"
+                );
+            }
         }
     }
 
     #[test]
     fn shares_cross_as_words_and_merge_to_the_whole() {
-        let order: Order = Arc::new(Permutation::new(999, 5, 0).unwrap());
-        let part =
-            dealt(order, 3, 10, false, Dealing::new("step", 4, false).unwrap()).misdeal(2, 7, 3);
-        let whole = prove_ranks(&part, 0..3, 1, &AtomicU64::new(0)).unwrap();
-        let mut merged = Share::default();
-        for r in 0..3 {
-            let share = prove_ranks(&part, r..r + 1, 1, &AtomicU64::new(0)).unwrap();
-            let back = Share::from_words(&share.to_words()).unwrap();
-            assert_eq!(back, share);
-            merged = merged.merge(&back);
+        for version in Version::ALL {
+            let order: Order = Arc::new(Permutation::new(version, 999, 5, 0).unwrap());
+            let part = dealt(order, 3, 10, false, Dealing::new("step", 4, false).unwrap())
+                .misdeal(2, 7, 3);
+            let whole = prove_ranks(&part, 0..3, 1, &AtomicU64::new(0)).unwrap();
+            let mut merged = Share::default();
+            for r in 0..3 {
+                let share = prove_ranks(&part, r..r + 1, 1, &AtomicU64::new(0)).unwrap();
+                let back = Share::from_words(&share.to_words()).unwrap();
+                assert_eq!(back, share);
+                merged = merged.merge(&back);
+            }
+            assert_eq!(merged, whole);
+            assert_eq!(whole.first.unwrap().dealt, Dealt::OutsideThePass); // position 3 was consumed
+            assert!(Share::from_words(&[0; 3]).is_err());
         }
-        assert_eq!(merged, whole);
-        assert_eq!(whole.first.unwrap().dealt, Dealt::OutsideThePass); // position 3 was consumed
-        assert!(Share::from_words(&[0; 3]).is_err());
     }
 
     #[test]
     fn rank_shares_add_up_to_the_whole_proof() {
-        let order: Order = Arc::new(Permutation::new(10_007, 1, 2).unwrap());
-        for (w, start, drop_last) in [
-            (4, 0, false),
-            (4, 333, false),
-            (5, 20, true),
-            (3, 10_007, false),
-        ] {
-            let part = partition(order.clone(), w, start, drop_last);
-            let whole = prove_ranks(&part, 0..w, 1, &AtomicU64::new(0)).unwrap();
-            let mut total = Share::default();
-            for r in 0..w {
-                let progress = AtomicU64::new(0);
-                let share = prove_ranks(&part, r..r + 1, 2, &progress).unwrap();
-                assert_eq!(share.items, part.num_samples());
-                assert_eq!(progress.into_inner(), share.items + share.outside);
-                total.items += share.items;
-                total.real += share.real;
-                total.padding += share.padding;
-                total.outside += share.outside;
-                total.failures += share.failures;
+        for version in Version::ALL {
+            let order: Order = Arc::new(Permutation::new(version, 10_007, 1, 2).unwrap());
+            for (w, start, drop_last) in [
+                (4, 0, false),
+                (4, 333, false),
+                (5, 20, true),
+                (3, 10_007, false),
+            ] {
+                let part = partition(order.clone(), w, start, drop_last);
+                let whole = prove_ranks(&part, 0..w, 1, &AtomicU64::new(0)).unwrap();
+                let mut total = Share::default();
+                for r in 0..w {
+                    let progress = AtomicU64::new(0);
+                    let share = prove_ranks(&part, r..r + 1, 2, &progress).unwrap();
+                    assert_eq!(share.items, part.num_samples());
+                    assert_eq!(progress.into_inner(), share.items + share.outside);
+                    total.items += share.items;
+                    total.real += share.real;
+                    total.padding += share.padding;
+                    total.outside += share.outside;
+                    total.failures += share.failures;
+                }
+                assert_eq!(total, whole);
+                assert_eq!(judge(&part, &total).unwrap(), both(&part).1.unwrap());
             }
-            assert_eq!(total, whole);
-            assert_eq!(judge(&part, &total).unwrap(), both(&part).1.unwrap());
         }
     }
 
     #[test]
     fn a_stream_following_another_order_fails_against_the_agreed_one() {
-        let agreed: Order = Arc::new(Permutation::new(5000, 0, 0).unwrap());
-        let other: Order = Arc::new(Permutation::new(5000, 1, 0).unwrap());
-        let honest = partition(agreed.clone(), 4, 0, false);
-        let lying = partition(other, 4, 0, false);
-        // Consistent with itself, the lying stream passes alone ...
-        assert_eq!(
-            prove_ranks(&lying, 3..4, 1, &AtomicU64::new(0))
-                .unwrap()
-                .failures,
-            0
-        );
-        // ... and fails against the agreed order, from its first item.
-        let share = prove_against(&lying, &agreed, 3..4, 1, &AtomicU64::new(0)).unwrap();
-        assert!(
-            share.failures > 1000 && share.first.unwrap().position == 3,
-            "{share:?}"
-        );
-        let fine = prove_against(&honest, &agreed, 3..4, 1, &AtomicU64::new(0)).unwrap();
-        assert_eq!(fine.failures, 0);
+        for version in Version::ALL {
+            let agreed: Order = Arc::new(Permutation::new(version, 5000, 0, 0).unwrap());
+            let other: Order = Arc::new(Permutation::new(version, 5000, 1, 0).unwrap());
+            let honest = partition(agreed.clone(), 4, 0, false);
+            let lying = partition(other, 4, 0, false);
+            // Consistent with itself, the lying stream passes alone ...
+            assert_eq!(
+                prove_ranks(&lying, 3..4, 1, &AtomicU64::new(0))
+                    .unwrap()
+                    .failures,
+                0
+            );
+            // ... and fails against the agreed order, from its first item.
+            let share = prove_against(&lying, &agreed, 3..4, 1, &AtomicU64::new(0)).unwrap();
+            assert!(
+                share.failures > 1000 && share.first.unwrap().position == 3,
+                "{share:?}"
+            );
+            let fine = prove_against(&honest, &agreed, 3..4, 1, &AtomicU64::new(0)).unwrap();
+            assert_eq!(fine.failures, 0);
+        }
     }
 
     #[test]
     fn a_missing_share_or_a_bad_rank_range_is_refused() {
-        let part = partition(Arc::new(Permutation::new(1000, 0, 0).unwrap()), 4, 0, false);
-        let half = prove_ranks(&part, 0..2, 1, &AtomicU64::new(0)).unwrap();
-        let message = judge(&part, &half).unwrap_err().to_string();
-        assert!(message.contains("checked 500 items"), "{message}");
-        assert!(prove_ranks(&part, 2..2, 1, &AtomicU64::new(0)).is_err());
-        assert!(prove_ranks(&part, 0..5, 1, &AtomicU64::new(0)).is_err());
+        for version in Version::ALL {
+            let part = partition(
+                Arc::new(Permutation::new(version, 1000, 0, 0).unwrap()),
+                4,
+                0,
+                false,
+            );
+            let half = prove_ranks(&part, 0..2, 1, &AtomicU64::new(0)).unwrap();
+            let message = judge(&part, &half).unwrap_err().to_string();
+            assert!(message.contains("checked 500 items"), "{message}");
+            assert!(prove_ranks(&part, 2..2, 1, &AtomicU64::new(0)).is_err());
+            assert!(prove_ranks(&part, 0..5, 1, &AtomicU64::new(0)).is_err());
+        }
     }
 
     #[test]
     fn memory_does_not_grow_with_n() {
-        // n = 2^63 over 2^40 ranks: one rank's 2^23 items, proven without a bitmap.
-        let n = 1u64 << 63;
-        let part = partition(
-            Arc::new(Permutation::new(n, 9, 9).unwrap()),
-            1 << 40,
-            0,
-            false,
-        );
-        let share = prove_ranks(&part, 5..6, 2, &AtomicU64::new(0)).unwrap();
-        assert_eq!(
-            (share.items, share.real, share.failures),
-            (1 << 23, 1 << 23, 0)
-        );
+        for version in Version::ALL {
+            // n = 2^63 over 2^40 ranks: one rank's 2^23 items, proven without a bitmap.
+            let n = 1u64 << 63;
+            let part = partition(
+                Arc::new(Permutation::new(version, n, 9, 9).unwrap()),
+                1 << 40,
+                0,
+                false,
+            );
+            let share = prove_ranks(&part, 5..6, 2, &AtomicU64::new(0)).unwrap();
+            assert_eq!(
+                (share.items, share.real, share.failures),
+                (1 << 23, 1 << 23, 0)
+            );
+        }
     }
 }

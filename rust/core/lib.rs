@@ -22,6 +22,7 @@
 //! * [`Fingerprint`] — an O(1)-memory summary of a multiset of sample ids.
 //! * [`check_sequence_layout`], [`check_document_indices`] — a Megatron `.idx`'s arrays.
 
+mod algorithm;
 mod bitmap_proof;
 mod block;
 mod budget;

@@ -183,6 +183,7 @@ impl SampleOrder for Explicit {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::Version;
 
     /// Every order, through the trait: `position_of` inverts `at`, batched equals scalar.
     fn check(order: &dyn SampleOrder) {
@@ -208,13 +209,16 @@ mod tests {
     #[test]
     fn every_order_is_a_bijection_both_ways() {
         check(&Identity::new(37).unwrap());
-        check(&Permutation::new(1000, 4, 2).unwrap());
+        check(&Permutation::new(Version::V1, 1000, 4, 2).unwrap());
         check(&Explicit::new(vec![3, 0, 2, 1]).unwrap());
     }
 
     #[test]
     fn orders_name_their_algorithm() {
-        assert_eq!(Permutation::new(5, 0, 0).unwrap().algorithm(), "perm-v1");
+        assert_eq!(
+            Permutation::new(Version::V1, 5, 0, 0).unwrap().algorithm(),
+            "perm-v1"
+        );
         assert_eq!(Identity::new(5).unwrap().algorithm(), "identity");
         assert_eq!(Explicit::new(vec![0]).unwrap().algorithm(), "explicit");
     }

@@ -389,12 +389,13 @@ impl Partition {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::Version;
     use crate::order::Identity;
     use crate::permutation::Permutation;
     use std::sync::Arc;
 
-    fn shuffled(n: u64) -> Order {
-        Arc::new(Permutation::new(n, 1, 0).unwrap())
+    fn shuffled(version: Version, n: u64) -> Order {
+        Arc::new(Permutation::new(version, n, 1, 0).unwrap())
     }
 
     fn identity(n: u64) -> Order {
@@ -433,16 +434,19 @@ mod tests {
 
     #[test]
     fn matches_distributed_sampler_rule() {
-        for n in 1..40u64 {
-            for w in 1..10u64 {
-                for drop_last in [false, true] {
-                    let part = Partition::new(n, w, 0, drop_last, shuffled(n)).unwrap();
-                    let order: Vec<u64> = (0..n).map(|p| part.sample_at(p)).collect();
-                    let want = reference(n, w, drop_last, &order);
-                    for r in 0..w {
-                        let mut got = vec![0u64; part.num_samples() as usize];
-                        part.fill_rank(r, 0, &mut got).unwrap();
-                        assert_eq!(got, want[r as usize], "n={n} w={w} drop_last={drop_last}");
+        for version in Version::ALL {
+            for n in 1..40u64 {
+                for w in 1..10u64 {
+                    for drop_last in [false, true] {
+                        let part =
+                            Partition::new(n, w, 0, drop_last, shuffled(version, n)).unwrap();
+                        let order: Vec<u64> = (0..n).map(|p| part.sample_at(p)).collect();
+                        let want = reference(n, w, drop_last, &order);
+                        for r in 0..w {
+                            let mut got = vec![0u64; part.num_samples() as usize];
+                            part.fill_rank(r, 0, &mut got).unwrap();
+                            assert_eq!(got, want[r as usize], "n={n} w={w} drop_last={drop_last}");
+                        }
                     }
                 }
             }
@@ -451,61 +455,68 @@ mod tests {
 
     #[test]
     fn locate_finds_every_occurrence() {
-        for (n, w, drop_last) in [(10, 4, false), (3, 8, false), (10, 4, true), (17, 5, false)] {
-            let part = Partition::new(n, w, 0, drop_last, shuffled(n)).unwrap();
-            for s in 0..n {
-                let mut want = Vec::new();
-                for r in 0..w {
-                    let mut items = vec![0u64; part.num_samples() as usize];
-                    part.fill_rank(r, 0, &mut items).unwrap();
-                    for (k, &x) in items.iter().enumerate() {
-                        if x == s {
-                            want.push((r, k as u64));
+        for version in Version::ALL {
+            for (n, w, drop_last) in [(10, 4, false), (3, 8, false), (10, 4, true), (17, 5, false)]
+            {
+                let part = Partition::new(n, w, 0, drop_last, shuffled(version, n)).unwrap();
+                for s in 0..n {
+                    let mut want = Vec::new();
+                    for r in 0..w {
+                        let mut items = vec![0u64; part.num_samples() as usize];
+                        part.fill_rank(r, 0, &mut items).unwrap();
+                        for (k, &x) in items.iter().enumerate() {
+                            if x == s {
+                                want.push((r, k as u64));
+                            }
                         }
                     }
+                    let mut got = part.locate(s).unwrap();
+                    got.sort();
+                    want.sort();
+                    assert_eq!(got, want, "n={n} w={w} sample={s}");
                 }
-                let mut got = part.locate(s).unwrap();
-                got.sort();
-                want.sort();
-                assert_eq!(got, want, "n={n} w={w} sample={s}");
             }
         }
     }
 
     #[test]
     fn resumed_partition_covers_the_rest_exactly_once() {
-        let n = 23;
-        for consumed in 0..=n {
-            let part = Partition::new(n, 5, consumed, false, shuffled(n)).unwrap();
-            let mut seen = vec![0u32; n as usize];
-            for p in 0..consumed.min(n) {
-                seen[part.sample_at(p) as usize] += 1;
-            }
-            for r in 0..5 {
-                let mut items = vec![0u64; part.num_samples() as usize];
-                part.fill_rank(r, 0, &mut items).unwrap();
-                for k in 0..items.len() as u64 {
-                    if part.position(r, k) < n {
-                        seen[items[k as usize] as usize] += 1;
+        for version in Version::ALL {
+            let n = 23;
+            for consumed in 0..=n {
+                let part = Partition::new(n, 5, consumed, false, shuffled(version, n)).unwrap();
+                let mut seen = vec![0u32; n as usize];
+                for p in 0..consumed.min(n) {
+                    seen[part.sample_at(p) as usize] += 1;
+                }
+                for r in 0..5 {
+                    let mut items = vec![0u64; part.num_samples() as usize];
+                    part.fill_rank(r, 0, &mut items).unwrap();
+                    for k in 0..items.len() as u64 {
+                        if part.position(r, k) < n {
+                            seen[items[k as usize] as usize] += 1;
+                        }
                     }
                 }
+                assert!(seen.iter().all(|&c| c == 1), "consumed={consumed}");
             }
-            assert!(seen.iter().all(|&c| c == 1), "consumed={consumed}");
         }
     }
 
     #[test]
     fn blocks_of_positions_match_sample_at() {
-        // Resumed at position 3: 8 positions left over 3 ranks -> 3 each, end 12 (2 padding).
-        let part = Partition::new(10, 3, 3, false, shuffled(10)).unwrap();
-        assert_eq!(part.end(), 12);
-        let mut block = vec![0u64; 9];
-        part.fill_positions(3, &mut block).unwrap();
-        let want: Vec<u64> = (3..12).map(|p| part.sample_at(p)).collect();
-        assert_eq!(block, want);
-        assert_eq!(block[7..], [part.sample_at(0), part.sample_at(1)]); // padding wraps
-        assert!(part.fill_positions(2, &mut [0; 1]).is_err()); // before the pass
-        assert!(part.fill_positions(10, &mut [0; 3]).is_err()); // past its end
+        for version in Version::ALL {
+            // Resumed at position 3: 8 positions left over 3 ranks -> 3 each, end 12 (2 padding).
+            let part = Partition::new(10, 3, 3, false, shuffled(version, 10)).unwrap();
+            assert_eq!(part.end(), 12);
+            let mut block = vec![0u64; 9];
+            part.fill_positions(3, &mut block).unwrap();
+            let want: Vec<u64> = (3..12).map(|p| part.sample_at(p)).collect();
+            assert_eq!(block, want);
+            assert_eq!(block[7..], [part.sample_at(0), part.sample_at(1)]); // padding wraps
+            assert!(part.fill_positions(2, &mut [0; 1]).is_err()); // before the pass
+            assert!(part.fill_positions(10, &mut [0; 3]).is_err()); // past its end
+        }
     }
 
     #[test]
@@ -548,13 +559,15 @@ mod tests {
 
     #[test]
     fn rejects_bad_arguments() {
-        assert!(Identity::new(0).is_err());
-        assert!(Partition::new(5, 0, 0, false, identity(5)).is_err());
-        assert!(Partition::new(5, 2, 0, false, shuffled(6)).is_err());
-        let part = Partition::new(5, 2, 0, false, identity(5)).unwrap();
-        assert!(part.fill_rank(2, 0, &mut [0; 1]).is_err());
-        assert!(part.fill_rank(0, 2, &mut [0; 2]).is_err());
-        assert!(part.locate(5).is_err());
-        assert!(Partition::new(u64::MAX, 2, 0, false, identity(u64::MAX)).is_err());
+        for version in Version::ALL {
+            assert!(Identity::new(0).is_err());
+            assert!(Partition::new(5, 0, 0, false, identity(5)).is_err());
+            assert!(Partition::new(5, 2, 0, false, shuffled(version, 6)).is_err());
+            let part = Partition::new(5, 2, 0, false, identity(5)).unwrap();
+            assert!(part.fill_rank(2, 0, &mut [0; 1]).is_err());
+            assert!(part.fill_rank(0, 2, &mut [0; 2]).is_err());
+            assert!(part.locate(5).is_err());
+            assert!(Partition::new(u64::MAX, 2, 0, false, identity(u64::MAX)).is_err());
+        }
     }
 }

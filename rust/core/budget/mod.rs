@@ -29,9 +29,7 @@ mod start;
 pub use proof::{BudgetShare, WindowProof};
 pub use start::BudgetStart;
 
-/// The algorithm ids of token-budget plans by version (over perm-v1, perm-v2), recorded
-/// in state dicts.
-pub const BUDGET_ALGORITHMS: [&str; 2] = ["budget-v1", "budget-v2"];
+pub use crate::algorithm::BUDGET_ALGORITHMS;
 
 /// The id of the token-budget plan of new runs: budget-v2.
 pub const BUDGET_ALGORITHM: &str = BUDGET_ALGORITHMS[1];

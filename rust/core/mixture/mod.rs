@@ -40,9 +40,7 @@ use weights::integer_weights;
 
 pub use proof::MixtureProof;
 
-/// The algorithm ids of the mixture map by version (passes of perm-v1, perm-v2), recorded
-/// in certificates.
-pub const MIX_ALGORITHMS: [&str; 2] = ["mix-v1", "mix-v2"];
+pub use crate::algorithm::MIX_ALGORITHMS;
 
 /// The id of the mixture map of new runs: mix-v2.
 pub const MIX_ALGORITHM: &str = MIX_ALGORITHMS[1];

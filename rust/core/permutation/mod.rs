@@ -12,244 +12,17 @@
 //! 17 bits, so `< 2n`), with a round function of two 32×32→64 multiplies, which AVX2
 //! (`vpmuludq`) and NEON (`umull`) vectorise as AVX-512 does.
 
-use std::sync::{Arc, OnceLock};
+mod feistel;
+mod simd;
+mod table;
 
+use std::sync::Arc;
+
+pub use crate::algorithm::{Version, ALGORITHM, ALGORITHM_V1, ALGORITHM_V2};
 use crate::error::{check_below, Error};
-use crate::splitmix::{chain, splitmix64};
-
-/// The id of perm-v1 (the default order up to 0.3), stored in every state dict.
-pub const ALGORITHM_V1: &str = "perm-v1";
-
-/// The id of perm-v2.
-pub const ALGORITHM_V2: &str = "perm-v2";
-
-/// The id of the permutation new runs use: perm-v2.
-pub const ALGORITHM: &str = ALGORITHM_V2;
-
-/// The ids of the permutation by version, as every family of orders lists its own.
-pub const PERM_ALGORITHMS: [&str; 2] = [ALGORITHM_V1, ALGORITHM_V2];
-
-/// Version tag mixed first into every key, so perm-v2 shares no keys with v1.
-const VERSION_TAG: u64 = 0x7065_726d_2d76_3101; // "perm-v1" + 0x01
-const VERSION_TAG_V2: u64 = 0x7065_726d_2d76_3202; // "perm-v2" + 0x02
-/// perm-v2 shuffles a table up to this n; above, the Feistel domain has >= 17 bits.
-const V2_TABLE_MAX_N: u64 = 1 << 16;
-/// The two 32-bit multipliers of perm-v2's round function (odd; from the golden ratio and
-/// murmur3's finalizer).
-const V2_MUL: [u64; 2] = [0x9E37_79B1, 0x85EB_CA77];
-
-/// Which construction a [`Permutation`] is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Version {
-    /// perm-v1: splitmix64 rounds on a domain of at least 16 bits.
-    V1,
-    /// perm-v2: a shuffled table up to 2^16, 32-bit multiply rounds above.
-    V2,
-}
-
-/// Every family of orders built on a permutation, by name, with its ids by version.
-const FAMILIES: [(&str, [&str; 2]); 4] = [
-    ("perm", PERM_ALGORITHMS),
-    ("block", crate::block::BLOCK_ALGORITHMS),
-    ("mix", crate::mixture::MIX_ALGORITHMS),
-    ("budget", crate::budget::BUDGET_ALGORITHMS),
-];
-
-impl Version {
-    /// The permutation of new runs.
-    pub const DEFAULT: Version = Version::V2;
-
-    /// The version an algorithm id names: `perm-v1` or `perm-v2`.
-    pub fn named(algorithm: &str) -> Result<Version, Error> {
-        Version::in_family(&PERM_ALGORITHMS, "permutation", algorithm)
-    }
-
-    /// Its algorithm id.
-    pub fn algorithm(self) -> &'static str {
-        self.id(&PERM_ALGORITHMS)
-    }
-
-    /// The id of an order built on this version, from the ids of its family by version
-    /// (`["block-v1", "block-v2"]`): an order built on a permutation carries its number.
-    pub fn id(self, family: &[&'static str; 2]) -> &'static str {
-        family[self as usize]
-    }
-
-    /// The ids of a family of orders by version: `"perm"`, `"block"`, `"mix"`, `"budget"`.
-    pub fn family(name: &str) -> Option<[&'static str; 2]> {
-        FAMILIES
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|&(_, ids)| ids)
-    }
-
-    /// The permutation an order's id is built on: perm-vK, block-vK, mix-vK and budget-vK
-    /// on perm-vK; `None` for another id (the identity's among them).
-    pub fn of_order(algorithm: &str) -> Option<Version> {
-        FAMILIES
-            .iter()
-            .find_map(|(_, family)| Version::in_family(family, "", algorithm).ok())
-    }
-
-    /// The version of `algorithm`, one of `family`'s ids (by version); `what` names the
-    /// family in the error.
-    pub fn in_family(family: &[&str; 2], what: &str, algorithm: &str) -> Result<Version, Error> {
-        match family.iter().position(|&id| id == algorithm) {
-            Some(0) => Ok(Version::V1),
-            Some(_) => Ok(Version::V2),
-            None => Err(Error::Invalid(format!(
-                "unknown {what} algorithm {algorithm:?}: use \"{}\" (the default) or \"{}\"",
-                family[1], family[0]
-            ))),
-        }
-    }
-}
-const ROUNDS: usize = 8;
-/// Below 16 bits a Feistel network reaches too few permutations (only even ones at
-/// 1-bit halves); the walk pays for it at tiny n, which the lookup table absorbs.
-const MIN_BITS: u32 = 16;
-/// At or below this n, a walk averages >= 2 steps: precompute both directions instead.
-const TABLE_MAX_N: u64 = 1 << 15;
-/// Lanes evaluated together by the batched path.
-const BLOCK: usize = 256;
-
-/// The Feistel cipher on `bits` bits; round `i` splits into (hi, lo) halves of widths
-/// `(hi_bits, lo_bits)` for even `i` and `(lo_bits, hi_bits)` for odd `i`.
-#[derive(Clone, Debug)]
-struct Feistel {
-    hi_bits: u32,
-    lo_bits: u32,
-    keys: [u64; ROUNDS],
-    version: Version,
-}
-
-#[inline(always)]
-fn mask(width: u32) -> u64 {
-    (1u64 << width) - 1 // width <= 32
-}
-
-#[inline(always)]
-fn round_fn(half: u64, key: u64) -> u64 {
-    splitmix64(half ^ key)
-}
-
-/// perm-v2's round function on a half of at most 32 bits: two 32×32→64 multiplies, each
-/// folded (high word xor low word), the key's halves xored in before each. Only the low
-/// bits are used (masked to the other half's width).
-#[inline(always)]
-fn round_v2(half: u64, key: u64) -> u64 {
-    let a = ((half ^ key) & 0xFFFF_FFFF) * V2_MUL[0];
-    let b = ((a ^ (a >> 32) ^ (key >> 32)) & 0xFFFF_FFFF) * V2_MUL[1];
-    b ^ (b >> 32)
-}
-
-impl Feistel {
-    fn new(bits: u32, key: u64, version: Version) -> Self {
-        let mut keys = [0u64; ROUNDS];
-        for (i, k) in keys.iter_mut().enumerate() {
-            *k = chain(key, &[i as u64]);
-        }
-        Feistel {
-            hi_bits: bits.div_ceil(2),
-            lo_bits: bits / 2,
-            keys,
-            version,
-        }
-    }
-
-    /// The round function of this version.
-    #[inline(always)]
-    fn f(&self, half: u64, key: u64) -> u64 {
-        match self.version {
-            Version::V1 => round_fn(half, key),
-            Version::V2 => round_v2(half, key),
-        }
-    }
-
-    /// One round: `hi ^= F(lo)`, then rotate so `lo` becomes the high part.
-    #[inline(always)]
-    fn encrypt(&self, mut x: u64) -> u64 {
-        let (mut h, mut l) = (self.hi_bits, self.lo_bits);
-        for &k in &self.keys {
-            let lo = x & mask(l);
-            let hi = (x >> l) ^ (self.f(lo, k) & mask(h));
-            x = (lo << h) | hi;
-            std::mem::swap(&mut h, &mut l);
-        }
-        x
-    }
-
-    #[inline(always)]
-    fn decrypt(&self, mut y: u64) -> u64 {
-        for (i, &k) in self.keys.iter().enumerate().rev() {
-            let (h, l) = if i % 2 == 0 {
-                (self.hi_bits, self.lo_bits)
-            } else {
-                (self.lo_bits, self.hi_bits)
-            };
-            let lo = y >> h;
-            let hi = (y & mask(h)) ^ (self.f(lo, k) & mask(h));
-            y = (hi << l) | lo;
-        }
-        y
-    }
-}
-
-/// Both directions of a small permutation: the forward one precomputed, the inverse on
-/// first use (a mixture's passes and a block order's windows map positions only).
-#[derive(Debug)]
-struct Table {
-    forward: Vec<u16>,
-    inverse: OnceLock<Vec<u16>>,
-}
-
-impl Table {
-    fn of(forward: Vec<u16>) -> Table {
-        Table {
-            forward,
-            inverse: OnceLock::new(),
-        }
-    }
-
-    fn forward(&self) -> &[u16] {
-        &self.forward
-    }
-
-    fn inverse(&self) -> &[u16] {
-        self.inverse.get_or_init(|| {
-            let mut inverse = vec![0u16; self.forward.len()];
-            for (p, &x) in self.forward.iter().enumerate() {
-                inverse[x as usize] = p as u16;
-            }
-            inverse
-        })
-    }
-
-    /// perm-v2's table of `n <= 2^16`: Fisher–Yates (`i` from `n - 1` down to 1 swaps
-    /// entry `i` with a uniform `j` in `[0, i]`), each `j` drawn by Lemire's unbiased
-    /// multiply-and-reject from a counter-based generator, `splitmix64(key + c·φ)` for
-    /// `c = 0, 1, ...`: every one of the `n!` orders is reachable, any parity.
-    fn shuffled(n: u64, key: u64) -> Table {
-        let mut forward: Vec<u16> = (0..n).map(|p| p as u16).collect(); // n <= 2^16
-        let mut counter = 0u64;
-        let mut draw = |bound: u64| loop {
-            let r = splitmix64(key.wrapping_add(counter.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
-            counter += 1;
-            let m = u128::from(r) * u128::from(bound);
-            // Accept when the low word is at least (2^64 - bound) mod bound; that
-            // threshold is below bound, so a low word >= bound needs no division.
-            let low = m as u64;
-            if low >= bound || low >= bound.wrapping_neg() % bound {
-                return (m >> 64) as u64;
-            }
-        };
-        for i in (1..n).rev() {
-            let j = draw(i + 1);
-            forward.swap(i as usize, j as usize);
-        }
-        Table::of(forward)
-    }
-}
+use crate::splitmix::chain;
+use feistel::*;
+use table::*;
 
 /// A keyed pseudo-random permutation π of `[0, n)`.
 ///
@@ -266,13 +39,13 @@ pub struct Permutation {
 }
 
 impl Permutation {
-    /// The permutation of `[0, n)` for `(seed, epoch)` on stream 0.
-    pub fn new(n: u64, seed: u64, epoch: u64) -> Result<Self, Error> {
-        Self::with_stream(n, seed, epoch, 0)
+    /// The permutation of `[0, n)` for `(seed, epoch)` on stream 0, of `version`.
+    pub fn new(version: Version, n: u64, seed: u64, epoch: u64) -> Result<Self, Error> {
+        Self::of_version(version, n, seed, epoch, 0)
     }
 
-    /// As [`Permutation::new`], with an extra stream id mixed into the key (independent
-    /// permutations for the same `(n, seed, epoch)`).
+    /// perm-v1 of `[0, n)` for `(seed, epoch)`, with an extra stream id mixed into the key
+    /// (independent permutations for the same `(n, seed, epoch)`).
     pub fn with_stream(n: u64, seed: u64, epoch: u64, stream: u64) -> Result<Self, Error> {
         let mut perm = Self::untabled(n, seed, epoch, stream)?;
         if n <= TABLE_MAX_N {
@@ -627,141 +400,12 @@ pub fn simd_level() -> Result<&'static str, Error> {
     simd::level().map(|l| l.name())
 }
 
-/// Runtime CPU-feature dispatch for the batched path. Every variant compiles the same
-/// integer code, so the output never depends on the path taken. The CPU is probed once.
-mod simd {
-    use std::sync::OnceLock;
-
-    use super::Permutation;
-    use crate::error::Error;
-
-    /// The instruction sets the batched path is compiled for.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-    pub(super) enum Level {
-        /// AVX-512 F + DQ + VL (64-bit multiplies in vector registers).
-        Avx512,
-        /// AVX2.
-        Avx2,
-        /// Whatever the target's baseline is.
-        Portable,
-    }
-
-    impl Level {
-        /// The name `PERMSHARD_SIMD` takes and `simd_level()` gives.
-        pub(super) fn name(self) -> &'static str {
-            match self {
-                Level::Avx512 => "avx512",
-                Level::Avx2 => "avx2",
-                // The target's baseline: NEON is part of it on aarch64.
-                Level::Portable if cfg!(target_arch = "aarch64") => "neon",
-                Level::Portable => "scalar",
-            }
-        }
-    }
-
-    /// The levels this CPU can run, best first (`Portable` always last).
-    pub(super) fn available() -> Vec<Level> {
-        let mut levels = Vec::new();
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx512dq")
-                && std::arch::is_x86_feature_detected!("avx512vl")
-            {
-                levels.push(Level::Avx512);
-            }
-            if std::arch::is_x86_feature_detected!("avx2") {
-                levels.push(Level::Avx2);
-            }
-        }
-        levels.push(Level::Portable);
-        levels
-    }
-
-    /// The level `forced` names (`PERMSHARD_SIMD`'s value), or the best of this CPU; an
-    /// unknown level, or one this CPU lacks, is an error naming the levels it has.
-    pub(super) fn choose(forced: Option<&str>) -> Result<Level, Error> {
-        let levels = available();
-        let Some(name) = forced.map(str::trim).filter(|s| !s.is_empty()) else {
-            return Ok(levels[0]);
-        };
-        // "scalar" also names the baseline on aarch64, where it includes NEON.
-        let found = levels
-            .iter()
-            .find(|l| l.name() == name || (name == "scalar" && **l == Level::Portable));
-        found.copied().ok_or_else(|| {
-            let names: Vec<&str> = levels.iter().map(|l| l.name()).collect();
-            Error::Invalid(format!(
-                "PERMSHARD_SIMD={name:?} is not a SIMD level of this CPU; it has {}: set one of \
-                 them, or unset PERMSHARD_SIMD for the best",
-                names.join(", ")
-            ))
-        })
-    }
-
-    /// The level `PERMSHARD_SIMD` names, or the best of this CPU: read and checked once.
-    fn chosen() -> &'static Result<Level, Error> {
-        static LEVEL: OnceLock<Result<Level, Error>> = OnceLock::new();
-        LEVEL.get_or_init(|| choose(std::env::var("PERMSHARD_SIMD").ok().as_deref()))
-    }
-
-    /// The level in use, or the error naming this CPU's levels.
-    pub(crate) fn level() -> Result<Level, Error> {
-        chosen().clone()
-    }
-
-    /// The level in use (constructors refuse a bad `PERMSHARD_SIMD` before this runs);
-    /// the batched paths ask for it a block at a time.
-    pub(super) fn best() -> Level {
-        chosen().as_ref().map_or(Level::Portable, |l| *l)
-    }
-
-    /// Defines `$name(perm, lanes)` (at the best level) and `$at(level, perm, lanes)`
-    /// (at a given level that this CPU supports): `$method` compiled per level.
-    macro_rules! dispatch {
-        ($name:ident, $at:ident, $method:ident) => {
-            #[inline]
-            pub(super) fn $name(perm: &Permutation, lanes: &mut [u64]) {
-                $at(best(), perm, lanes)
-            }
-
-            #[inline]
-            pub(super) fn $at(level: Level, perm: &Permutation, lanes: &mut [u64]) {
-                #[cfg(target_arch = "x86_64")]
-                {
-                    #[target_feature(enable = "avx512f,avx512dq,avx512vl")]
-                    fn avx512(perm: &Permutation, lanes: &mut [u64]) {
-                        perm.$method(lanes)
-                    }
-                    #[target_feature(enable = "avx2")]
-                    fn avx2(perm: &Permutation, lanes: &mut [u64]) {
-                        perm.$method(lanes)
-                    }
-                    match level {
-                        // SAFETY: `level` comes from `available()`, which probed the CPU.
-                        Level::Avx512 => return unsafe { avx512(perm, lanes) },
-                        // SAFETY: as above.
-                        Level::Avx2 => return unsafe { avx2(perm, lanes) },
-                        Level::Portable => {}
-                    }
-                }
-                let _ = level;
-                perm.$method(lanes)
-            }
-        };
-    }
-
-    dispatch!(map_block, map_block_at, map_block_generic);
-    dispatch!(encrypt_block, encrypt_block_at, encrypt_block_generic);
-    dispatch!(invert_block, invert_block_at, invert_block_generic);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn assert_bijection(n: u64) {
-        let p = Permutation::new(n, 7, 3).unwrap();
+        let p = Permutation::new(Version::V1, n, 7, 3).unwrap();
         let mut seen = vec![false; n as usize];
         let mut all = vec![0u64; n as usize];
         p.fill(0, &mut all).unwrap();
@@ -805,7 +449,7 @@ mod tests {
     #[test]
     fn table_and_walk_agree() {
         for n in [1u64, 2, 3, 100, 4096, TABLE_MAX_N] {
-            let p = Permutation::new(n, 11, 2).unwrap();
+            let p = Permutation::new(Version::V1, n, 11, 2).unwrap();
             for i in 0..n {
                 assert_eq!(p.forward(i).unwrap(), p.walk_forward(i));
                 assert_eq!(p.inverse(i).unwrap(), p.walk_inverse(i));
@@ -816,7 +460,7 @@ mod tests {
     #[test]
     fn batched_equals_scalar_on_every_path() {
         for n in [TABLE_MAX_N + 1, 1_000_003, 1 << 40, u64::MAX] {
-            let p = Permutation::new(n, 5, 9).unwrap();
+            let p = Permutation::new(Version::V1, n, 5, 9).unwrap();
             let start = n - 1000;
             let mut batched = vec![0u64; 1000];
             p.fill(start, &mut batched).unwrap();
@@ -833,7 +477,7 @@ mod tests {
         assert_eq!(simd::best(), levels[0]);
         eprintln!("SIMD levels tested on this CPU: {levels:?}");
         for n in [TABLE_MAX_N + 1, 1_000_003, 1 << 40, u64::MAX] {
-            let p = Permutation::new(n, 5, 9).unwrap();
+            let p = Permutation::new(Version::V1, n, 5, 9).unwrap();
             let start = n - 1000;
             let scalar: Vec<u64> = (start..n).map(|i| p.forward(i).unwrap()).collect();
             for &level in &levels {
@@ -864,7 +508,7 @@ mod tests {
             sizes.extend([(1u64 << k) - 1, 1 << k, (1 << k) + 1]);
         }
         for n in sizes {
-            let p = Permutation::new(n, 11, 2).unwrap();
+            let p = Permutation::new(Version::V1, n, 11, 2).unwrap();
             let len = n.min(700);
             let start = n - len;
             let scalar: Vec<u64> = (start..n).map(|x| p.inverse(x).unwrap()).collect();
@@ -887,7 +531,7 @@ mod tests {
             p.invert_in_place(&mut forward);
             assert!(forward.iter().copied().eq(start..n), "n={n}");
         }
-        let p = Permutation::new(10, 0, 0).unwrap();
+        let p = Permutation::new(Version::V1, 10, 0, 0).unwrap();
         assert!(p.fill_inverse(5, &mut [0; 6]).is_err());
     }
 
@@ -1052,8 +696,11 @@ mod tests {
 
     #[test]
     fn rejects_bad_arguments() {
-        assert_eq!(Permutation::new(0, 0, 0).unwrap_err(), Error::EmptyDomain);
-        let p = Permutation::new(10, 0, 0).unwrap();
+        assert_eq!(
+            Permutation::new(Version::V1, 0, 0, 0).unwrap_err(),
+            Error::EmptyDomain
+        );
+        let p = Permutation::new(Version::V1, 10, 0, 0).unwrap();
         assert!(p.forward(10).is_err());
         assert!(p.inverse(10).is_err());
         assert!(p.fill(5, &mut [0; 6]).is_err());
@@ -1063,11 +710,28 @@ mod tests {
 
     #[test]
     fn domain_is_at_least_16_bits_and_below_2n() {
-        assert_eq!(Permutation::new(1, 0, 0).unwrap().domain_bits(), 16);
-        assert_eq!(Permutation::new(65_537, 0, 0).unwrap().domain_bits(), 17);
-        assert_eq!(Permutation::new(u64::MAX, 0, 0).unwrap().domain_bits(), 64);
+        assert_eq!(
+            Permutation::new(Version::V1, 1, 0, 0)
+                .unwrap()
+                .domain_bits(),
+            16
+        );
+        assert_eq!(
+            Permutation::new(Version::V1, 65_537, 0, 0)
+                .unwrap()
+                .domain_bits(),
+            17
+        );
+        assert_eq!(
+            Permutation::new(Version::V1, u64::MAX, 0, 0)
+                .unwrap()
+                .domain_bits(),
+            64
+        );
         for n in [65_537u64, 1 << 20, (1 << 20) + 1, 1_000_000_007] {
-            let bits = Permutation::new(n, 0, 0).unwrap().domain_bits();
+            let bits = Permutation::new(Version::V1, n, 0, 0)
+                .unwrap()
+                .domain_bits();
             assert!(1u128 << bits < 2 * n as u128 && (1u128 << bits) >= n as u128);
         }
     }
@@ -1075,7 +739,7 @@ mod tests {
     #[test]
     fn keys_separate_seed_epoch_and_n() {
         let first = |n, s, e| {
-            let p = Permutation::new(n, s, e).unwrap();
+            let p = Permutation::new(Version::V1, n, s, e).unwrap();
             let mut v = vec![0u64; 64];
             p.fill(0, &mut v).unwrap();
             v
@@ -1084,7 +748,7 @@ mod tests {
         assert_ne!(first(1 << 20, 0, 1), first(1 << 20, 1, 0));
         assert_ne!(first(1 << 20, 0, 0), first((1 << 20) + 1, 0, 0));
         // Rebuilt from its key alone, a permutation gives the same values (determinism).
-        let again = Permutation::new(1 << 20, 3, 4).unwrap();
+        let again = Permutation::new(Version::V1, 1 << 20, 3, 4).unwrap();
         let values: Vec<u64> = (0..64).map(|p| again.forward(p).unwrap()).collect();
         assert_eq!(first(1 << 20, 3, 4), values);
     }
@@ -1104,7 +768,7 @@ mod properties {
 
         #[test]
         fn inverse_undoes_forward(n in large_n(), seed: u64, epoch: u64, frac in 0.0f64..1.0) {
-            let p = Permutation::new(n, seed, epoch).unwrap();
+            let p = Permutation::new(Version::V1, n, seed, epoch).unwrap();
             let pos = ((n as f64) * frac) as u64 % n;
             let x = p.forward(pos).unwrap();
             prop_assert!(x < n);
@@ -1113,7 +777,7 @@ mod properties {
 
         #[test]
         fn fill_matches_forward(n in large_n(), seed: u64, len in 0usize..300) {
-            let p = Permutation::new(n, seed, 0).unwrap();
+            let p = Permutation::new(Version::V1, n, seed, 0).unwrap();
             let len = len.min(n as usize);
             let start = n - len as u64;
             let mut out = vec![0u64; len];

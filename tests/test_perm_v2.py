@@ -70,13 +70,21 @@ def test_bad_choices_are_refused_with_the_fix():
         ShardedSampler(100, num_replicas=2, rank=0, algorithm="perm-v9")
     with pytest.raises(TypeError, match="algorithm must be a str"):
         ShardedSampler(100, 2, 0, algorithm=2)  # type: ignore[arg-type]
-    # Each family names its own ids, the default first.
+    # A family takes the permutation's id or its own, and names both, the default first.
     with pytest.raises(
-        ValueError, match='unknown mixture algorithm "mix-v9": use "mix-v2" \\(the default\\) or "mix-v1"'
+        ValueError,
+        match='unknown mixture algorithm "mix-v9": use the permutation "perm-v2" \\(the default\\) '
+        'or "perm-v1", or the mixture ids "mix-v2", "mix-v1"',
     ):
         permshard.Mixture([3], [1.0], algorithm="mix-v9")
-    with pytest.raises(ValueError, match='unknown block algorithm "perm-v2": use "block-v2"'):
-        permshard.BlockPermutation(10, 2, 2, algorithm="perm-v2")
+    with pytest.raises(ValueError, match='unknown block algorithm "mix-v2"'):
+        permshard.BlockPermutation(10, 2, 2, algorithm="mix-v2")
+    for permutation, block, mix in (("perm-v2", "block-v2", "mix-v2"), ("perm-v1", "block-v1", "mix-v1")):
+        by_perm = permshard.BlockPermutation(100, 4, 2, seed=3, algorithm=permutation)
+        assert by_perm.algorithm == block
+        assert list(by_perm) == list(permshard.BlockPermutation(100, 4, 2, seed=3, algorithm=block))
+        mixture = permshard.Mixture([30, 50], [1.0, 2.0], algorithm=permutation)
+        assert mixture.algorithm == mix
     with pytest.raises(ValueError, match='unknown permutation algorithm "budget-v2": use "perm-v2"'):
         TokenBudgetBatchSampler([1, 2], 4, 1, 0, algorithm="budget-v2")  # it names the permutation
     with pytest.raises(TypeError, match="algorithm must be a str"):

@@ -166,3 +166,10 @@ def test_sampler_fields_are_read_only_and_set_epoch_is_explicit():
     assert len(s) == 20
     s.set_epoch(1)
     assert len(s) == 25
+
+
+def test_the_public_names_are_sorted_and_resolve():
+    assert permshard.__all__ == sorted(permshard.__all__)
+    for name in permshard.__all__:
+        assert getattr(permshard, name) is not None, name
+    assert permshard.BUDGET_ALGORITHM == permshard.token_budget.BUDGET_ALGORITHM == "budget-v2"

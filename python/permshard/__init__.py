@@ -12,7 +12,8 @@
 * :class:`Mixture` — weighted sources, position → ``(source, index)``, no build step.
 * :func:`verify` — the exact proof; :class:`ShardingError` when sharding is wrong.
 * ``IDENTITY_ALGORITHM``, ``ALGORITHM`` (perm-v2, the default), ``ALGORITHM_V1``,
-  ``ALGORITHM_V2``, ``BLOCK_ALGORITHM`` (block-v2), ``MIX_ALGORITHM`` (mix-v2) —
+  ``ALGORITHM_V2``, ``BLOCK_ALGORITHM`` (block-v2), ``BUDGET_ALGORITHM`` (budget-v2),
+  ``MIX_ALGORITHM`` (mix-v2) —
   the orders' ids, as state dicts, plans and certificates record them;
   :class:`EpochIndex` — an index that carries its epoch to DataLoader workers.
 
@@ -30,6 +31,7 @@ from ._core import (
     ALGORITHM_V1,
     ALGORITHM_V2,
     BLOCK_ALGORITHM,
+    BUDGET_ALGORITHM,
     IDENTITY_ALGORITHM,
     MIX_ALGORITHM,
     ShardingError,
@@ -75,11 +77,12 @@ __all__ = [
     "ALGORITHM_V1",
     "ALGORITHM_V2",
     "BLOCK_ALGORITHM",
-    "IDENTITY_ALGORITHM",
-    "MIX_ALGORITHM",
+    "BUDGET_ALGORITHM",
     "BlockPermutation",
     "Certificate",
     "EpochIndex",
+    "IDENTITY_ALGORITHM",
+    "MIX_ALGORITHM",
     "Mixture",
     "PendingCertificate",
     "Permutation",
@@ -92,8 +95,8 @@ __all__ = [
     "TokenBudgetBatchSampler",
     "__version__",
     "check_loader",
-    "simd_level",
     "data",
+    "simd_level",
     "verify",
 ]
 

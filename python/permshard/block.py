@@ -31,8 +31,10 @@ class BlockPermutation(KeyedOrder):
             cache many times over).
         seed (int, optional): key of the order. Default: ``0``.
         epoch (int, optional): a fresh order per epoch. Default: ``0``.
-        algorithm (str, optional): ``"block-v2"`` (built on perm-v2) or ``"block-v1"``
-            (on perm-v1, the default up to 0.3). Default: ``"block-v2"``.
+        algorithm (str, optional): the permutation the order is built on, ``"perm-v2"``
+            (block-v2) or ``"perm-v1"`` (block-v1, the default up to 0.3); the ids
+            ``"block-v2"`` and ``"block-v1"`` are accepted too. ``.algorithm`` is the
+            order's own id. Default: ``"block-v2"``.
 
     Example::
 
@@ -58,7 +60,7 @@ class BlockPermutation(KeyedOrder):
             as_u64("window_blocks", window_blocks, minimum=1),
             as_u64("seed", seed),
             as_u64("epoch", epoch),
-            as_str("algorithm", algorithm, " ('block-v2' or 'block-v1')"),
+            as_str("algorithm", algorithm, " ('perm-v2' or 'perm-v1')"),
         )
 
     @property

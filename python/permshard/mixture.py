@@ -88,8 +88,10 @@ class Mixture:
         stages (sequence of (int, sequence of float), optional): ``(start, weights)``:
             from global position ``start`` on, mix with these weights (``weights`` above
             holds from 0). Starts strictly increase. Default: none.
-        algorithm (str, optional): ``"mix-v2"`` or ``"mix-v1"`` (the map of 0.3 and
-            before: pass it to continue a run of those). Default: ``"mix-v2"``.
+        algorithm (str, optional): the permutation of the passes, ``"perm-v2"`` (mix-v2)
+            or ``"perm-v1"`` (mix-v1, the map of 0.3 and before: pass it to continue a run
+            of those); the ids ``"mix-v2"`` and ``"mix-v1"`` are accepted too.
+            ``.algorithm`` is the map's own id. Default: ``"mix-v2"``.
 
     Example::
 
@@ -112,7 +114,7 @@ class Mixture:
         stages: Sequence[tuple[int, Sequence[float]]] = (),
         algorithm: str = MIX_ALGORITHM,
     ) -> None:
-        algorithm = as_str("algorithm", algorithm, " ('mix-v2' or 'mix-v1')")
+        algorithm = as_str("algorithm", algorithm, " ('perm-v2' or 'perm-v1')")
         if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence):
             raise TypeError(f"sizes must be a sequence of ints, got {type(sizes).__name__}")
         if not sizes:

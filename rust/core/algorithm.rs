@@ -81,6 +81,21 @@ impl Version {
             .find_map(|(_, family)| Version::in_family(family, "", algorithm).ok())
     }
 
+    /// The version an order of `family` is asked for by `algorithm`: the permutation it is
+    /// built on (`"perm-v2"`, `"perm-v1"`: every constructor's `algorithm=`) or one of
+    /// the family's own ids (`"mix-v1"`); `what` names the family in the error.
+    pub fn for_family(family: &[&str; 2], what: &str, algorithm: &str) -> Result<Version, Error> {
+        Version::named(algorithm)
+            .or_else(|_| Version::in_family(family, what, algorithm))
+            .map_err(|_| {
+                Error::Invalid(format!(
+                    "unknown {what} algorithm {algorithm:?}: use the permutation \"{}\" (the \
+                     default) or \"{}\", or the {what} ids \"{}\", \"{}\"",
+                    PERM_ALGORITHMS[1], PERM_ALGORITHMS[0], family[1], family[0]
+                ))
+            })
+    }
+
     /// The version of `algorithm`, one of `family`'s ids (by version); `what` names the
     /// family in the error.
     pub fn in_family(family: &[&str; 2], what: &str, algorithm: &str) -> Result<Version, Error> {
@@ -92,5 +107,30 @@ impl Version {
                 family[1], family[0]
             ))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_family_takes_the_permutation_id_or_its_own() {
+        for (i, version) in Version::ALL.into_iter().enumerate() {
+            for family in [BLOCK_ALGORITHMS, MIX_ALGORITHMS, BUDGET_ALGORITHMS] {
+                let by_perm = Version::for_family(&family, "x", PERM_ALGORITHMS[i]).unwrap();
+                let by_own = Version::for_family(&family, "x", family[i]).unwrap();
+                assert_eq!((by_perm, by_own), (version, version));
+                assert_eq!(version.id(&family), family[i]);
+            }
+        }
+        let err = Version::for_family(&MIX_ALGORITHMS, "mixture", "mix-v9")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("\"perm-v2\"") && err.contains("\"mix-v1\""),
+            "{err}"
+        );
+        assert!(Version::for_family(&MIX_ALGORITHMS, "mixture", "block-v1").is_err());
     }
 }

@@ -44,8 +44,9 @@ class MixedDataset(Dataset[Any]):
         weights_in (str, optional): ``"samples"`` (Megatron's rule: the share of
             samples) or ``"tokens"`` (the share of tokens: each weight is divided by its
             source's ``tokens_per_sample``). Default: ``"samples"``.
-        algorithm (str, optional): the mixture map, ``"mix-v2"`` or ``"mix-v1"`` (0.3's:
-            pass it to continue a run started before 0.4). Default: ``"mix-v2"``.
+        algorithm (str, optional): the permutation of the mixture's passes, ``"perm-v2"``
+            (mix-v2) or ``"perm-v1"`` (mix-v1, 0.3's: pass it to continue a run started
+            before 0.4); the ids ``"mix-v2"``, ``"mix-v1"`` too. Default: ``"mix-v2"``.
 
     Example::
 
@@ -141,7 +142,8 @@ class MixedDataset(Dataset[Any]):
             num_samples (int, optional): Megatron's train samples (``None``: see above).
             seed (int, optional): key of the per-pass orders.
             weights_in (str, optional): ``"samples"`` or ``"tokens"``.
-            algorithm (str, optional): the mixture map, ``"mix-v2"`` or ``"mix-v1"``.
+            algorithm (str, optional): ``"perm-v2"`` or ``"perm-v1"`` (or ``"mix-v2"``,
+                ``"mix-v1"``), as in :class:`MixedDataset`.
             **windows: passed to every ``TokenWindows`` (``split``, ``part``,
                 ``documents``, ``eod_id``, ``reset_position_ids``, ...).
 

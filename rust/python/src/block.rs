@@ -25,7 +25,7 @@ impl BlockPermutation {
         epoch: u64,
         algorithm: &str,
     ) -> PyResult<Self> {
-        let version = Version::in_family(&BLOCK_ALGORITHMS, "block", algorithm).map_err(to_py)?;
+        let version = Version::for_family(&BLOCK_ALGORITHMS, "block", algorithm).map_err(to_py)?;
         let inner = permshard_core::BlockPermutation::of_version(
             version,
             n,

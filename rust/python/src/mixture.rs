@@ -33,7 +33,7 @@ impl Mixture {
         seed: u64,
         algorithm: &str,
     ) -> PyResult<Self> {
-        let version = Version::in_family(&MIX_ALGORITHMS, "mixture", algorithm).map_err(to_py)?;
+        let version = Version::for_family(&MIX_ALGORITHMS, "mixture", algorithm).map_err(to_py)?;
         let inner = permshard_core::Mixture::scheduled(&sizes, &stages, num_samples, seed)
             .map_err(to_py)?
             .with_version(version);

@@ -177,7 +177,7 @@ def check_consensus(
         for proc, other in enumerate(everyone):
             if other[key] != reference[key]:
                 first, this = (
-                    ("<digest>", "<digest>")
+                    (f"<digest {reference[key]:016x}>", f"<digest {other[key]:016x}>")
                     if field.digest
                     else (repr(_as_python(key, reference[key])), repr(_as_python(key, other[key])))
                 )

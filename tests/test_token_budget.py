@@ -412,3 +412,12 @@ def test_the_configuration_is_the_only_epoch_state():
     assert list(s) == first
     clone = pickle.loads(pickle.dumps(s))
     assert list(clone) == first and clone.config == s.config
+
+
+def test_accelerates_second_split_of_a_budget_sampler_is_refused():
+    accelerate_data = pytest.importorskip("accelerate.data_loader", reason="accelerate is not installed")
+    s = TokenBudgetBatchSampler(lognormal(500), BUDGET, 2, 0, seed=1)
+    shard = accelerate_data.BatchSamplerShard(s, num_processes=2, process_index=0)
+    with pytest.raises(ShardingError, match="BatchSamplerShard.*prepare_data_loader"):
+        next(iter(shard))
+    assert next(iter(s))  # alone, the same sampler iterates

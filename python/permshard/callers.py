@@ -28,3 +28,13 @@ def callers(depth: int) -> Iterator[Any]:
             if owner is not None:
                 yield owner
         frame = frame.f_back
+
+
+def iterating(depth: int = 16) -> tuple[Any, ...]:
+    """The ``self`` of each method among the ``depth`` frames from the caller's up: the one
+    walk of a pass, read by the accelerate guard and by the DataLoader count.
+
+    Args:
+        depth (int, optional): frames to look through. Default: ``16``.
+    """
+    return tuple(callers(depth))

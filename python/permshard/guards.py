@@ -15,7 +15,6 @@ from torch.utils.data import DistributedSampler, Subset
 
 from ._core import ShardingError
 from ._validation import as_u64
-from .callers import callers
 
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader
@@ -90,19 +89,20 @@ def check_not_presharded(dataset: Any, num_replicas: int, *, cross_rank: bool) -
     )
 
 
-def check_not_wrapped_by_accelerate(num_replicas: int) -> None:
+def check_not_wrapped_by_accelerate(num_replicas: int, owners: Sequence[Any]) -> None:
     """Raises ShardingError when a sampler that already splits across ``num_replicas``
     is being iterated by accelerate's ``BatchSamplerShard``, which splits again (what
     ``accelerator.prepare`` does to every map-style loader). Called at the start of each
-    pass; looks a few frames up the call stack. This is the one place that knows
+    pass, with the objects on the call stack. This is the one place that knows
     accelerate's class name; tests fail loudly if accelerate renames it.
 
     Args:
         num_replicas (int): the ranks the sampler already splits across.
+        owners (sequence): the objects iterating the sampler (``callers.iterating()``).
     """
     if num_replicas < 2:
         return
-    for owner in callers(16):
+    for owner in owners:
         if type(owner).__name__ == "BatchSamplerShard" and getattr(owner, "num_processes", 1) > 1:
             raise ShardingError(
                 f"accelerate's BatchSamplerShard (num_processes={owner.num_processes}) is "

@@ -5,37 +5,36 @@ A DataLoader iterates its sampler ahead of the loop (``num_workers * prefetch_fa
 batches with workers): a count of what the sampler yielded overcounts what the loop
 received, and a resume from it would skip samples. The DataLoader's own iterator counts
 the batches it handed out (``_num_yielded``); a sampler finds that iterator once per pass,
-on the call stack of its first item, and reads the count when a state is saved.
+on the call stack where the pass starts, and reads the count when a state is saved.
 """
 
 from __future__ import annotations
 
 import warnings
 import weakref
+from collections.abc import Sequence
 from typing import Any, Optional
-
-from .callers import callers
-
-#: Frames searched above the first item for the DataLoader's iterator.
-_DEPTH = 16
-
 
 #: What the count of a torch DataLoader iterator is read from.
 _COUNTED = ("_num_yielded", "_index_sampler", "_auto_collation")
 
 
-def find_loader_iterator() -> Optional[weakref.ref[Any]]:
+def find_loader_iterator(owners: Sequence[Any]) -> Optional[weakref.ref[Any]]:
     """The DataLoader iterator pulling the caller's items (a weak reference), or ``None``
     when the sampler is iterated by anything else. torchdata's ``StatefulDataLoader``
     saves its sampler's state itself, when it draws each batch's indices, so its own
     iterators are left alone: there the sampler's count is the right one. A torch whose
-    iterator no longer has the count warns once, naming ``consumed_samples=``."""
+    iterator no longer has the count warns once, naming ``consumed_samples=``.
+
+    Args:
+        owners (sequence): the objects iterating the sampler (``callers.iterating()``).
+    """
     try:
         from torch.utils.data.dataloader import _BaseDataLoaderIter
     except ImportError:
         _warn_once("this torch has no torch.utils.data.dataloader._BaseDataLoaderIter")
         return None
-    for owner in callers(_DEPTH):
+    for owner in owners:
         if isinstance(owner, _BaseDataLoaderIter):
             if hasattr(owner, "_sampler_iter_yielded"):
                 return None

@@ -13,8 +13,10 @@ from torch.utils.data import DistributedSampler
 from . import _core, consensus, guards
 from ._core import ALGORITHM as permutation_default
 from ._validation import as_int, as_positive, as_u64
+from .callers import iterating
 from .config import HoldsConfig, ShardConfig
 from .epoch_index import wants_epoch
+from .loader_count import find_loader_iterator
 from .mesh import MeshDim, resolve_world
 from .plan import ShardPlan, build_plan
 from .proven import ProvenStream
@@ -248,7 +250,8 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
         """
         self._check_dataset_unchanged()
         config = self.config  # read once: its fields are the sampler's
-        guards.check_not_wrapped_by_accelerate(config.num_replicas)
+        owners = iterating()  # the pass's one walk up the call stack
+        guards.check_not_wrapped_by_accelerate(config.num_replicas, owners)
         if self._iterated_epoch == config.epoch and self._start == 0:
             if self.auto_epoch:
                 config = config.replace(epoch=config.epoch + 1)
@@ -281,6 +284,7 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
             self.rank,
             epoch_dependent=wants_epoch(self.dataset),
             prefetch=prefetch,
+            loader=find_loader_iterator(owners),
             on_first_item=self._first_item,
         )
         return self._pass

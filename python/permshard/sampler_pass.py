@@ -12,7 +12,7 @@ import numpy.typing as npt
 
 from . import _core
 from .epoch_index import EpochIndices, tag
-from .loader_count import delivered_items, find_loader_iterator
+from .loader_count import delivered_items
 
 
 class WindowPrefetch:
@@ -68,6 +68,8 @@ class SamplerPass:
         rank (int): this rank.
         epoch_dependent (bool): tag indices with the epoch (see ``EpochIndex``).
         prefetch (WindowPrefetch, optional): announces a block order's windows.
+        loader (weakref, optional): the DataLoader iterator pulling the items
+            (``loader_count.find_loader_iterator``); its count is what state dicts save.
         on_first_item (callable): called once, when the pass hands out its first item.
 
     Example::
@@ -88,6 +90,7 @@ class SamplerPass:
         *,
         epoch_dependent: bool = False,
         prefetch: Optional[WindowPrefetch] = None,
+        loader: Any = None,
         on_first_item: Callable[[SamplerPass], None] = lambda _: None,
     ) -> None:
         self.epoch, self.partition, self.rank = epoch, partition, rank
@@ -97,7 +100,7 @@ class SamplerPass:
         self._base = 0  # items handed out before the chunk being followed
         self._chunk: Optional[Iterator[int]] = None
         self._chunk_len = 0
-        self._loader: Any = None  # the DataLoader iterator pulling the items, if any
+        self._loader = loader  # the DataLoader iterator pulling the items, if any
 
     @property
     def start(self) -> int:
@@ -173,9 +176,7 @@ class SamplerPass:
         return chunk
 
     def _first_item(self) -> None:
-        """The pass hands out its first item: find the DataLoader pulling it, if any (its
-        count is what state dicts save), then tell the sampler."""
-        self._loader = find_loader_iterator()
+        """The pass hands out its first item: tell the sampler."""
         self._on_first_item(self)
 
     def yielded(self) -> int:

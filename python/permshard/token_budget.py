@@ -17,10 +17,12 @@ from torch.utils.data import Sampler
 
 from . import _core
 from ._validation import as_base64, as_int, as_lengths, as_u64
+from .callers import iterating
 from .certificate import Certificate, PendingCertificate
 from .config import BUDGET_ALGORITHM, BudgetConfig, HoldsConfig
 from .consensus import FIX_RESUME, Agreed, check_consensus, digest
 from .coverage import prove_across_ranks
+from .guards import check_not_wrapped_by_accelerate
 from .loader_count import delivered_batches, find_loader_iterator
 from .mesh import MeshDim, resolve_world
 from .proven import ProvenStream
@@ -154,8 +156,10 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
             first = start if k == start.window else _core.BudgetStart(self._planner, k)
             plan = self._planner.plan(self._lengths, start, k, world)
             for s in range(first.steps, plan.steps):
-                if self._handed == 0:
-                    self._loader = find_loader_iterator()  # what it hands the loop is consumed
+                if self._handed == 0:  # the pass's one walk: who iterates this sampler
+                    owners = iterating()
+                    check_not_wrapped_by_accelerate(self.num_replicas, owners)
+                    self._loader = find_loader_iterator(owners)  # what it hands the loop is consumed
                 self._handed += 1
                 self._progress.append((self._handed, first.after(s + 1)))
                 batch = plan.batch(s, self.rank)

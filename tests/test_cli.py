@@ -79,7 +79,7 @@ def test_verify_exit_codes(capsys, monkeypatch):
     )
     assert "15,625 items checked in" in out and "projected cluster wall time" in out
     assert cli.main(["verify", "-n", "1000", "-w", "8", "--rank", "8"]) == 2
-    assert "rank must be in [0, 8), got 8" in capsys.readouterr().err
+    assert "Invalid rank 8, rank should be in the interval [0, 7]" in capsys.readouterr().err
 
     def broken(*args, **kwargs):
         raise ShardingError("sample 3 is yielded twice")

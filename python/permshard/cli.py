@@ -183,8 +183,7 @@ def _verify(args: argparse.Namespace) -> int:
     elif args.rank is None:
         total = part.total_size + outside
     else:  # its stream and its slice of the positions outside the pass
-        w = config.num_replicas
-        total = part.num_samples + outside * (args.rank + 1) // w - outside * args.rank // w
+        total = part.share_len(args.rank)
     bar: list[Any] = []  # created at the first tick, after the arguments were accepted
     last = [0]
 
@@ -236,17 +235,15 @@ def _locate(args: argparse.Namespace) -> int:
     config = _config(args)
     if args.sample >= config.n:
         raise ValueError(f"sample {args.sample} is not in range({config.n})")
-    hits = config.partition().locate(args.sample)
+    part = config.replace(batch_size=args.steps_of).partition() if args.steps_of else config.partition()
+    hits = part.locate(args.sample)
     if not hits:
         print(f"sample {args.sample:,} is not yielded in epoch {args.epoch} (dropped by drop_last)")
         return 0
     for rank, local in hits:
-        step = (
-            f", step {local // args.steps_of:,} (item {local % args.steps_of} of the batch)"
-            if args.steps_of
-            else ""
-        )
-        print(f"sample {args.sample:,}: rank {rank}, local position {local:,}{step}")
+        step, item = part.batch_of(local)
+        where = f", step {step:,} (item {item} of the batch)" if args.steps_of else ""
+        print(f"sample {args.sample:,}: rank {rank}, local position {local:,}{where}")
     return 0
 
 
@@ -325,14 +322,13 @@ def _show(args: argparse.Namespace) -> int:
         args.data_path, args.seq_len, args.num_samples, args.mix_seed, split=args.split, part=args.part
     )
     config = _config(args, n=len(blend))
-    part = config.partition()
-    first = args.step * args.steps_of
-    if first >= part.num_samples:
+    part = config.replace(batch_size=args.steps_of).partition()  # the core cuts the steps
+    if args.step >= part.num_batches:
         raise ValueError(
-            f"step {args.step} is past the epoch: rank {args.rank} has {part.num_samples:,} samples"
+            f"step {args.step} is past the epoch: rank {args.rank} has {part.num_samples:,} samples "
+            f"({part.num_batches:,} steps)"
         )
-    count = min(args.steps_of, part.num_samples - first)
-    positions = part.take_list(args.rank, first, first + count)
+    positions = part.take_list(args.rank, *part.batch_bounds(args.step))
     print(f"{blend!r}\nrank {args.rank} of {config.num_replicas}, epoch {config.epoch}, step {args.step}:")
     for k, position in enumerate(positions):
         source, window = blend.mixture[position]

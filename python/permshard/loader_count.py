@@ -21,10 +21,9 @@ _COUNTED = ("_num_yielded", "_index_sampler", "_auto_collation")
 
 def find_loader_iterator(owners: Sequence[Any]) -> Optional[weakref.ref[Any]]:
     """The DataLoader iterator pulling the caller's items (a weak reference), or ``None``
-    when the sampler is iterated by anything else. torchdata's ``StatefulDataLoader``
-    saves its sampler's state itself, when it draws each batch's indices, so its own
-    iterators are left alone: there the sampler's count is the right one. A torch whose
-    iterator no longer has the count warns once, naming ``consumed_samples=``.
+    when the sampler is iterated by anything else. What it counts is read when a state is
+    saved (:func:`counting`): the iterator may still be setting itself up when the pass
+    starts.
 
     Args:
         owners (sequence): the objects iterating the sampler (``callers.iterating()``).
@@ -36,14 +35,28 @@ def find_loader_iterator(owners: Sequence[Any]) -> Optional[weakref.ref[Any]]:
         return None
     for owner in owners:
         if isinstance(owner, _BaseDataLoaderIter):
-            if hasattr(owner, "_sampler_iter_yielded"):
-                return None
-            missing = [name for name in _COUNTED if not hasattr(owner, name)]
-            if missing:
-                _warn_once(f"its iterator has no {', '.join(missing)}")
-                return None
             return weakref.ref(owner)
     return None
+
+
+def counting(loader: Optional[weakref.ref[Any]]) -> Any:
+    """The live DataLoader iterator behind ``loader`` whose count is the loop's, or ``None``
+    where the sampler's own count is right: no loader, or torchdata's
+    ``StatefulDataLoader``, which saves its sampler's state itself as it draws each batch's
+    indices. A torch whose iterator no longer has the count warns once, naming
+    ``consumed_samples=``, and counts what the sampler yielded.
+
+    Args:
+        loader (weakref, optional): from :func:`find_loader_iterator`.
+    """
+    iterator = loader() if loader is not None else None
+    if iterator is None or hasattr(iterator, "_sampler_iter_yielded"):
+        return None
+    missing = [name for name in _COUNTED if not hasattr(iterator, name)]
+    if missing:
+        _warn_once(f"its iterator has no {', '.join(missing)}")
+        return None
+    return iterator
 
 
 #: The reasons already warned about in this process.
@@ -62,20 +75,20 @@ def _warn_once(why: str) -> None:
         "samples included. Pass state_dict(consumed_samples=step_in_epoch * batch_size * "
         "world_size) to save an exact resume point",
         RuntimeWarning,
-        stacklevel=5,
+        stacklevel=4,
     )
 
 
 def delivered_items(loader: Optional[weakref.ref[Any]], yielded: int) -> int:
     """Items of ``yielded`` that the DataLoader behind ``loader`` handed to the loop: its
     batches times their size (every batch full but the last), never more than
-    ``yielded``; ``yielded`` itself without a live DataLoader iterator.
+    ``yielded``; ``yielded`` itself where its count is not the loop's (:func:`counting`).
 
     Args:
         loader (weakref, optional): from :func:`find_loader_iterator`.
         yielded (int): items the sampler handed out in the pass.
     """
-    iterator = loader() if loader is not None else None
+    iterator = counting(loader)
     if iterator is None:
         return yielded
     batches = int(iterator._num_yielded)
@@ -85,11 +98,11 @@ def delivered_items(loader: Optional[weakref.ref[Any]], yielded: int) -> int:
 
 def delivered_batches(loader: Optional[weakref.ref[Any]], handed: int) -> int:
     """Batches of ``handed`` that the DataLoader behind ``loader`` handed to the loop (a
-    batch sampler's count); ``handed`` without a live DataLoader iterator.
+    batch sampler's count); ``handed`` where its count is not the loop's.
 
     Args:
         loader (weakref, optional): from :func:`find_loader_iterator`.
         handed (int): batches the batch sampler handed out in the pass.
     """
-    iterator = loader() if loader is not None else None
-    return handed if iterator is None else min(handed, int(getattr(iterator, "_num_yielded", handed)))
+    iterator = counting(loader)
+    return handed if iterator is None else min(handed, int(iterator._num_yielded))

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from . import _core
+from ._validation import as_positive
 from .config import Configured, ShardConfig
 
 
@@ -51,9 +52,10 @@ class ShardPlan(Configured):
             batch_size (int): per-rank batch size.
             drop_last (bool, optional): drop a last partial batch. Default: ``False``.
         """
-        if drop_last:
-            return self.num_samples // batch_size
-        return -(-self.num_samples // batch_size)
+        dealt = self.config.replace(
+            batch_size=as_positive("batch_size", batch_size), drop_last_batch=bool(drop_last)
+        )
+        return dealt.partition(self.start).num_batches
 
     def table(self, batch_size: Optional[int] = None) -> str:
         """The per-rank table of ``__str__``, with a ``steps`` column for ``batch_size``.

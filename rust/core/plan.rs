@@ -50,6 +50,34 @@ impl Partition {
             .collect())
     }
 
+    /// `(step, item)`: the batch every rank's local item `local` is in, and its place there.
+    pub fn batch_of(&self, local: u64) -> Result<(u64, u64), Error> {
+        if local >= self.num_samples() {
+            return Err(Error::Invalid(format!(
+                "local item {local} is out of range: the pass has {} items per rank",
+                self.num_samples()
+            )));
+        }
+        Ok((local / self.batch_len(), local % self.batch_len()))
+    }
+
+    /// Global positions of the epoch consumed once every rank has taken its first `steps`
+    /// batches (all of them, when `steps` is past the last).
+    pub fn consumed_after_batches(&self, steps: u64) -> u64 {
+        let items = steps
+            .saturating_mul(self.batch_len())
+            .min(self.num_samples());
+        self.start() + items * self.num_replicas()
+    }
+
+    /// Items rank `rank`'s share of the exact proof checks: its own items, and its slice of
+    /// the positions outside the pass (consumed before it, or dropped).
+    pub fn share_len(&self, rank: u64) -> Result<u64, Error> {
+        self.check_slice(rank, 0, 0)?;
+        let (lo, hi) = self.outside().slice(&(rank..rank + 1), self.num_replicas());
+        Ok(self.num_samples() + (hi - lo))
+    }
+
     /// Global positions of the epoch consumed once every rank has taken its first `items`
     /// items of this pass: `start + items·W`. In the step layout only batch boundaries
     /// (and the pass's end) are prefixes of the epoch.
@@ -142,6 +170,19 @@ mod tests {
                 let offsets = part.batch_offsets(0, part.num_batches()).unwrap();
                 assert_eq!(offsets.len() as u64, part.num_batches() + 1);
                 assert!(part.batch_bounds(part.num_batches()).is_err());
+                for (s, &(lo, hi)) in got.iter().enumerate() {
+                    for local in lo..hi {
+                        assert_eq!(part.batch_of(local).unwrap(), (s as u64, local - lo));
+                    }
+                    assert_eq!(
+                        part.consumed_after_batches(s as u64 + 1),
+                        part.consumed_after(hi).unwrap()
+                    );
+                }
+                assert_eq!(part.consumed_after_batches(u64::MAX), part.end());
+                // The proof's shares cover the pass and the positions outside it once.
+                let shares: u64 = (0..w).map(|r| part.share_len(r).unwrap()).sum();
+                assert_eq!(shares, part.total_size() + part.outside().count());
                 // After every rank took its batches [0, s): exactly the positions dealt so far.
                 for &(_, hi) in &got {
                     let mut dealt: Vec<u64> = (0..w)

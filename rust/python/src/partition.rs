@@ -134,6 +134,21 @@ impl Partition {
         self.inner.batch_bounds(step).map_err(to_py)
     }
 
+    /// `(step, item)`: the batch of local item `local` and its place in it.
+    fn batch_of(&self, local: u64) -> PyResult<(u64, u64)> {
+        self.inner.batch_of(local).map_err(to_py)
+    }
+
+    /// Global positions consumed once every rank took its first `steps` batches.
+    fn consumed_after_batches(&self, steps: u64) -> u64 {
+        self.inner.consumed_after_batches(steps)
+    }
+
+    /// Items rank `rank`'s share of the exact proof checks.
+    fn share_len(&self, rank: u64) -> PyResult<u64> {
+        self.inner.share_len(rank).map_err(to_py)
+    }
+
     /// Global positions of the epoch consumed once every rank took its first `items` items.
     fn consumed_after(&self, items: u64) -> PyResult<u64> {
         self.inner.consumed_after(items).map_err(to_py)

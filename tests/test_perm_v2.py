@@ -102,7 +102,13 @@ def test_the_cli_takes_the_algorithm():
     assert done.returncode == 0 and "PROVEN (inverse, perm-v2, round-robin)" in done.stdout, done.stderr
 
 
-STATES_0_3 = json.loads((pathlib.Path(__file__).parent / "golden" / "state_dicts_0.3.json").read_text())
+#: State dicts as 0.3.0 and 0.4.0 wrote them (0.4's by tests/write_states.py on 0.4.0).
+RELEASES = {
+    version: json.loads(
+        (pathlib.Path(__file__).parent / "golden" / f"state_dicts_{version}.json").read_text()
+    )
+    for version in ("0.3", "0.4")
+}
 
 
 def _resumed(case: dict, world: int, rank: int):
@@ -123,11 +129,16 @@ def _resumed(case: dict, world: int, rank: int):
     return sampler
 
 
-@pytest.mark.parametrize("case", STATES_0_3["cases"], ids=lambda case: case["name"])
-def test_every_state_of_0_3_resumes_exactly(case):
-    """Each state 0.3.0 wrote continues, on its world size and on another, with exactly the
-    items (batches) 0.3.0 yielded after loading it, in the order it names."""
-    assert STATES_0_3["version"] == "0.3.0"
+@pytest.mark.parametrize(
+    "version, case",
+    [(v, case) for v, states in RELEASES.items() for case in states["cases"]],
+    ids=lambda x: x if isinstance(x, str) else x["name"],
+)
+def test_every_state_of_0_3_and_0_4_resumes_exactly(version, case):
+    """Each state 0.3.0 and 0.4.0 wrote continues, on its world size and on another, with
+    exactly the items (batches) that release yielded after loading it, in the order it
+    names."""
+    assert RELEASES[version]["version"] == f"{version}.0"
     for world, ranks in case["next"].items():
         for rank, expected in enumerate(ranks):
             sampler = _resumed(case, int(world), rank)

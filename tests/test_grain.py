@@ -46,7 +46,7 @@ def grains_own(n: int, options: ShardOptions, **kwargs) -> list[int]:
     return [int(x) for x in loader]
 
 
-@pytest.mark.parametrize("n, shards", [(8, 3), (1001, 2), (65_537, 4), (10, 3)])
+@pytest.mark.parametrize("n, shards", [(8, 3), (1001, 2), (4_099, 4), (10, 3)])
 def test_uneven_shards_read_every_record_exactly_once_like_grains_own(n, shards):
     ours, theirs = [], []
     for s in range(shards):
@@ -66,7 +66,7 @@ def test_uneven_shards_read_every_record_exactly_once_like_grains_own(n, shards)
         assert len(grains_own(n, ShardOptions(s, shards), shuffle=True, seed=7)) == n // shards
 
 
-@pytest.mark.parametrize("n, shards", [(8, 3), (1001, 2), (65_537, 4)])
+@pytest.mark.parametrize("n, shards", [(8, 3), (1001, 2), (4_099, 4)])
 def test_drop_remainder_gives_each_shard_n_div_k_records_like_grains_own(n, shards):
     for s in range(shards):
         options = ShardOptions(s, shards, drop_remainder=True)

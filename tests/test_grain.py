@@ -254,3 +254,14 @@ def test_uneven_shards_resume_onto_another_shard_count_every_record_exactly_once
     assert Counter(read_before + [x for r in resumed for x in r]) == Counter({i: 2 for i in range(n)})
     last = samplers[0]
     assert last.state_dict(consumed_records=-(-len(last) // 2)) == last.config.replace(epoch=2).state_dict(0)
+
+
+def test_uneven_shards_resume_a_padded_state_at_its_epochs_end():
+    n = 1001
+    end = ShardedSampler(n, 2, 0, seed=7).config.state_dict(1002)  # the padding consumed too
+    sampler = ShardedIndexSampler(n, ShardOptions(0, 3), seed=7, num_epochs=2)
+    sampler.load_state_dict(end)
+    assert len(sampler) == n  # epoch 0 is done: only epoch 1 is left
+    epoch1 = ShardedSampler(n, 1, 0, seed=7)
+    epoch1.set_epoch(1)
+    assert [sampler.record_key(i) for i in range(0, n, 3)] == list(epoch1)[::3]

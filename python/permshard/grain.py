@@ -126,7 +126,7 @@ class ShardedIndexSampler:
     def _epoch_positions(self, part: _core.Partition) -> int:
         """Global indices the pass ``part`` takes: its positions below ``n`` (uneven
         shards), else every position it deals (padded or dropped, in whole rounds)."""
-        return part.n - part.start if self.uneven else part.total_size
+        return max(0, part.n - part.start) if self.uneven else part.total_size  # padding consumed: none left
 
     def _start_at(self, epoch: int, consumed: int) -> None:
         """Global index 0 is the first position after ``consumed`` of ``epoch``: the

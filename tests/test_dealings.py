@@ -189,3 +189,22 @@ def test_what_each_sampler_proves_is_the_stream_it_yields(drop_last):
             yielded = [x for item in s for x in (item if isinstance(item, list) else [item])]
             assert part.take_list(rank, 0, part.num_samples) == yielded, type(s).__name__
             assert part.dealing == config.dealing == s.verify().dealing
+
+
+def test_the_batches_iterated_are_the_batches_proven(monkeypatch):
+    """The batch sampler iterates the very plan it proves: break the plan the core hands it
+    (another batch size) and both what it yields and what it proves change with it."""
+
+    def run(batch_size_of_the_plan=None):
+        sampler = ShardedSampler(1000, 4, 1, seed=3, check_consensus=False)
+        batches = ShardedBatchSampler(sampler, 8)
+        if batch_size_of_the_plan is not None:
+            broken = sampler.dealt(dealing="round-robin", batch_size=batch_size_of_the_plan)
+            monkeypatch.setattr(batches, "_dealt", lambda: broken)
+        return [list(b) for b in batches], batches.verify()
+
+    honest, proven = run()
+    assert [len(b) for b in honest] == [8] * 31 + [2] and proven.batch_size == 8
+    broken, proven_broken = run(batch_size_of_the_plan=5)
+    assert [len(b) for b in broken] == [5] * 50 and proven_broken.batch_size == 5
+    assert sum(broken, []) == sum(honest, [])  # the same items, cut as the plan says

@@ -170,7 +170,7 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
     # -- DistributedSampler's attributes -------------------------------------------------
 
     def _adopt(self, config: ShardConfig) -> None:
-        """Runs ``config`` (a checked copy with another epoch): another epoch drops a loaded
+        """Adopts ``config`` (a checked copy with another epoch): another epoch drops a loaded
         resume point, and is iterated afresh."""
         if config.epoch != self.config.epoch:
             self._start = 0

@@ -39,15 +39,17 @@ class ProvenStream:
         part, config, _, _ = self.proof_target()
         return proofs.verify_partition(part, config, method=method)
 
-    def verify_distributed(self, group: Any = None, *, exact: bool = False) -> Certificate:
+    def verify_distributed(self, group: Any = None, *, exact: bool = True) -> Certificate:
         """Consensus, then a proof of the pass being run across the ranks of ``group``:
-        a coverage fingerprint, or with ``exact=True`` every rank proving its own stream
-        by the inverse; see :func:`permshard.coverage.prove_pass`. A collective:
-        every process of the group must call it.
+        every rank proving its own stream by the inverse (the exact proof, every sampler's
+        default), or with ``exact=False`` a coverage fingerprint; see
+        :func:`permshard.coverage.prove_pass`. A collective: every process of the group
+        must call it.
 
         Args:
             group (ProcessGroup, optional): the process group (default: the world).
-            exact (bool, optional): the exact proof instead of the fingerprint.
+            exact (bool, optional): the exact proof (``True``, the default) or the
+                fingerprint (``False``; not for token-budget plans).
         """
         return self._distributed(group, exact=exact, background=False).wait()
 

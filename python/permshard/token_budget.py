@@ -274,7 +274,8 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
 
         Args:
             group (ProcessGroup, optional): the process group (default: the world).
-            exact (bool, optional): ``True``, the only proof of these plans.
+            exact (bool, optional): ``True`` (the default, as on every sampler), the only
+                proof of these plans.
         """
         return self._distributed(group, exact=exact, background=False).wait()
 

@@ -150,7 +150,7 @@ def _ddp_train(out: str) -> None:
     assert sorted((r, e) for r, e, _, _ in lines) == [("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")]
     for _, _, windows, total in lines:
         assert int(windows) == -(-int(total) // 2)  # each rank its half, every epoch
-    assert "PROVEN (fingerprint, perm-v2, round-robin)" in out
+    assert "PROVEN (inverse, perm-v2, round-robin)" in out  # the exact proof, the default
 
 
 def _accelerate_train(out: str) -> None:

@@ -94,10 +94,11 @@ class ShardedBatchSampler(BatchSampler, ProvenStream):
         # A rank's positions keep their round-robin local index: block windows announce.
         announce = current.announce if part.dealing == "round-robin" else None
         per_call = max(1, _CHUNK // part.batch_len)  # whole batches, ~_CHUNK items a call
+        end = 0  # local items handed out, batch after batch as the core cut them
         for first in range(0, part.num_batches, per_call):
             last = min(first + per_call, part.num_batches)
-            for step, batch in enumerate(take(current.rank, first, last), first):
-                _, end = part.batch_bounds(step)
+            for batch in take(current.rank, first, last):
+                end += len(batch)
                 if announce is not None:
                     announce(end)  # the windows this batch enters, before it is read
                 out = wrap(batch)

@@ -235,14 +235,16 @@ def _locate(args: argparse.Namespace) -> int:
     config = _config(args)
     if args.sample >= config.n:
         raise ValueError(f"sample {args.sample} is not in range({config.n})")
-    part = config.replace(batch_size=args.steps_of).partition() if args.steps_of else config.partition()
+    part = config.replace(batch_size=args.steps_of or 0).partition()  # the core cuts the steps
     hits = part.locate(args.sample)
     if not hits:
         print(f"sample {args.sample:,} is not yielded in epoch {args.epoch} (dropped by drop_last)")
         return 0
     for rank, local in hits:
-        step, item = part.batch_of(local)
-        where = f", step {step:,} (item {item} of the batch)" if args.steps_of else ""
+        where = ""
+        if args.steps_of:
+            step, item = part.batch_of(local)
+            where = f", step {step:,} (item {item} of the batch)"
         print(f"sample {args.sample:,}: rank {rank}, local position {local:,}{where}")
     return 0
 

@@ -218,17 +218,23 @@ impl Partition {
     /// positions `>= n` and repeat samples. `num_samples` when the rank has no padding.
     pub fn first_padding(&self, rank: u64) -> Result<u64, Error> {
         self.check_slice(rank, 0, 0)?;
-        // A rank's positions grow with its local index: binary search for the first >= n.
-        let (mut lo, mut hi) = (0, self.num_samples);
+        Ok(self.first_local_at(rank, 0, self.n))
+    }
+
+    /// The first local item of `rank` from `from` on whose position is at least `bound`
+    /// (`num_samples` when none): a rank's positions grow with its local index, so a
+    /// binary search. `rank` must exist.
+    pub(crate) fn first_local_at(&self, rank: u64, from: u64, bound: u64) -> u64 {
+        let (mut lo, mut hi) = (from, self.num_samples);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            if self.position(rank, mid) < self.n {
+            if self.position(rank, mid) < bound {
                 lo = mid + 1;
             } else {
                 hi = mid;
             }
         }
-        Ok(lo)
+        lo
     }
 
     /// How many of `rank`'s items are padding.

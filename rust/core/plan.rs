@@ -32,8 +32,18 @@ impl Partition {
                 self.num_batches()
             )));
         }
-        let lo = step * self.batch_len();
-        Ok((lo, (lo + self.batch_len()).min(self.num_samples())))
+        Ok((self.batch_start(step), self.batch_start(step + 1)))
+    }
+
+    /// The first local item of batch `step` (`num_samples` past the last batch).
+    fn batch_start(&self, step: u64) -> u64 {
+        step.saturating_mul(self.batch_len())
+            .min(self.num_samples())
+    }
+
+    /// `start + items·W`: the prefix of the epoch dealt once every rank took `items` items.
+    fn prefix_after(&self, items: u64) -> u64 {
+        self.start() + items * self.num_replicas()
     }
 
     /// The local item bounds of batches `[first, last)`: `last - first + 1` offsets from the
@@ -45,9 +55,7 @@ impl Partition {
                 self.num_batches()
             )));
         }
-        Ok((first..=last)
-            .map(|s| (s * self.batch_len()).min(self.num_samples()))
-            .collect())
+        Ok((first..=last).map(|s| self.batch_start(s)).collect())
     }
 
     /// `(step, item)`: the batch every rank's local item `local` is in, and its place there.
@@ -64,10 +72,7 @@ impl Partition {
     /// Global positions of the epoch consumed once every rank has taken its first `steps`
     /// batches (all of them, when `steps` is past the last).
     pub fn consumed_after_batches(&self, steps: u64) -> u64 {
-        let items = steps
-            .saturating_mul(self.batch_len())
-            .min(self.num_samples());
-        self.start() + items * self.num_replicas()
+        self.prefix_after(self.batch_start(steps))
     }
 
     /// Items rank `rank`'s share of the exact proof checks: its own items, and its slice of
@@ -96,7 +101,7 @@ impl Partition {
                  batches; count the batches the loop received times {b}"
             )));
         }
-        Ok(self.start() + items * self.num_replicas())
+        Ok(self.prefix_after(items))
     }
 
     /// One past the last local item of `rank` whose position lies in the same window of
@@ -115,17 +120,7 @@ impl Partition {
                 .saturating_mul(window_len)
                 .min(self.n())
         };
-        // A rank's positions grow with its local index: the first at or past `end`.
-        let (mut lo, mut hi) = (local + 1, self.num_samples());
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if self.position(rank, mid) < end {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        Ok(lo)
+        Ok(self.first_local_at(rank, local + 1, end))
     }
 }
 

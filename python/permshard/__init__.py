@@ -9,11 +9,13 @@
   ranks) and proofs; :class:`ShardedBatchSampler` yields whole batches,
   :class:`StepBatchSampler` accelerate's whole batches per step; each proves the stream
   it yields.
+* :class:`WeightedShardedSampler` — torch's ``WeightedRandomSampler`` across ranks: one
+  global stream of weighted draws per epoch, dealt round-robin, resumable anywhere.
 * :class:`Mixture` — weighted sources, position → ``(source, index)``, no build step.
 * :func:`verify` — the exact proof; :class:`ShardingError` when sharding is wrong.
 * ``IDENTITY_ALGORITHM``, ``ALGORITHM`` (perm-v2, the default), ``ALGORITHM_V1``,
   ``ALGORITHM_V2``, ``BLOCK_ALGORITHM`` (block-v2), ``BUDGET_ALGORITHM`` (budget-v2),
-  ``MIX_ALGORITHM`` (mix-v2) —
+  ``MIX_ALGORITHM`` (mix-v2), ``WEIGHTED_ALGORITHM`` (weighted-v1) —
   the orders' ids, as state dicts, plans and certificates record them;
   :class:`EpochIndex` — an index that carries its epoch to DataLoader workers.
 
@@ -34,6 +36,7 @@ from ._core import (
     BUDGET_ALGORITHM,
     IDENTITY_ALGORITHM,
     MIX_ALGORITHM,
+    WEIGHTED_ALGORITHM,
     ShardingError,
     __version__,
     simd_level,
@@ -52,6 +55,7 @@ if TYPE_CHECKING:
     from .proofs import check_loader, verify
     from .sampler import ShardedSampler
     from .token_budget import TokenBudgetBatchSampler
+    from .weighted import WeightedShardedSampler
 
 #: Public name -> the module that defines it.
 _LAZY = {
@@ -67,6 +71,7 @@ _LAZY = {
     "ShardedSampler": ".sampler",
     "StepBatchSampler": ".batch_sampler",
     "TokenBudgetBatchSampler": ".token_budget",
+    "WeightedShardedSampler": ".weighted",
     "check_loader": ".proofs",
     "data": ".data",
     "verify": ".proofs",
@@ -93,6 +98,8 @@ __all__ = [
     "ShardingError",
     "StepBatchSampler",
     "TokenBudgetBatchSampler",
+    "WEIGHTED_ALGORITHM",
+    "WeightedShardedSampler",
     "__version__",
     "check_loader",
     "data",

@@ -40,6 +40,9 @@ __all__ = [
     "simd_level",
     "permutation_of",
     "built_on",
+    "EpochDraws",
+    "WEIGHTED_ALGORITHM",
+    "Weights",
 ]
 
 __version__: str
@@ -47,6 +50,7 @@ ALGORITHM: str
 ALGORITHM_V1: str
 ALGORITHM_V2: str
 IDENTITY_ALGORITHM: str
+WEIGHTED_ALGORITHM: str
 
 class ShardingError(ValueError): ...
 
@@ -319,3 +323,22 @@ def check_sequence_layout(
     lengths: npt.NDArray[np.uint8], pointers: npt.NDArray[np.uint8], itemsize: int
 ) -> int: ...
 def check_document_indices(indices: npt.NDArray[np.uint8], sequences: int) -> None: ...
+
+@final
+class Weights:
+    def __new__(cls, weights: npt.NDArray[np.float64], replacement: bool) -> Weights: ...
+    def __len__(self) -> int: ...
+    @property
+    def positive(self) -> int: ...
+    @property
+    def replacement(self) -> bool: ...
+    @property
+    def digest(self) -> int: ...
+    def epoch(self, seed: int, epoch: int, num_samples: int) -> EpochDraws: ...
+
+@final
+class EpochDraws:
+    @property
+    def num_samples(self) -> int: ...
+    def at(self, position: int) -> int: ...
+    def take_list(self, partition: Partition, rank: int, start: int, stop: int) -> list[int]: ...

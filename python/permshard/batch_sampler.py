@@ -55,6 +55,12 @@ class ShardedBatchSampler(BatchSampler, ProvenStream):
                 f"sampler must be a ShardedSampler, got {type(sampler).__name__}; wrap other "
                 "samplers in torch.utils.data.BatchSampler"
             )
+        if not sampler.yields_partition_samples:
+            raise TypeError(
+                f"{type(sampler).__name__} draws its indices from positions, which a batch sampler "
+                f"cannot take whole: wrap it in torch.utils.data.BatchSampler({type(sampler).__name__}(...), "
+                "batch_size, drop_last)"
+            )
         if not isinstance(drop_last, bool):
             raise TypeError(f"drop_last should be a boolean value, but got drop_last={drop_last!r}")
         if as_array is not None and not isinstance(as_array, bool):

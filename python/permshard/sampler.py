@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import warnings
 from collections.abc import Iterator, Mapping, Sized
-from typing import Any, Optional, Union
+from typing import Any, ClassVar, Optional, Union
 
 import torch.distributed as dist
 from torch.utils.data import DistributedSampler
@@ -124,6 +124,10 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
     """
 
     config: ShardConfig  # the configuration of the current epoch, as every rank must agree on it
+
+    #: Whether the partition's samples are the indices yielded (a batch sampler can then
+    #: take whole batches from it); ``False`` where :meth:`_take` maps them.
+    yields_partition_samples: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -259,7 +263,7 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
             elif not self._warned_repeat:
                 self._warned_repeat = True
                 warnings.warn(
-                    f"ShardedSampler is iterated again in epoch {config.epoch} without "
+                    f"{type(self).__name__} is iterated again in epoch {config.epoch} without "
                     "set_epoch(): the order repeats. Call sampler.set_epoch(epoch) before each "
                     "epoch, or pass auto_epoch=True.",
                     UserWarning,
@@ -271,7 +275,7 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
                     config,
                     self.rank,
                     self.dataset,
-                    agreed=[consensus.Agreed("start", self._start, consensus.FIX_RESUME)],
+                    agreed=[consensus.Agreed("start", self._start, consensus.FIX_RESUME), *self._agreed()],
                 )
             self._agreed_epoch = config.epoch
         part = self._partition_of(config, self._start)
@@ -289,6 +293,10 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
         )
         return self._pass
 
+    def _agreed(self) -> list[consensus.Agreed]:
+        """Values beside the configuration every rank must share (a subclass's own)."""
+        return []
+
     def _first_item(self, current: SamplerPass) -> None:
         """Called when a pass hands out its first item. Only then does the pass count as
         an iteration of the epoch and use up a loaded resume point: loaders that create
@@ -304,10 +312,14 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
             # Chunks stop at block-order window ends; each window is announced first.
             count = min(size, total - base, current.window_end(base) - base)
             current.announce(base + count)
-            chunk = current.for_dataset(current.partition.take_list(self.rank, base, base + count))
+            chunk = current.for_dataset(self._take(current, base, base + count))
             yield current.follow(base, iter(chunk), count)
             base += count
             size = min(2 * size, _CHUNK)  # small first chunk: the first index comes at once
+
+    def _take(self, current: SamplerPass, start: int, stop: int) -> list[int]:
+        """This rank's items ``[start, stop)`` of the pass, as the dataset indices it yields."""
+        return current.partition.take_list(self.rank, start, stop)
 
     def __iter__(self) -> Iterator[int]:
         current = self.begin_pass()

@@ -19,6 +19,8 @@
 //! * [`verify_inverse`], [`prove_ranks`], [`judge`] — the exact proof by the inverse, in
 //!   O(1) memory, split across ranks; [`verify`] — the same by a bitmap of `n` bits;
 //!   [`judge_coverage`] — the distributed fingerprint proof; each gives a [`Verdict`].
+//! * [`Weights`] — weighted-v1: one stream of weighted draws per `(seed, epoch)`, with
+//!   or without replacement, position → sample id ([`EpochDraws`]).
 //! * [`Fingerprint`] — an O(1)-memory summary of a multiset of sample ids.
 //! * [`check_sequence_layout`], [`check_document_indices`] — a Megatron `.idx`'s arrays.
 
@@ -41,6 +43,7 @@ mod pool;
 mod sharding;
 mod splitmix;
 mod verdict;
+mod weighted;
 
 pub use bitmap_proof::verify;
 pub use block::{BlockPermutation, BLOCK_ALGORITHM, BLOCK_ALGORITHMS};
@@ -64,3 +67,4 @@ pub use pool::{worker_threads, CHUNK};
 pub use sharding::{Sharding, IDENTITY_ALGORITHM};
 pub use splitmix::splitmix64;
 pub use verdict::Verdict;
+pub use weighted::{AliasTable, EpochDraws, Weights, WEIGHTED_ALGORITHM};

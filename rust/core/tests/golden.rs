@@ -158,3 +158,42 @@ fn budget_golden_vectors_match_for(version: Version) {
         );
     }
 }
+
+#[test]
+fn weighted_golden_vectors_match() {
+    let golden = golden("weighted-v1.json");
+    assert_eq!(golden["algorithm"], permshard_core::WEIGHTED_ALGORITHM);
+    for case in golden["cases"].as_array().unwrap() {
+        let weights: Vec<f64> = case["weight_bits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| f64::from_bits(u64_field(b)))
+            .collect();
+        let (seed, epoch) = (u64_field(&case["seed"]), u64_field(&case["epoch"]));
+        let with = permshard_core::Weights::new(&weights, true).unwrap();
+        let draws = with.epoch(seed, epoch, u64::MAX).unwrap();
+        let positions = case["positions"].as_array().unwrap();
+        for (p, v) in positions
+            .iter()
+            .zip(case["with_replacement"].as_array().unwrap())
+        {
+            assert_eq!(
+                draws.at(u64_field(p)).unwrap(),
+                u64_field(v),
+                "weights={weights:?}"
+            );
+        }
+        let without = permshard_core::Weights::new(&weights, false).unwrap();
+        let k = u64_field(&case["num_samples"]);
+        let draws = without.epoch(seed, epoch, k).unwrap();
+        let expected: Vec<u64> = case["without_replacement"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(u64_field)
+            .collect();
+        let got: Vec<u64> = (0..k).map(|p| draws.at(p).unwrap()).collect();
+        assert_eq!(got, expected, "weights={weights:?}");
+    }
+}

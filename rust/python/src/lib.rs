@@ -13,6 +13,7 @@ mod partition;
 mod permutation;
 mod sharding;
 mod verify;
+mod weighted;
 
 #[pymodule(gil_used = false)]
 mod _core {
@@ -37,6 +38,8 @@ mod _core {
         judge, judge_alone, judge_coverage, prove_ranks, verify, verify_inverse, Progress,
         PyCoverageShare, PyFailure, PyShare, PyVerdict,
     };
+    #[pymodule_export]
+    use super::weighted::{EpochDraws, Weights};
 
     use pyo3::prelude::*;
 
@@ -50,6 +53,7 @@ mod _core {
         m.add("BLOCK_ALGORITHM", permshard_core::BLOCK_ALGORITHM)?;
         m.add("BUDGET_ALGORITHM", permshard_core::BUDGET_ALGORITHM)?;
         m.add("IDENTITY_ALGORITHM", permshard_core::IDENTITY_ALGORITHM)?;
+        m.add("WEIGHTED_ALGORITHM", permshard_core::WEIGHTED_ALGORITHM)?;
         Ok(())
     }
 }

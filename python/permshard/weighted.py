@@ -1,0 +1,257 @@
+"""``WeightedShardedSampler``: torch's ``WeightedRandomSampler`` across ranks."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Optional, Union
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from . import _core, consensus
+from ._validation import as_u64
+from .mesh import MeshDim
+from .plan import ShardPlan
+from .sampler import ShardedSampler
+from .sampler_pass import SamplerPass
+
+#: The id of the weighted draws (weighted-v1), recorded in state dicts.
+WEIGHTED_ALGORITHM = _core.WEIGHTED_ALGORITHM
+
+#: What a state dict of this sampler adds to a ShardedSampler's.
+_DRAW_KEYS = ("draws", "weights", "num_weights", "replacement")
+
+
+def as_weights(weights: Any) -> npt.NDArray[np.float64]:
+    """``weights`` as a contiguous 1-D float64 array (a copy: later edits of the caller's
+    weights change nothing).
+
+    Args:
+        weights: a numpy array, a torch tensor or a sequence of numbers.
+    """
+    if isinstance(weights, torch.Tensor):
+        weights = weights.detach().to("cpu", torch.float64).numpy()
+    elif isinstance(weights, (str, bytes)) or not isinstance(weights, (np.ndarray, Sequence)):
+        raise TypeError(
+            f"weights must be a 1-D sequence, numpy array or tensor of numbers, got {type(weights).__name__}"
+        )
+    try:
+        array = np.array(weights, dtype=np.float64, copy=True)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"weights must be numbers: {e}") from None
+    if array.ndim != 1:
+        raise ValueError(f"weights must be 1-D, got shape {array.shape}; pass one weight per sample")
+    return np.ascontiguousarray(array)
+
+
+class WeightedShardedSampler(ShardedSampler):
+    r"""Samples elements from ``[0, len(weights))`` with the given probabilities, split
+    across ranks: :class:`torch.utils.data.WeightedRandomSampler` for distributed runs.
+
+    One global stream of ``num_samples`` draws per ``(seed, epoch)``; rank ``r`` yields
+    positions ``r, r + W, ...`` of it (DistributedSampler's round-robin, its padding and
+    ``drop_last``), so the ranks together read the stream exactly once, whatever their
+    number, and a resume on another world size continues it exactly. Position ``p`` is one
+    draw from an alias table built in Rust (O(N), 16 bytes per weight), computed from
+    ``(seed, epoch, p)`` alone: the first index comes at once, whatever ``num_samples``.
+
+    Args:
+        weights (sequence, numpy array or tensor): a sequence of weights, not necessary
+            summing up to one; 1-D, finite, ``>= 0``, at least one positive.
+        num_samples (int): number of draws per epoch, across all ranks.
+        replacement (bool, optional): if ``True`` (default), samples are drawn with
+            replacement. If not, each sample is drawn at most once per epoch (by
+            exponential keys in Rust: ``num_samples`` at most the positive weights; O(N)
+            work at the start of each epoch, O(num_samples) memory).
+        num_replicas (int, optional): number of data-parallel ranks (default: the world).
+        rank (int, optional): this rank (default: the process's rank).
+        seed (int, optional): key of the draws, identical on every rank. Default: ``0``.
+        drop_last (bool, optional): drop the tail of the stream that does not fill a round
+            of ranks instead of padding it (padding repeats the stream's first positions).
+        auto_epoch, check_consensus, device_mesh, mesh_dim: as in
+            :class:`~permshard.ShardedSampler`. The consensus also compares a digest of
+            the weights across ranks.
+
+    ``len(sampler)`` is this rank's count, as for DistributedSampler; :attr:`n` is the
+    global number of draws. Wrap it in :class:`torch.utils.data.BatchSampler` for batches.
+
+    Example::
+
+        >>> weights = [0.1, 0.9, 0.4, 0.7, 3.0, 0.6]
+        >>> sampler = WeightedShardedSampler(weights, 8, num_replicas=2, rank=0)
+        >>> len(sampler), sampler.n  # this rank's draws, the stream's
+        (4, 8)
+        >>> sampler.draws().at(0) in range(6)  # the sample drawn at global position 0
+        True
+    """
+
+    yields_partition_samples: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        weights: Union[Sequence[float], npt.NDArray[Any], torch.Tensor],
+        num_samples: int,
+        *,
+        replacement: bool = True,
+        num_replicas: Optional[int] = None,
+        rank: Optional[int] = None,
+        seed: int = 0,
+        drop_last: bool = False,
+        auto_epoch: bool = False,
+        check_consensus: bool = True,
+        device_mesh: Any = None,
+        mesh_dim: Optional[MeshDim] = None,
+    ) -> None:
+        if not isinstance(replacement, bool):
+            raise TypeError(f"replacement should be a boolean value, but got replacement={replacement!r}")
+        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples <= 0:
+            raise ValueError(
+                f"num_samples should be a positive integer value, but got num_samples={num_samples!r}"
+            )
+        self._weights = as_weights(weights)
+        self._replacement = replacement
+        self._table = _core.Weights(self._weights, replacement)
+        if not replacement and num_samples > self._table.positive:
+            raise ValueError(
+                f"num_samples={num_samples} draws without replacement, but only "
+                f"{self._table.positive} of the {len(self._weights)} weights are positive; pass "
+                f"num_samples <= {self._table.positive} or replacement=True"
+            )
+        self._draws: Optional[tuple[int, _core.EpochDraws]] = None
+        super().__init__(
+            num_samples,
+            num_replicas,
+            rank,
+            shuffle=False,  # the positions in order; the draws are the randomness
+            seed=as_u64("seed", seed),
+            drop_last=drop_last,
+            auto_epoch=auto_epoch,
+            check_consensus=check_consensus,
+            device_mesh=device_mesh,
+            mesh_dim=mesh_dim,
+        )
+
+    @property
+    def weights(self) -> torch.Tensor:
+        """The weights, as float64 (a read-only view)."""
+        return torch.from_numpy(self._weights)
+
+    @property
+    def replacement(self) -> bool:
+        """Whether samples are drawn with replacement."""
+        return self._replacement
+
+    @property
+    def weights_digest(self) -> str:
+        """A 64-bit digest of the weights, in hex: ranks and resumes compare it."""
+        return f"{self._table.digest:016x}"
+
+    def draws(self, epoch: Optional[int] = None) -> _core.EpochDraws:
+        """The stream of ``epoch`` (default: the current one): global position → sample.
+
+        Args:
+            epoch (int, optional): the epoch.
+        """
+        epoch = self.epoch if epoch is None else as_u64("epoch", epoch)
+        cached = self._draws
+        if cached is None or cached[0] != epoch:
+            cached = (epoch, self._table.epoch(self.seed, epoch, self.n))
+            self._draws = cached
+        return cached[1]
+
+    def _take(self, current: SamplerPass, start: int, stop: int) -> list[int]:
+        return self.draws(current.epoch).take_list(current.partition, self.rank, start, stop)
+
+    def _agreed(self) -> list[consensus.Agreed]:
+        fix = "pass the same weights (and replacement=) on every rank"
+        return [
+            consensus.Agreed("weights", self._table.digest, fix, True),
+            consensus.Agreed("replacement", int(self.replacement), fix),
+        ]
+
+    def plan(self) -> ShardPlan:
+        """The exact split of the current epoch's positions; its padding and dropped
+        samples are the samples drawn at those positions."""
+        plan = super().plan()
+        draws = self.draws()
+        return dataclasses.replace(
+            plan,
+            padding_samples=tuple(draws.at(p) for p in plan.padding_samples),
+            dropped_samples=tuple(draws.at(p) for p in plan.dropped_samples),
+        )
+
+    def locate(self, sample: int, epoch: Optional[int] = None) -> list[tuple[int, int]]:
+        """Refused: a weighted stream draws a sample at any number of positions. Use
+        :meth:`draws` (``draws().at(position)``) and :meth:`plan` instead."""
+        raise TypeError(
+            "WeightedShardedSampler.locate is not defined: a sample may be drawn at any number "
+            "of positions; use sampler.draws().at(position) and sampler.plan()"
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return dict(super().describe(), **self._draw_fields())
+
+    def _draw_fields(self) -> dict[str, Any]:
+        return {
+            "draws": WEIGHTED_ALGORITHM,
+            "weights": self.weights_digest,
+            "num_weights": len(self._weights),
+            "replacement": self.replacement,
+        }
+
+    def state_dict(self, consumed_samples: Optional[int] = None, **kwargs: Any) -> dict[str, Any]:
+        """The resume point, O(1): a :meth:`ShardedSampler.state_dict` (``consumed`` counts
+        the stream's positions) with the draws' id, the weights' digest and
+        ``replacement``.
+
+        Args:
+            consumed_samples (int, optional): global draws of the epoch consumed so far
+                (see :meth:`ShardedSampler.state_dict`).
+        """
+        return dict(super().state_dict(consumed_samples, **kwargs), **self._draw_fields())
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> None:
+        """Restores a resume point of :meth:`state_dict`, on any number of ranks: the
+        remaining draws of the epoch are dealt across them. Refuses a state of other
+        weights or another ``replacement``.
+
+        Args:
+            state_dict (Mapping): a dict saved by :meth:`state_dict`.
+            strict (bool, optional): refuse keys this sampler does not save.
+        """
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"state_dict must be a mapping, got {type(state_dict).__name__}")
+        missing = [k for k in _DRAW_KEYS if k not in state_dict]
+        if missing:
+            raise ValueError(
+                f"state_dict is missing {missing}: it was not saved by a WeightedShardedSampler; "
+                "pass a dict saved by this sampler's state_dict()"
+            )
+        mine = self._draw_fields()
+        for key in _DRAW_KEYS:
+            if state_dict[key] != mine[key] or type(state_dict[key]) is not type(mine[key]):
+                raise ValueError(
+                    f"state_dict has {key}={state_dict[key]!r} but this sampler has {key}={mine[key]!r}: "
+                    "build the sampler with the weights and replacement= of the run that saved it"
+                )
+        super().load_state_dict({k: v for k, v in state_dict.items() if k not in _DRAW_KEYS}, strict)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_table"] = None  # rebuilt from the weights
+        state["_draws"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.__dict__["_table"] = _core.Weights(self._weights, self._replacement)
+
+    def __repr__(self) -> str:
+        return (
+            f"WeightedShardedSampler(num_weights={len(self._weights)}, n={self.n}, "
+            f"replacement={self.replacement}, num_replicas={self.num_replicas}, rank={self.rank}, "
+            f"seed={self.seed}, drop_last={self.drop_last}, epoch={self.epoch}, "
+            f"num_samples={self.num_samples})"
+        )

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from permshard import Mixture, ShardedSampler, ShardingError, cli
@@ -210,3 +211,19 @@ def test_mix_prints_realised_proportions(capsys):
         assert float(worst) == pytest.approx(max(abs(c[0] - 0.7 * n), abs(c[1] - 0.3 * n)), abs=1e-3)
     assert 10**7 in rows and 31 in rows
     assert run("mix", "--sizes", "10,10", "--weights", "1,-1").returncode == 2
+
+
+def test_exclude_file_on_verify_plan_and_locate(capsys, tmp_path):
+    text, array = tmp_path / "takedown.txt", tmp_path / "takedown.npy"
+    text.write_text("# a takedown request\n3\n9\n\n17\n9\n")
+    np.save(array, np.array([3, 9, 17]))
+    for path in (text, array):
+        assert cli.main(["verify", "-n", "1000", "-w", "4", "--exclude", str(path)]) == 0
+        out = capsys.readouterr().out
+        assert "every kept (excluded 3 never) sample exactly once -- covered 997, padding 3" in out
+    assert cli.main(["locate", "9", "-n", "1000", "-w", "4", "--exclude", str(text)]) == 0
+    assert capsys.readouterr().out.strip() == "sample 9 is not yielded in epoch 0 (excluded)"
+    assert cli.main(["plan", "-n", "1000", "-w", "4", "--exclude", str(text)]) == 0
+    assert "excluded: 3 samples, never read" in capsys.readouterr().out
+    done = run("verify", "-n", "10", "-w", "2", "--exclude", str(tmp_path / "missing.txt"))
+    assert done.returncode == 2 and "cannot read sample ids from" in done.stderr

@@ -11,8 +11,8 @@ import struct
 import numpy as np
 import pytest
 import reference_weighted
+import stream_workers
 import torch
-import weighted_workers
 from distributed import launch
 from scipy import stats
 from torch.utils.data import BatchSampler, DataLoader
@@ -214,10 +214,10 @@ def test_loaders_batches_pickles_epochs_and_proofs():
 
 def test_processes_read_one_stream_and_agree_on_the_weights():
     weights = [float(1 + i % 3) for i in range(30)]
-    results = launch(weighted_workers.weighted_ranks, 2, weights, 41, False)
+    results = launch(stream_workers.weighted_ranks, 2, weights, 41, False)
     whole = stream(weights, 41, seed=3)
     assert all(r["proof"] == 41 for r in results)
     dealt = [results[p % 2]["draws"][p // 2] for p in range(42)]
     assert dealt == (whole + whole)[:42]
-    errors = launch(weighted_workers.weighted_ranks, 2, weights, 41, True)
+    errors = launch(stream_workers.weighted_ranks, 2, weights, 41, True)
     assert all("ShardingError" in r["error"] and "weights" in r["error"] for r in errors)

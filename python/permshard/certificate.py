@@ -86,6 +86,11 @@ class Certificate(Configured):
             ranks=tuple(sorted(ranks)),
         )
 
+    def _kept(self) -> str:
+        """``"kept "`` and the excluded count when the epoch excludes samples, else ``""``."""
+        excluded = getattr(self.config, "exclude", None)
+        return "" if excluded is None else f"kept (excluded {len(excluded):,} never) "
+
     def __str__(self) -> str:
         resumed = (
             f", the pass resumed at position {self.start:,} ({self.consumed:,} consumed before)"
@@ -109,8 +114,8 @@ class Certificate(Configured):
         return (
             f"PROVEN ({how}): n={self.n:,} over {self.num_replicas} "
             f"ranks x {each} (seed={self.seed}, epoch={self.epoch}, "
-            f"shuffle={self.shuffle}, drop_last={self.drop_last}{resumed}): every sample exactly "
-            f"once -- covered {self.covered:,}, padding {self.padding:,}, dropped "
+            f"shuffle={self.shuffle}, drop_last={self.drop_last}{resumed}): every "
+            f"{self._kept()}sample exactly once -- covered {self.covered:,}, padding {self.padding:,}, dropped "
             f"{self.dropped:,} [{self.seconds:.2f} s]"
         )
 

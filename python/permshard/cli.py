@@ -53,6 +53,19 @@ def stage(text: str) -> tuple[int, list[float]]:
     return count(start), weights(rest)
 
 
+def id_file(path: str) -> Any:
+    """The sample ids of a file: a ``.npy`` array, or text with one id per line (``#``
+    comments and blank lines allowed)."""
+    import numpy as np
+
+    try:
+        if path.endswith(".npy"):
+            return np.load(path)
+        return np.loadtxt(path, dtype=np.int64, comments="#", ndmin=1)
+    except (OSError, ValueError) as e:
+        raise argparse.ArgumentTypeError(f"cannot read sample ids from {path!r}: {e}") from None
+
+
 def _config_args(p: argparse.ArgumentParser, *, dealing: bool = False, given: Sequence[str] = ()) -> None:
     """The flags of :class:`ShardConfig`'s fields, from the fields themselves (their
     metadata): all but the dealing's (unless ``dealing``) and those ``given`` otherwise."""
@@ -63,7 +76,9 @@ def _config_args(p: argparse.ArgumentParser, *, dealing: bool = False, given: Se
         options: dict[str, Any] = {"dest": f.name, "help": f.metadata["help"]}
         if "metavar" in f.metadata:
             options["metavar"] = f.metadata["metavar"]
-        if f.type == "bool":
+        if f.metadata.get("ids"):
+            options.update(type=id_file, default=None)
+        elif f.type == "bool":
             options["action"] = "store_false" if f.default else "store_true"
         elif f.type == "str":
             options.update(choices=f.metadata["choices"], default=f.default)
@@ -160,15 +175,7 @@ def _plan(args: argparse.Namespace) -> int:
 
     config = _config(args)
     plan = build_plan(config.partition(), config, 0)
-    print(str(plan).splitlines()[0])
-    print(plan.table(args.steps_of))
-    print(
-        f"total_size={plan.total_size:,}  padding={len(plan.padding_positions)}  dropped={len(plan.dropped_samples)}"
-    )
-    for p, s in list(zip(plan.padding_positions, plan.padding_samples))[:20]:
-        print(f"  padding: position {p:,} repeats sample {s:,}")
-    if plan.dropped_samples:
-        print("  dropped samples: " + ", ".join(f"{s:,}" for s in plan.dropped_samples[:20]))
+    print(plan.text(args.steps_of, shown=20))
     return 0
 
 
@@ -177,7 +184,7 @@ def _verify(args: argparse.Namespace) -> int:
 
     config = _config(args)
     part = config.partition()
-    outside = config.n - min(part.end, config.n)  # positions no rank yields (drop_last)
+    outside = part.n - min(part.end, part.n)  # positions no rank yields (drop_last)
     if args.method == "bitmap":
         total = part.total_size
     elif args.rank is None:
@@ -238,7 +245,12 @@ def _locate(args: argparse.Namespace) -> int:
     part = config.replace(batch_size=args.steps_of or 0).partition()  # the core cuts the steps
     hits = part.locate(args.sample)
     if not hits:
-        print(f"sample {args.sample:,} is not yielded in epoch {args.epoch} (dropped by drop_last)")
+        why = (
+            "excluded"
+            if config.exclude is not None and args.sample in config.exclude
+            else "dropped by drop_last"
+        )
+        print(f"sample {args.sample:,} is not yielded in epoch {args.epoch} ({why})")
         return 0
     for rank, local in hits:
         where = ""

@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Optional, TypeVar
+
+import numpy as np
 
 from . import _core
 from ._validation import as_int, as_positive, as_str, as_u64
@@ -79,6 +81,9 @@ class EpochConfig:
     #: Fields a state dict does not write because its ``algorithm`` implies them.
     implied_keys: ClassVar[tuple[str, ...]] = ("permutation",)
 
+    #: Fields a state dict writes as a list of ids when not empty (else not at all).
+    set_keys: ClassVar[tuple[str, ...]] = ()
+
     def __init__(
         self,
         n: int,
@@ -125,7 +130,7 @@ class EpochConfig:
     def saved_fields(self) -> dict[str, Any]:
         """The fields a state dict records: all but the dealing's and those its
         ``algorithm`` implies."""
-        unsaved = self.dealing_keys + self.implied_keys
+        unsaved = self.dealing_keys + self.implied_keys + self.set_keys
         return {k: v for k, v in self.as_dict().items() if k not in unsaved}
 
     @classmethod
@@ -164,9 +169,10 @@ class EpochConfig:
         """
         if not isinstance(state, Mapping):
             raise TypeError(f"state_dict must be a mapping, got {type(state).__name__}")
-        saved = [f for f in dataclasses.fields(cls) if f.name not in cls.dealing_keys + cls.implied_keys]
-        keys = [f.name for f in saved] + list(resume)
-        missing = [k for k in keys if k not in state and k not in cls.optional_keys]
+        unsaved = cls.dealing_keys + cls.implied_keys + cls.set_keys
+        saved = [f for f in dataclasses.fields(cls) if f.name not in unsaved]
+        keys = [f.name for f in saved] + list(resume) + list(cls.set_keys)
+        missing = [k for k in keys if k not in state and k not in cls.optional_keys and k not in cls.set_keys]
         if missing:
             saved_by = f" (of algorithm {state['algorithm']!r})" if "algorithm" in state else ""
             raise ValueError(
@@ -187,7 +193,10 @@ class EpochConfig:
         values = {f.name: state.get(f.name, cls.optional_keys.get(f.name)) for f in saved}
         for f in saved:
             _check_type(f"state_dict[{f.name!r}]", values[f.name], f)
-        config = cls(**{f.name: values[f.name] for f in saved if f.init}, **cls._implied(state))
+        sets: dict[str, Any] = {
+            k: _saved_ids(f"state_dict[{k!r}]", state[k]) for k in cls.set_keys if k in state
+        }
+        config = cls(**{f.name: values[f.name] for f in saved if f.init}, **sets, **cls._implied(state))
         if not config.accepts_algorithm(state["algorithm"]):
             implied = {k: getattr(config, k) for k in cls.resume_keys if k not in ("algorithm", "n", "seed")}
             raise ValueError(
@@ -271,8 +280,18 @@ class ShardConfig(EpochConfig):
     drop_last_batch: bool = field(
         default=False, metadata={"help": "the batch sampler drops its last partial batch"}
     )
+    exclude: Optional[_core.Exclusions] = field(
+        default=None,
+        metadata={
+            "metavar": "FILE",
+            "ids": True,
+            "help": "sample ids never to read: a text file of ids (one per line) or a .npy",
+        },
+    )
 
     dealing_keys: ClassVar[tuple[str, ...]] = ("dealing", "batch_size", "drop_last_batch")
+    #: Fields a state dict writes as a list of ids, and only when the set is not empty.
+    set_keys: ClassVar[tuple[str, ...]] = ("exclude",)
     resume_keys: ClassVar[tuple[str, ...]] = EpochConfig.resume_keys + ("block_size", "window_blocks")
     optional_keys: ClassVar[Mapping[str, Any]] = {"block_size": 0, "window_blocks": 0}
 
@@ -286,6 +305,7 @@ class ShardConfig(EpochConfig):
         dealing: str = "round-robin",
         batch_size: int = 0,
         drop_last_batch: bool = False,
+        exclude: Any = None,
         **epoch: Any,
     ) -> None:
         super().__init__(n, num_replicas, **epoch)
@@ -296,6 +316,7 @@ class ShardConfig(EpochConfig):
                 "dealing": as_str("dealing", dealing),
                 "batch_size": as_u64("batch_size", batch_size),
                 "drop_last_batch": bool(drop_last_batch),
+                "exclude": as_exclusions(exclude, self.n),
             }
         )
         # The core checks the fields together and names the order they imply.
@@ -315,12 +336,27 @@ class ShardConfig(EpochConfig):
         return self.sharding().partition(start)
 
     def state_dict(self, consumed: int) -> dict[str, Any]:
-        """A resume point: this configuration and ``consumed`` global positions of the epoch.
+        """A resume point: this configuration and ``consumed`` global positions of the epoch
+        (with exclusions, positions of the kept samples; the excluded ids as a sorted list).
 
         Args:
             consumed (int): global positions of the epoch consumed so far.
         """
-        return dict(self.saved_fields(), consumed=consumed)
+        state = dict(self.saved_fields(), consumed=consumed)
+        if self.exclude is not None:
+            state["exclude"] = [int(i) for i in self.exclude.ids()]
+        return state
+
+    def resume_point(self, saved: ShardConfig, consumed: int) -> int:
+        """Where this epoch resumes a state saved under ``saved`` after ``consumed`` of its
+        positions: the same point, or with more exclusions the first kept sample ``saved``
+        had not reached (the core's reading; a set that lost an id is refused).
+
+        Args:
+            saved (ShardConfig): the configuration the state recorded.
+            consumed (int): its consumed positions.
+        """
+        return int(self.sharding().resume_from(saved.sharding(), consumed))
 
     def accepts_algorithm(self, algorithm: str) -> bool:
         """Whether a state saved under ``algorithm`` continues under this configuration
@@ -395,6 +431,42 @@ class BudgetConfig(EpochConfig):
     def planner(self) -> _core.TokenBudget:
         """The core's planner of this epoch's windows."""
         return _core.TokenBudget(self)
+
+
+def as_exclusions(exclude: Any, n: int) -> Optional[_core.Exclusions]:
+    """``exclude`` as the core's set of ids below ``n`` (``None`` when empty).
+
+    Args:
+        exclude: ``None``, an ``Exclusions``, or ids (a sequence, numpy array or tensor).
+        n (int): the dataset length.
+    """
+    if exclude is None or isinstance(exclude, _core.Exclusions):
+        return exclude if exclude is None or len(exclude) else None
+    if isinstance(exclude, (str, bytes)) or not hasattr(exclude, "__len__"):
+        raise TypeError(
+            f"exclude must be sample ids (a sequence, numpy array or tensor of ints), got {type(exclude).__name__}"
+        )
+    ids = np.asarray(exclude.cpu() if hasattr(exclude, "cpu") else exclude)
+    if ids.size == 0:
+        return None
+    if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
+        raise TypeError(
+            f"exclude must be a 1-D sequence of int sample ids, got {ids.dtype} of shape {ids.shape}"
+        )
+    if ids.dtype == np.uint64 and int(ids.max()) >= 2**63:
+        raise ValueError(f"excluded sample {int(ids.max())} is out of range: the dataset has {n} samples")
+    return _core.Exclusions(np.ascontiguousarray(ids, dtype=np.int64), n)
+
+
+def _saved_ids(name: str, value: Any) -> list[int]:
+    """A state dict's list of ids, type-checked."""
+    if not isinstance(value, (list, tuple)) or any(
+        isinstance(i, bool) or not isinstance(i, int) for i in value
+    ):
+        raise TypeError(
+            f"{name} must be a list of int sample ids: pass a dict saved by this sampler's state_dict()"
+        )
+    return list(value)
 
 
 def _check_type(name: str, value: Any, spec: dataclasses.Field[Any]) -> None:

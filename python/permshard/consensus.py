@@ -74,6 +74,7 @@ _FIXES = {
     "num_replicas": "every rank must use the same num_replicas (the world size)",
     "algorithm": "install the same permshard version on every rank, and build the same sampler",
     "dealing": "build the same sampler class on every rank (a StepBatchSampler everywhere, or nowhere)",
+    "exclude": "pass the same exclude= ids on every rank (read from one file)",
     "dataset": f"the ranks hold different datasets of the same length; if each rank's "
     f"dataset is a per-rank slice, the data is split twice: {FIX_DOUBLE_SPLIT}",
 }
@@ -125,11 +126,7 @@ def _consensus_record(
     record = {"algorithm": Agreed("algorithm", digest(config.algorithm), _FIXES["algorithm"], True)}
     # A field without a fix of its own (a new one) gets the generic fix.
     fix = {k: _FIXES.get(k, f"pass the same {k}=... on every rank") for k in fields}
-    record.update(
-        (k, Agreed(k, digest(v), fix[k], True) if isinstance(v, str) else Agreed(k, int(v), fix[k]))
-        for k, v in fields.items()
-        if k != "algorithm"
-    )
+    record.update((k, _agreed_field(k, v, fix[k])) for k, v in fields.items() if k != "algorithm")
     record.update((a.name, a) for a in agreed)
     fingerprint = dataset_fingerprint(dataset if dataset is not None else config.n)
     record["dataset"] = Agreed("dataset", digest(fingerprint), _FIXES["dataset"], True)
@@ -138,6 +135,16 @@ def _consensus_record(
     for name, value in zip(_SENT_ALONG, (rank, first, step)):
         record[name] = Agreed(name, value, "")
     return record
+
+
+def _agreed_field(name: str, value: Any, fix: str) -> Agreed:
+    """A configuration field as sent: a number as is, a string or a set of ids (the core's
+    ``Exclusions``, ``None`` for none) as a digest."""
+    if isinstance(value, str):
+        return Agreed(name, digest(value), fix, True)
+    if value is None or hasattr(value, "digest"):
+        return Agreed(name, 0 if value is None else int(value.digest), fix, True)
+    return Agreed(name, int(value), fix)
 
 
 def check_consensus(

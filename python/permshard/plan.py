@@ -74,22 +74,35 @@ class ShardPlan(Configured):
             rows.append(row)
         return "\n".join(rows)
 
-    def __str__(self) -> str:
+    def text(self, batch_size: Optional[int] = None, shown: int = 10) -> str:
+        """The plan for people: the configuration, the table of :meth:`table`, the totals,
+        the first ``shown`` padding positions and dropped samples, and the exclusions.
+
+        Args:
+            batch_size (int, optional): also list each rank's batches.
+            shown (int, optional): padding positions and dropped samples listed. Default: 10.
+        """
         lines = [
             f"ShardPlan: n={self.n:,} num_replicas={self.num_replicas} epoch={self.epoch} "
             f"seed={self.seed} shuffle={self.shuffle} drop_last={self.drop_last}"
             + (f" resumed at position {self.start:,}" if self.start else ""),
-            self.table(),
+            self.table(batch_size),
             f"total_size={self.total_size:,}  padding={len(self.padding_positions)}  "
             f"dropped={len(self.dropped_samples)}",
         ]
-        for p, s in zip(self.padding_positions, self.padding_samples):
+        for p, s in list(zip(self.padding_positions, self.padding_samples))[:shown]:
             lines.append(f"  padding: position {p:,} repeats sample {s:,}")
         if self.dropped_samples:
-            shown = ", ".join(f"{s:,}" for s in self.dropped_samples[:10])
-            more = " ..." if len(self.dropped_samples) > 10 else ""
-            lines.append(f"  dropped samples: {shown}{more}")
+            listed = ", ".join(f"{s:,}" for s in self.dropped_samples[:shown])
+            more = " ..." if len(self.dropped_samples) > shown else ""
+            lines.append(f"  dropped samples: {listed}{more}")
+        excluded = getattr(self.config, "exclude", None)
+        if excluded is not None:
+            lines.append(f"  excluded: {len(excluded):,} samples, never read")
         return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.text()
 
 
 def build_plan(part: _core.Partition, config: ShardConfig, rank: int) -> ShardPlan:
@@ -104,7 +117,7 @@ def build_plan(part: _core.Partition, config: ShardConfig, rank: int) -> ShardPl
     # The core deals: padding is the last `part.padding` positions of the pass, drops the
     # last `part.dropped` positions of the epoch.
     padding_positions = tuple(range(part.end - part.padding, part.end))
-    dropped_positions = range(config.n - part.dropped, config.n)
+    dropped_positions = range(part.n - part.dropped, part.n)  # part.n: the samples dealt (kept)
     return ShardPlan(
         config=config,
         rank=rank,

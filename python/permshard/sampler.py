@@ -103,6 +103,14 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
             samples, 32-bit multiply rounds above, no fixed cost at small n; see
             ``docs/perm-v2.md``) or ``"perm-v1"`` (the order of 0.3 and before). A loaded
             state dict continues with the order it names.
+        exclude (sequence of int, optional): sample ids never to read (a takedown, a
+            corrupt shard), any order, repeats allowed. The epoch deals the other samples
+            in the order they have without exclusions, with DistributedSampler's padding
+            over them; :meth:`verify` proves each kept sample once and no excluded one;
+            ``locate(excluded)`` is ``[]``. O(|exclude|) memory. A state dict carries the
+            ids; :meth:`load_state_dict` into a sampler that excludes more continues
+            exactly (the newly excluded are skipped) and refuses one that excludes less.
+            Default: ``None``.
 
     Model parallelism: processes that share a data-parallel rank (tensor, pipeline or
     context parallel peers) pass the same ``rank`` (or the same mesh coordinate) and read
@@ -145,6 +153,7 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
         block_size: Optional[int] = None,
         window_blocks: Optional[int] = None,
         algorithm: str = permutation_default,
+        exclude: Any = None,
     ) -> None:
         # DistributedSampler.__init__ is not called: it would compute nothing we use.
         self.dataset = dataset  # type: ignore[assignment]
@@ -161,6 +170,7 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
             block_size=0 if block_size is None else as_positive("block_size", block_size),
             window_blocks=0 if window_blocks is None else as_positive("window_blocks", window_blocks),
             permutation=algorithm,
+            exclude=exclude,
         )
         self._partitions: dict[tuple[ShardConfig, int], _core.Partition] = {}
         self._start = 0  # global positions consumed before the next pass (a resume)
@@ -476,8 +486,9 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
         # The state's epoch, continued with the order it names; nothing else changes.
         config = self.config.replace(permutation=saved.permutation, epoch=saved.epoch)
         config.check_resumable(saved)
+        start = config.resume_point(saved, consumed)  # more exclusions: the first sample not reached
         self.__dict__["config"] = config
-        self._start = consumed
+        self._start = start
         self._pass = None
         self._iterated_epoch = None
         self._agreed_epoch = None  # every rank must agree on the new resume point

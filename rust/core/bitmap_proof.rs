@@ -36,7 +36,8 @@ pub fn verify(part: &Partition, threads: usize, progress: &AtomicU64) -> Result<
     let n = part.n();
     let w = part.num_replicas();
     let per_rank = part.num_samples();
-    let words = n.div_ceil(64);
+    let domain = part.order().domain(); // sample ids (beyond n with exclusions)
+    let words = domain.div_ceil(64);
     let out_of_memory = Error::OutOfMemory {
         bytes: words as u128 * 8,
         what: "the proof's bitmap of n bits",
@@ -113,6 +114,12 @@ pub fn verify(part: &Partition, threads: usize, progress: &AtomicU64) -> Result<
         }
     }
 
+    if let Some(&id) = part.order().excluded().iter().find(|&&id| is_set(id)) {
+        return Err(Error::Violation(format!(
+            "sample {id} is excluded but a rank yields it"
+        )));
+    }
+
     // Pass 3: count; anything unset beyond the declared drops is a missing sample.
     let covered: u64 = bitmap
         .iter()
@@ -120,7 +127,10 @@ pub fn verify(part: &Partition, threads: usize, progress: &AtomicU64) -> Result<
         .sum();
     let dropped = outside.count();
     if covered + dropped != n {
-        let missing = (0..n).find(|&s| !is_set(s)).unwrap_or(0);
+        let excluded = part.order().excluded();
+        let missing = (0..domain)
+            .find(|&s| !is_set(s) && excluded.binary_search(&s).is_err())
+            .unwrap_or(0);
         return Err(Error::Violation(format!(
             "{} samples are never yielded (first: sample {missing}); {dropped} were declared \
              dropped or consumed",

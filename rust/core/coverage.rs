@@ -49,14 +49,22 @@ impl CoverageShare {
         }
         let w = part.num_replicas();
         let (consumed, dropped) = outside_fingerprints(part, rank, w);
-        let n = part.n();
+        // This rank's slice of the sample ids, less the excluded ones among them.
+        let n = part.order().domain();
         let cut = |r: u64| ((n as u128 * r as u128) / w as u128) as u64;
+        let (lo, hi) = (cut(rank), cut(rank + 1));
+        let mut reference = Fingerprint::of_range(lo, hi);
+        for &id in part.order().excluded() {
+            if (lo..hi).contains(&id) {
+                reference.remove(id);
+            }
+        }
         Ok(CoverageShare {
             yielded,
             padding,
             consumed,
             dropped,
-            reference: Fingerprint::of_range(cut(rank), cut(rank + 1)),
+            reference,
         })
     }
 

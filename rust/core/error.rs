@@ -61,6 +61,11 @@ pub enum Error {
         /// Items the rank has.
         num_samples: u64,
     },
+    /// A sample that is excluded from the epoch (it has no position).
+    Excluded {
+        /// The sample.
+        sample: u64,
+    },
     /// Any other argument the call cannot accept; the message names the value and the fix.
     Invalid(String),
     /// Memory for `bytes` bytes could not be had (e.g. the proof's bitmap for a huge `n`).
@@ -117,6 +122,7 @@ impl fmt::Display for Error {
                 "cannot allocate {bytes} bytes for {what}; prove by the inverse instead \
                  (O(1) memory at any n, and split across the ranks)"
             ),
+            Error::Excluded { sample } => write!(f, "sample {sample} is excluded from the epoch"),
             Error::Invalid(msg) | Error::Violation(msg) => f.write_str(msg),
         }
     }

@@ -32,6 +32,15 @@ impl Fingerprint {
         self.xor ^= id;
     }
 
+    /// Removes one id (added before).
+    #[inline]
+    pub fn remove(&mut self, id: u64) {
+        self.count = self.count.wrapping_sub(1);
+        self.sum = self.sum.wrapping_sub(id);
+        self.hash_sum = self.hash_sum.wrapping_sub(splitmix64(id ^ HASH_KEY_MIXED));
+        self.xor ^= id;
+    }
+
     /// Adds every id of `ids`.
     pub fn add_all(&mut self, ids: &[u64]) {
         for &id in ids {

@@ -294,7 +294,7 @@ pub fn prove_against(
         samples.copy_from_slice(dealt);
         part.samples_of(samples);
         inverse.copy_from_slice(samples);
-        order_inverse(order.as_ref(), inverse, n);
+        order_inverse(order.as_ref(), inverse);
         let (mut real, mut padding) = (0u64, 0u64);
         for (k, ((&sample, &found), &p)) in samples
             .iter()
@@ -342,7 +342,7 @@ pub fn prove_against(
         samples.copy_from_slice(positions);
         order.map_in_place(samples);
         found.copy_from_slice(samples);
-        order_inverse(order.as_ref(), found, n);
+        order_inverse(order.as_ref(), found);
         for ((&p, &sample), &f) in positions.iter().zip(samples.iter()).zip(found.iter()) {
             if f != p {
                 tally.fail(Failure {
@@ -386,9 +386,10 @@ pub fn prove_against(
     })
 }
 
-/// Samples to positions (batched); a value that is not a sample (`>= n`) becomes
-/// `u64::MAX`, which fails every check.
-fn order_inverse(order: &dyn SampleOrder, values: &mut [u64], n: u64) {
+/// Samples to positions (batched); a value that is not a sample (`>= domain`, or
+/// excluded) becomes `u64::MAX`, which fails every check.
+fn order_inverse(order: &dyn SampleOrder, values: &mut [u64]) {
+    let n = order.domain();
     if values.iter().all(|&v| v < n) {
         order.invert_in_place(values);
         return;

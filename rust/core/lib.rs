@@ -21,6 +21,7 @@
 //!   [`judge_coverage`] — the distributed fingerprint proof; each gives a [`Verdict`].
 //! * [`Weights`] — weighted-v1: one stream of weighted draws per `(seed, epoch)`, with
 //!   or without replacement, position → sample id ([`EpochDraws`]).
+//! * [`Exclusions`] — sample ids never to read; [`Excluding`] an order without them.
 //! * [`Fingerprint`] — an O(1)-memory summary of a multiset of sample ids.
 //! * [`check_sequence_layout`], [`check_document_indices`] — a Megatron `.idx`'s arrays.
 
@@ -31,6 +32,7 @@ mod budget;
 mod coverage;
 mod dealing;
 mod error;
+mod exclusion;
 mod fingerprint;
 mod indexed;
 mod inverse_proof;
@@ -54,6 +56,7 @@ pub use budget::{
 pub use coverage::{judge_coverage, CoverageShare};
 pub use dealing::{Dealing, Layout, Pass};
 pub use error::{range_len, Error};
+pub use exclusion::{Excluding, Exclusions};
 pub use fingerprint::Fingerprint;
 pub use indexed::{check_document_indices, check_sequence_layout};
 pub use inverse_proof::{

@@ -11,13 +11,26 @@ use std::sync::Arc;
 use crate::error::{check_below, Error};
 use crate::permutation::Permutation;
 
-/// A bijection between positions `[0, len)` and samples `[0, len)`, computable both ways.
+/// A bijection between positions `[0, len)` and samples (`[0, len)`, or the kept samples of
+/// `[0, domain)`), computable both ways.
 pub trait SampleOrder: Debug + Send + Sync {
     /// The algorithm's id, recorded in state dicts and certificates.
     fn algorithm(&self) -> &'static str;
 
     /// Number of positions (and samples).
     fn len(&self) -> u64;
+
+    /// Sample ids are below this: `len()`, but for an order without some samples
+    /// (exclusions), whose ids keep their dataset's range.
+    fn domain(&self) -> u64 {
+        self.len()
+    }
+
+    /// The samples of `[0, domain())` that have no position, sorted (none but for
+    /// exclusions).
+    fn excluded(&self) -> &[u64] {
+        &[]
+    }
 
     /// Whether the order is empty (never true for a valid order).
     fn is_empty(&self) -> bool {

@@ -373,8 +373,11 @@ impl Partition {
     /// Every `(rank, local position)` that yields `sample` in this partition: none when it
     /// was dropped or already consumed, several when padding repeats it.
     pub fn locate(&self, sample: u64) -> Result<Vec<(u64, u64)>, Error> {
-        check_below("sample", sample, self.n)?;
-        let first = self.order.position_of(sample)?;
+        check_below("sample", sample, self.order.domain())?;
+        let first = match self.order.position_of(sample) {
+            Err(Error::Excluded { .. }) => return Ok(Vec::new()), // never read
+            other => other?,
+        };
         let end = self.end();
         let mut hits = Vec::new();
         // Positions holding `sample`: first, first + n, first + 2n, ... (padding wraps).

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::block::{BlockPermutation, BLOCK_ALGORITHMS};
 use crate::dealing::Dealing;
 use crate::error::Error;
+use crate::exclusion::{Excluding, Exclusions};
 use crate::order::{Identity, Order};
 use crate::partition::Partition;
 use crate::permutation::{Permutation, Version, ALGORITHM_V1};
@@ -21,7 +22,7 @@ pub const IDENTITY_ALGORITHM: &str = "identity";
 /// with `block_size > 0` the block order built on it (block-v2, block-v1);
 /// [`Sharding::algorithm`] names the one used, and is what state dicts, certificates,
 /// plans and partitions record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sharding {
     /// Dataset length, `>= 1`.
     pub n: u64,
@@ -45,6 +46,8 @@ pub struct Sharding {
     /// The keyed permutation of a shuffled epoch (and of its blocks): perm-v2 unless set
     /// by [`Sharding::with_permutation`].
     pub permutation: Version,
+    /// Samples never to read: the order is dealt without them ([`Exclusions::apply`]).
+    pub exclusions: Exclusions,
 }
 
 impl Sharding {
@@ -93,6 +96,7 @@ impl Sharding {
             window_blocks,
             dealing: Dealing::ROUND_ROBIN,
             permutation: Version::DEFAULT,
+            exclusions: Exclusions::default(),
         })
     }
 
@@ -107,6 +111,28 @@ impl Sharding {
             permutation,
             ..self
         }
+    }
+
+    /// This epoch without the samples of `exclusions` (all below `n`).
+    pub fn with_exclusions(self, exclusions: Exclusions) -> Result<Self, Error> {
+        if let Some(&bad) = exclusions.ids().last().filter(|&&id| id >= self.n) {
+            return Err(Error::Invalid(format!(
+                "excluded sample {bad} is out of range for n={}",
+                self.n
+            )));
+        }
+        if exclusions.len() >= self.n {
+            return Err(Error::Invalid(format!(
+                "every one of the {} samples is excluded: nothing is left to read",
+                self.n
+            )));
+        }
+        Ok(Sharding { exclusions, ..self })
+    }
+
+    /// Samples dealt in an epoch: `n` less the excluded.
+    pub fn kept(&self) -> u64 {
+        self.n - self.exclusions.len()
     }
 
     /// The algorithm id of the order this epoch uses.
@@ -124,8 +150,13 @@ impl Sharding {
         algorithm == self.algorithm() || (!self.shuffle && algorithm == ALGORITHM_V1)
     }
 
-    /// The order of this epoch.
+    /// The order of this epoch, without the excluded samples.
     pub fn order(&self) -> Result<Order, Error> {
+        self.exclusions.apply(self.full_order()?)
+    }
+
+    /// The order of this epoch over all `n` samples.
+    fn full_order(&self) -> Result<Order, Error> {
         Ok(match (self.shuffle, self.block_size) {
             (false, _) => Arc::new(Identity::new(self.n)?),
             (true, 0) => Arc::new(Permutation::of_version(
@@ -151,7 +182,7 @@ impl Sharding {
     /// saved by more ranks, whose padding went further, resumed by fewer).
     pub fn partition(&self, start: u64) -> Result<Partition, Error> {
         Partition::dealt(
-            self.n,
+            self.kept(),
             self.num_replicas,
             start,
             self.drop_last,
@@ -164,10 +195,47 @@ impl Sharding {
     /// ranks of padding without `drop_last`.
     pub fn max_consumed(&self) -> u64 {
         if self.drop_last {
-            self.n
+            self.kept()
         } else {
-            self.n.saturating_add(self.num_replicas - 1)
+            self.kept().saturating_add(self.num_replicas - 1)
         }
+    }
+
+    /// This epoch's resume point for a state saved by `saved` (the same order, perhaps
+    /// fewer exclusions) after `consumed` of its positions: the kept samples keep their
+    /// order, so the resume starts at the first sample `saved` had not reached, and the
+    /// samples excluded since are skipped. Padding consumed past the end stays consumed.
+    /// Refuses a `saved` set that is not part of this one (a sample no longer excluded
+    /// may have been passed over unread).
+    pub fn resume_from(&self, saved: &Sharding, consumed: u64) -> Result<u64, Error> {
+        if (saved.n, saved.seed, saved.epoch, saved.algorithm())
+            != (self.n, self.seed, self.epoch, self.algorithm())
+        {
+            return Err(Error::Invalid(
+                "the state was saved for another order (n, seed, epoch or algorithm differ)".into(),
+            ));
+        }
+        if let Some(id) = self.exclusions.first_missing(&saved.exclusions) {
+            return Err(Error::Invalid(format!(
+                "the state was saved with sample {id} excluded, this sampler reads it: a \
+                 resume may only exclude more (pass exclude= with every id the run excluded \
+                 so far, and any new ones)"
+            )));
+        }
+        if self.exclusions == saved.exclusions {
+            return Ok(consumed);
+        }
+        let kept = saved.kept();
+        if consumed >= kept {
+            return Ok(self.kept() + (consumed - kept));
+        }
+        let full = saved.full_order()?;
+        let raw = if saved.exclusions.is_empty() {
+            consumed
+        } else {
+            Excluding::new(full.clone(), &saved.exclusions)?.raw_position(consumed)
+        };
+        Ok(Excluding::new(full, &self.exclusions)?.position_of_raw(raw))
     }
 }
 
@@ -284,5 +352,60 @@ mod tests {
         let part = dropping.partition(2).unwrap();
         assert_eq!((part.num_samples(), part.end()), (6, 20));
         assert_eq!(part.dropped(), 3);
+    }
+
+    #[test]
+    fn a_resume_with_more_exclusions_reads_the_rest_of_the_kept_samples() {
+        let n = 200;
+        let base = Sharding::new(n, 3, 7, 2, true, false, 0, 0).unwrap();
+        let full: Vec<u64> = {
+            let order = base.order().unwrap();
+            (0..n).map(|p| order.at(p)).collect()
+        };
+        let earlier = Exclusions::new((0..n).step_by(9).collect(), n).unwrap();
+        let later =
+            Exclusions::new((0..n).step_by(9).chain((1..n).step_by(13)).collect(), n).unwrap();
+        let saved = base.clone().with_exclusions(earlier.clone()).unwrap();
+        let now = base.clone().with_exclusions(later.clone()).unwrap();
+        let read_before: Vec<u64> = full
+            .iter()
+            .copied()
+            .filter(|s| !earlier.contains(*s))
+            .collect();
+        for consumed in [
+            0,
+            1,
+            50,
+            read_before.len() as u64 - 1,
+            read_before.len() as u64,
+            read_before.len() as u64 + 2,
+        ] {
+            let start = now.resume_from(&saved, consumed).unwrap();
+            let order = now.order().unwrap();
+            let rest: Vec<u64> = (start.min(order.len())..order.len())
+                .map(|p| order.at(p))
+                .collect();
+            // Brute force: what the earlier run had not read, without the newly excluded.
+            let unread = read_before.get(consumed as usize..).unwrap_or(&[]);
+            let want: Vec<u64> = unread
+                .iter()
+                .copied()
+                .filter(|s| !later.contains(*s))
+                .collect();
+            assert_eq!(rest, want, "consumed={consumed}");
+        }
+        // A set that lost an id is refused; the same set resumes as saved.
+        let err = saved.resume_from(&now, 5).unwrap_err().to_string();
+        assert!(err.contains("may only exclude more"), "{err}");
+        assert_eq!(saved.resume_from(&saved, 17).unwrap(), 17);
+        assert!(now
+            .resume_from(
+                &Sharding {
+                    seed: 8,
+                    ..saved.clone()
+                },
+                0
+            )
+            .is_err());
     }
 }

@@ -7,6 +7,7 @@ mod block;
 mod budget;
 mod convert;
 mod errors;
+mod exclusion;
 mod indexed;
 mod mixture;
 mod partition;
@@ -23,6 +24,8 @@ mod _core {
     use super::budget::{PyBudgetShare, PyBudgetStart, PyWindowPlan, TokenBudget};
     #[pymodule_export]
     use super::errors::ShardingError;
+    #[pymodule_export]
+    use super::exclusion::Exclusions;
     #[pymodule_export]
     use super::indexed::{check_document_indices, check_sequence_layout};
     #[pymodule_export]

@@ -4,8 +4,11 @@ use pyo3::prelude::*;
 
 use permshard_core::{Dealing, Version};
 
+use pyo3::exceptions::PyTypeError;
+
 use crate::convert::field;
 use crate::errors::to_py;
+use crate::exclusion::Exclusions;
 use crate::partition::Partition;
 
 #[pyclass(frozen, module = "permshard._core", name = "Sharding")]
@@ -38,6 +41,18 @@ impl Sharding {
         .map_err(to_py)?
         .with_dealing(dealing)
         .with_permutation(Version::named(&field::<String>(config, "permutation")?).map_err(to_py)?);
+        let exclude = config.getattr("exclude")?;
+        let inner = match exclude.cast::<Exclusions>() {
+            Ok(set) => inner
+                .with_exclusions(set.get().inner.clone())
+                .map_err(to_py)?,
+            Err(_) if exclude.is_none() => inner,
+            Err(_) => {
+                return Err(PyTypeError::new_err(
+                    "the configuration's exclude must be an Exclusions or None",
+                ))
+            }
+        };
         Ok(Sharding { inner })
     }
 
@@ -51,6 +66,20 @@ impl Sharding {
     #[getter]
     fn dealing(&self) -> &'static str {
         self.inner.dealing.name()
+    }
+
+    /// Samples an epoch deals: `n` less the excluded.
+    #[getter]
+    fn kept(&self) -> u64 {
+        self.inner.kept()
+    }
+
+    /// This epoch's resume point for a state saved by `saved` after `consumed` of its
+    /// positions (`saved` may exclude fewer samples).
+    fn resume_from(&self, saved: &Sharding, consumed: u64) -> PyResult<u64> {
+        self.inner
+            .resume_from(&saved.inner, consumed)
+            .map_err(to_py)
     }
 
     /// The most global positions an epoch can consume.

@@ -34,3 +34,9 @@ def excluded_ranks(rank: int, world: int, n: int, exclude: list[int], differ: bo
         "items": [int(i) for batch in loader for i in batch],
         "covered": sampler.verify_distributed().covered,
     }
+
+
+def read_shard(shard: int) -> list[int]:
+    """Shard ``shard``'s elements: ``shard * 1000 + j`` for ``j < 3 + shard * 7 % 11``
+    (shards of uneven lengths)."""
+    return [shard * 1000 + j for j in range(3 + shard * 7 % 11)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
 from typing import Any, Callable, Generic, Optional, TypeVar
 
 import torch.distributed as dist
@@ -14,6 +14,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from .._validation import as_int
 from ..mesh import MeshDim, from_mesh
+from .iterable_resume import check_layer, left_over, loader_layer
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -134,6 +135,7 @@ def shard_iterable(
     even: bool = False,
     device_mesh: Any = None,
     mesh_dim: Optional[MeshDim] = None,
+    resumed: Sequence[Mapping[str, Any]] = (),
 ) -> Iterator[Any]:
     r"""The part of ``source`` that belongs to this (rank, DataLoader worker).
 
@@ -168,6 +170,9 @@ def shard_iterable(
             data-parallel coordinate (tensor or pipeline peers) read the same elements;
             the process group's rank would give each of them a different part.
         mesh_dim (str or tuple of str, optional): the data-parallel dimension name(s).
+        resumed (sequence of Mapping, optional): what earlier runs read (the ``layers`` of
+            :meth:`ShardedIterable.state_dict`): only the elements none of them took are
+            dealt, by stride over what is left.
 
     Example::
 
@@ -180,18 +185,39 @@ def shard_iterable(
         yield from _hf_part(source, rank, world_size, even)
         return
     me, count = consumer(rank, world_size)
+    if resumed:
+        shards = [source] if open_shard is None else [open_shard(shard) for shard in _shard_list(source)]
+        yield from _stride(left_over(shards, resumed), me, count, even)
+        return
     if open_shard is None:
         yield from _stride(source, me, count, even)
         return
-    shards = list(source)
-    if not shards:
-        raise ValueError("source is an empty list of shards")
-    if len(shards) % count == 0 and not even:
+    shards = _shard_list(source)
+    if deals_whole_shards(len(shards), count, even):
         for shard in shards[me::count]:
             yield from open_shard(shard)
         return
     elements = (element for shard in shards for element in open_shard(shard))
     yield from _stride(elements, me, count, even)
+
+
+def _shard_list(source: Iterable[Any]) -> list[Any]:
+    shards = list(source)
+    if not shards:
+        raise ValueError("source is an empty list of shards")
+    return shards
+
+
+def deals_whole_shards(shards: int, consumers: int, even: bool) -> bool:
+    """Whether a fresh run deals whole shards (each consumer opens only its own): when they
+    divide the consumers, and counts need not be even.
+
+    Args:
+        shards (int): the source's shards.
+        consumers (int): ranks x DataLoader workers.
+        even (bool): every consumer yields as many elements.
+    """
+    return shards % consumers == 0 and not even
 
 
 def _is_hf_iterable(source: Any) -> bool:
@@ -247,6 +273,7 @@ class ShardedIterable(IterableDataset[T], Generic[T]):
         world_size, rank = from_mesh(world_size, rank, device_mesh, mesh_dim, ("world_size", "rank"))
         self.rank, self.world_size = rank_and_world(rank, world_size)
         self.even = even
+        self._resumed: tuple[dict[str, Any], ...] = ()  # what earlier runs read (load_state_dict)
 
     def __iter__(self) -> Iterator[T]:
         return shard_iterable(
@@ -255,4 +282,77 @@ class ShardedIterable(IterableDataset[T], Generic[T]):
             rank=self.rank,
             world_size=self.world_size,
             even=self.even,
+            resumed=self._resumed,
         )
+
+    def state_dict(self, loader: Any, consumed_batches: Optional[int] = None) -> dict[str, Any]:
+        """What the run has read, so that a run on any number of ranks, workers and batch
+        size reads every other element exactly once (:meth:`load_state_dict`): the runs
+        before this one and this one, each as a few numbers (no element is stored).
+
+        Ranks are assumed in lockstep (every rank's loop took as many batches, as under
+        DDP), and every DataLoader worker's batches full but at the end of its part.
+
+        Args:
+            loader: the DataLoader iterating this dataset (or its iterator), for its
+                workers and batch size.
+            consumed_batches (int, optional): batches this rank's loop took from
+                ``loader`` in this run. Default: what ``loader`` delivered (its
+                iterator's count, when it has one: pass the iterator, or use
+                ``persistent_workers=True``).
+
+        Example::
+
+            >>> docs = ShardedIterable(files, open_shard=read_jsonl)
+            >>> batches = iter(DataLoader(docs, batch_size=2))
+            >>> first = next(batches)
+            >>> state = docs.state_dict(batches)  # one batch read
+            >>> resumed = ShardedIterable(files, open_shard=read_jsonl)
+            >>> resumed.load_state_dict(state)  # on any world size and worker count
+        """
+        if self.open_shard is None and _is_hf_iterable(self.source):
+            raise TypeError(
+                "a datasets.IterableDataset keeps its own state: use its state_dict() "
+                "(datasets >= 2.18) instead of ShardedIterable.state_dict()"
+            )
+        workers = max(1, int(getattr(loader, "num_workers", getattr(loader, "_num_workers", 1)) or 1))
+        whole = (
+            not self._resumed
+            and self.open_shard is not None
+            and deals_whole_shards(self._num_shards(), self.world_size * workers, self.even)
+        )
+        layer = loader_layer(loader, "shards" if whole else "stride", self.world_size, consumed_batches)
+        return {
+            "dealt_by": "ShardedIterable",
+            "shards": self._num_shards() if self.open_shard is not None else None,
+            "layers": [*self._resumed, layer],
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continues after the runs a :meth:`state_dict` recorded: iterating reads only the
+        elements none of them took, dealt by stride to this run's ranks and workers (every
+        consumer reads the whole source and keeps its part of what is left).
+
+        Args:
+            state (Mapping): a dict saved by :meth:`state_dict`, on any world size.
+        """
+        if not isinstance(state, Mapping) or state.get("dealt_by") != "ShardedIterable":
+            raise ValueError("state_dict was not saved by ShardedIterable.state_dict(): pass that dict")
+        shards = self._num_shards() if self.open_shard is not None else None
+        if state.get("shards") != shards:
+            raise ValueError(
+                f"state_dict was saved over {state.get('shards')} shards, this dataset has {shards}: "
+                "build it over the same source to resume"
+            )
+        layers = state.get("layers")
+        if not isinstance(layers, (list, tuple)):
+            raise ValueError("state_dict['layers'] must be a list: pass a dict saved by state_dict()")
+        self._resumed = tuple(check_layer(layer) for layer in layers)
+
+    def _num_shards(self) -> int:
+        if not isinstance(self.source, Sized):
+            raise TypeError(
+                "a resumable ShardedIterable over shards needs a list of shards (len() of it), "
+                f"got {type(self.source).__name__}"
+            )
+        return len(self.source)

@@ -40,3 +40,21 @@ def read_shard(shard: int) -> list[int]:
     """Shard ``shard``'s elements: ``shard * 1000 + j`` for ``j < 3 + shard * 7 % 11``
     (shards of uneven lengths)."""
     return [shard * 1000 + j for j in range(3 + shard * 7 % 11)]
+
+
+def scheduled_ranks(rank: int, world: int, differ: bool) -> dict:
+    """Every rank sets new weights mid-run (rank 1 other ones when ``differ``): the
+    items this rank read through a DataLoader with workers, or the error."""
+    from permshard.data import MixedDataset
+
+    ds = MixedDataset([list(range(100)), list(range(1000, 1060))], [0.5, 0.5], num_samples=240)
+    sampler = ShardedSampler(ds, shuffle=False)
+    loader = DataLoader(ds, sampler=sampler, batch_size=4, num_workers=2, persistent_workers=True)
+    batches = iter(loader)
+    read = [int(x) for _, batch in zip(range(5), batches) for x in batch]
+    weights = [0.8, 0.2] if not (differ and rank == 1) else [0.7, 0.3]
+    error = expect_error(lambda: ds.set_weights(weights, start=160))
+    if differ:
+        return {"error": error}
+    read += [int(x) for batch in batches for x in batch]
+    return {"read": read, "stages": ds.mixture.stages}

@@ -171,7 +171,18 @@ def _iterable_packing(out: str) -> None:
     assert sum(int(s) for _, s, _ in lines) == int(lines[0][2]) > 0
 
 
+def _online_mixing(out: str) -> None:
+    lines = re.findall(r"rank (\d)/2: (\d+) steps, (\d+) weight changes, first at (\d+)", out)
+    assert sorted(r for r, *_ in lines) == ["0", "1"]
+    # 12,000 positions over 2 ranks in batches of 32: 188 steps; the controller runs 6 times,
+    # the first after 25 steps (1,600 positions) plus what the workers prefetched.
+    assert {tuple(rest) for _, *rest in lines} == {(lines[0][1], "6", lines[0][3])}
+    assert lines[0][1] == "188" and int(lines[0][3]) >= 1600
+    assert "resumed schedule equals the run's: True" in out
+
+
 EXAMPLES = {
+    "online_mixing.py": _online_mixing,
     "ddp_train.py": _ddp_train,
     "accelerate_train.py": _accelerate_train,
     "stateful_resume.py": _stateful_resume,

@@ -288,6 +288,9 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
                     agreed=[consensus.Agreed("start", self._start, consensus.FIX_RESUME), *self._agreed()],
                 )
             self._agreed_epoch = config.epoch
+        read_by = getattr(self.dataset, "read_by", None)
+        if callable(read_by):  # a dataset that checks changes against what was handed out
+            read_by(self)
         part = self._partition_of(config, self._start)
         prefetch = None
         if config.block_size and callable(getattr(self.dataset, "prefetch", None)):
@@ -386,6 +389,15 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
         """The partition of the pass being run (or the next one)."""
         return self._partition(self.epoch, self._pass_start())
 
+    def next_unhanded_position(self) -> int:
+        """The first global position of the epoch that no rank has handed out yet, ranks in
+        lockstep: the pass's resume point plus a round of ranks per item this rank yielded
+        (prefetched items included). A change of what a position reads
+        (``MixedDataset.set_weights``) may start there or later."""
+        current = self._pass
+        yielded = current.yielded() if current is not None and current.epoch == self.epoch else 0
+        return int(self._current_partition().consumed_after(yielded))
+
     def consumed_after(self, items: int) -> int:
         """Global samples of the epoch consumed once every rank has taken ``items`` items
         of the pass being run (or the next one): the pass's resume point plus ``items``
@@ -469,7 +481,12 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
                     f"({end}), counted in global samples from the start of epoch "
                     f"{self.epoch}; got {consumed}"
                 )
-        return self.config.state_dict(consumed)
+        state = self.config.state_dict(consumed)
+        schedule = getattr(self.dataset, "schedule_state", None)
+        changes = schedule() if callable(schedule) else None
+        if changes is not None:
+            state["schedule"] = changes  # the dataset's weights changed at run time
+        return state
 
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> None:
         """Restores a resume point saved by :meth:`state_dict`, possibly with another
@@ -482,11 +499,21 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
             strict (bool, optional): refuse keys this sampler does not save (``False``
                 ignores them). Default: ``True``.
         """
+        schedule = state_dict.get("schedule") if isinstance(state_dict, Mapping) else None
+        if schedule is not None and not callable(getattr(self.dataset, "load_schedule", None)):
+            raise ValueError(
+                "state_dict carries weights changed at run time (schedule), but this sampler's dataset "
+                f"({type(self.dataset).__name__}) is not a MixedDataset: build the sampler over the run's dataset"
+            )
+        if isinstance(state_dict, Mapping):
+            state_dict = {k: v for k, v in state_dict.items() if k != "schedule"}
         saved, consumed = ShardConfig.from_state_dict(state_dict, strict=strict)
         # The state's epoch, continued with the order it names; nothing else changes.
         config = self.config.replace(permutation=saved.permutation, epoch=saved.epoch)
         config.check_resumable(saved)
         start = config.resume_point(saved, consumed)  # more exclusions: the first sample not reached
+        if schedule is not None:
+            self.dataset.load_schedule(schedule)  # type: ignore[attr-defined]
         self.__dict__["config"] = config
         self._start = start
         self._pass = None

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import weakref
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional, Union
 
 import numpy as np
 from torch.utils.data import Dataset
 
+from .._validation import as_positive, as_u64
 from ..mixture import MIX_ALGORITHM, Mixture, as_floats
+from .schedule import ScheduleChanges
 
 _WEIGHTS_IN = ("samples", "tokens")
 
@@ -47,6 +50,9 @@ class MixedDataset(Dataset[Any]):
         algorithm (str, optional): the permutation of the mixture's passes, ``"perm-v2"``
             (mix-v2) or ``"perm-v1"`` (mix-v1, 0.3's: pass it to continue a run started
             before 0.4); the ids ``"mix-v2"``, ``"mix-v1"`` too. Default: ``"mix-v2"``.
+        max_changes (int, optional): how many times :meth:`set_weights` may change the
+            weights while the run goes (a table of that many rows, shared with the
+            DataLoader workers). Default: ``64``.
 
     Example::
 
@@ -64,6 +70,7 @@ class MixedDataset(Dataset[Any]):
         stages: Sequence[tuple[int, Sequence[float]]] = (),
         weights_in: str = "samples",
         algorithm: str = MIX_ALGORITHM,
+        max_changes: int = 64,
     ) -> None:
         if isinstance(datasets, (str, bytes)) or not isinstance(datasets, Sequence):
             raise TypeError(f"datasets must be a sequence of datasets, got {type(datasets).__name__}")
@@ -100,6 +107,8 @@ class MixedDataset(Dataset[Any]):
         self.mixture = mixture
         # The sources as one dataset (see __getitems__), or False: built on first use.
         self._joined: Any = None
+        self._changes = ScheduleChanges(mixture, as_positive("max_changes", max_changes))
+        self._reader: Any = None  # the sampler reading this dataset, told by read_by()
 
     def _per_sample(self, weights: Sequence[float]) -> list[float]:
         """Token shares as sample shares: each weight divided by its source's tokens."""
@@ -176,8 +185,102 @@ class MixedDataset(Dataset[Any]):
     def __len__(self) -> int:
         return len(self.mixture)
 
+    # -- weights changed while the run goes ------------------------------------------------
+
+    def set_weights(self, weights: Sequence[float], *, start: int) -> None:
+        """From mixture position ``start`` on, read the sources in proportion to ``weights``:
+        the stream then equals that of a ``MixedDataset`` built with
+        ``stages=[..., (start, weights)]``, item for item, in the main process and in every
+        DataLoader worker (any start method, persistent workers included: the changes
+        live in a table shared with them). A source's passes continue across the change.
+
+        Call it on every rank with the same arguments, like ``set_epoch``: under
+        ``torch.distributed`` the ranks compare them (a ``ShardingError`` on every rank
+        if one differs). ``start`` must be a position the sampler reading this dataset
+        (``ShardedSampler(ds, shuffle=False)``) has not handed out on any rank yet. The
+        sampler's ``state_dict()`` carries the changes; its ``load_state_dict`` restores
+        them into a dataset built with the run's first arguments.
+
+        Args:
+            weights (sequence of float): one weight per source (in ``weights_in``'s unit).
+            start (int): the first mixture position read with them.
+
+        Raises:
+            ValueError: bad weights, a ``start`` already handed out or not after the last
+                change, a shuffled sampler (the stages would follow permuted positions,
+                not training time: use ``shuffle=False``), or ``max_changes`` used up.
+
+        Example::
+
+            >>> ds = MixedDataset([web, code], [0.7, 0.3], num_samples=10_000)
+            >>> ds.set_weights([0.5, 0.5], start=4_000)
+            >>> ds.mixture.stages
+            ((4000, (0.5, 0.5)),)
+        """
+        start = as_u64("start", start)
+        if self.weights_in == "tokens":
+            weights = self._per_sample(weights)
+        floats = as_floats(weights)
+        self._check_reader(start)
+        self._changes.check_agreed(start, floats)
+        self._changes.append(start, floats)
+        self.mixture = self._changes.mixture()
+
+    def read_by(self, sampler: Any) -> None:
+        """Told by a ``ShardedSampler`` as it starts a pass over this dataset (the protocol
+        :meth:`set_weights` checks ``start`` against; nothing is kept in workers). A
+        shuffled sampler over a changed schedule is refused.
+
+        Args:
+            sampler (ShardedSampler): the sampler reading this dataset.
+        """
+        if sampler.shuffle and self._changes.count:
+            raise ValueError(
+                "this MixedDataset's weights were changed at run time (set_weights), which follows "
+                "mixture positions; a shuffled sampler reads them out of order. Use "
+                "ShardedSampler(ds, shuffle=False)"
+            )
+        self._reader = weakref.ref(sampler)
+
+    def _check_reader(self, start: int) -> None:
+        sampler = self._reader() if self._reader is not None else None
+        if sampler is None:
+            return
+        if sampler.shuffle:
+            raise ValueError(
+                "set_weights changes the weights at a mixture position, and this dataset is read by a "
+                "shuffled sampler (positions permuted: the change would not follow training time). "
+                "Use ShardedSampler(ds, shuffle=False)"
+            )
+        earliest = sampler.next_unhanded_position()
+        if start < earliest:
+            raise ValueError(
+                f"start={start} is a mixture position the sampler has already handed out (or its "
+                f"round of ranks has); the earliest allowed now is {earliest}"
+            )
+
+    def schedule_state(self) -> Optional[dict[str, Any]]:
+        """The run-time changes, for a sampler's state dict (``None`` without any)."""
+        return self._changes.state()
+
+    def load_schedule(self, state: Mapping[str, Any]) -> None:
+        """Restores the changes of :meth:`schedule_state` (a state of this dataset's first
+        arguments only).
+
+        Args:
+            state (Mapping): ``state_dict["schedule"]`` of a sampler over this dataset.
+        """
+        self._changes.load(state)
+        self.mixture = self._changes.mixture()
+
+    def _current(self) -> Mixture:
+        """The mixture with every change made so far (a worker sees them here)."""
+        if self._changes.changed_since(self.mixture):
+            self.mixture = self._changes.mixture()
+        return self.mixture
+
     def __getitem__(self, position: int) -> Any:
-        source, index = self.mixture[position]
+        source, index = self._current()[position]
         return self.datasets[source][index]
 
     def __getitems__(self, positions: list[int]) -> Any:
@@ -187,7 +290,7 @@ class MixedDataset(Dataset[Any]):
         concatenation (:meth:`~permshard.data.TokenWindows.concatenate`): one call, and the
         batch its ``__getitems__`` returns. Other sources are fetched source by source
         (their ``__getitems__`` where they have one) into a list."""
-        sources, indices = self.mixture.at_positions(positions)
+        sources, indices = self._current().at_positions(positions)
         if self._joined is None:
             self._joined = self._join()
         if self._joined is not False:
@@ -216,6 +319,7 @@ class MixedDataset(Dataset[Any]):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_joined"] = None  # rebuilt where it is used
+        state["_reader"] = None  # the main process's sampler
         return state
 
     def __repr__(self) -> str:

@@ -212,9 +212,11 @@ def test_examples_run_under_torchrun(script):
 
 def test_mix_prints_realised_proportions(capsys):
     assert cli.main(["mix", "--sizes", "1e6,1e5", "--weights", "0.7,0.3", "-n", "1e7"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    table, summary = capsys.readouterr().out.split("\n\n")
+    lines = table.splitlines()
     assert lines[0].startswith("Mixture(sizes=[1000000, 100000], weights=[0.7, 0.3], num_samples=10000000")
     rows = {int(line.split()[0].replace(",", "")): line.split()[1:] for line in lines[3:]}
+    assert summary.strip() == str(Mixture([10**6, 10**5], [0.7, 0.3], 10**7).summary())
     m = Mixture([10**6, 10**5], [0.7, 0.3], 10**7)
     for n, (share0, share1, worst) in rows.items():
         c = m.counts(n)

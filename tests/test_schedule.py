@@ -135,3 +135,22 @@ def test_ranks_must_set_the_same_weights():
         assert result["read"] == [reference[p] for p in range(rank, 240, 2)]
     errors = launch(stream_workers.scheduled_ranks, 2, True)
     assert all("ShardingError" in r["error"] and "set_weights" in r["error"] for r in errors)
+
+
+def test_the_summary_counts_what_each_stage_reads(tmp_path):
+    ds = mixed()
+    ds.set_weights([0.1, 0.1, 0.8], start=250)
+    summary = ds.summary()
+    reads = [ds.mixture[p][0] for p in range(600)]  # brute force: the source of each position
+    for rows, (lo, hi) in zip(summary.stages, [(0, 250), (250, 600)]):
+        for row in rows:
+            assert (row.start, row.stop) == (lo, hi)
+            assert row.samples == reads[lo:hi].count(row.source)
+            assert row.passes == row.samples / len(SOURCES[row.source]) and row.tokens is None
+    assert [r.samples for r in summary.total] == [reads.count(s) for s in range(3)]
+    assert "stage 1 [250, 600)" in str(summary)
+    files = example_files(tmp_path)
+    blend = MixedDataset.from_data_path(
+        f"0.6 {files / 'web_text_document'} 0.4 {files / 'code_text_document'}", 64, 500
+    )
+    assert [r.tokens for r in blend.summary().total] == [r.samples * 64 for r in blend.summary().total]

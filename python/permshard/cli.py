@@ -297,6 +297,8 @@ def _mix(args: argparse.Namespace) -> int:
         worst = max(abs(x - e) for x, e in zip(c, expected(n)))
         realised = " ".join(f"{x / n:>12.6f}" for x in c[:shown])
         print(f"{n:>26,} {realised} {float(worst):>18.3f}")
+    print()
+    print(m.summary())
     return 0
 
 

@@ -10,6 +10,7 @@ import numpy.typing as npt
 
 from . import _core
 from ._validation import as_int, as_str, as_u64
+from .mixture_summary import MixtureSummary, summarize
 
 #: The algorithm id of the mixture map of new runs (mix-v2), named by certificates.
 MIX_ALGORITHM: str = _core.MIX_ALGORITHM
@@ -209,6 +210,17 @@ class Mixture:
             n (int): a number of positions from the start.
         """
         return self._inner.counts(as_u64("n", n))
+
+    def summary(self, tokens_per_sample: Optional[Sequence[Optional[int]]] = None) -> MixtureSummary:
+        """Each source's share, samples, tokens and passes (its repetition factor) per
+        stage and over the run, exact: what a schedule will read before training, and
+        what it read after a resume.
+
+        Args:
+            tokens_per_sample (sequence, optional): each source's tokens per sample, for
+                the tokens column.
+        """
+        return summarize(self, tokens_per_sample)
 
     def covering_length(self) -> int:
         """The shortest mixture that reads every source weighted in the last stage in

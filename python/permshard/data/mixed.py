@@ -13,6 +13,7 @@ from torch.utils.data import Dataset
 
 from .._validation import as_positive, as_u64
 from ..mixture import MIX_ALGORITHM, Mixture, as_floats
+from ..mixture_summary import MixtureSummary
 from .schedule import ScheduleChanges
 
 _WEIGHTS_IN = ("samples", "tokens")
@@ -184,6 +185,13 @@ class MixedDataset(Dataset[Any]):
 
     def __len__(self) -> int:
         return len(self.mixture)
+
+    def summary(self) -> MixtureSummary:
+        """What the mixture reads of each source per stage and over the run (run-time
+        changes included), tokens from each source's ``tokens_per_sample``; see
+        :meth:`permshard.Mixture.summary`."""
+        tokens = [getattr(d, "tokens_per_sample", None) for d in self.datasets]
+        return self._current().summary([t if isinstance(t, int) else None for t in tokens])
 
     # -- weights changed while the run goes ------------------------------------------------
 

@@ -144,9 +144,11 @@ def shard_iterable(
 
     * With ``open_shard``, ``source`` is a list of shards (e.g. file names) and
       ``open_shard(shard)`` yields a shard's elements. When the number of shards is a
-      multiple of the consumers, each consumer opens only its own shards (nobody reads
-      what it discards); otherwise every consumer reads all shards and keeps every
-      ``count``-th element.
+      multiple of the ranks, each rank opens only its own shards (no rank reads what it
+      discards), and its DataLoader workers take every ``num_workers``-th element of
+      them (so the workers' parts differ by one element at most, whatever the shards'
+      sizes, and a resume knows what each delivered); otherwise every consumer reads all
+      shards and keeps every ``count``-th element.
     * Without it, ``source`` yields the elements, and each consumer keeps every
       ``count``-th one.
     * A Hugging Face ``datasets.IterableDataset`` splits itself across DataLoader
@@ -193,9 +195,12 @@ def shard_iterable(
         yield from _stride(source, me, count, even)
         return
     shards = _shard_list(source)
-    if deals_whole_shards(len(shards), count, even):
-        for shard in shards[me::count]:
-            yield from open_shard(shard)
+    info = get_worker_info()
+    workers = info.num_workers if info is not None else 1
+    world = count // workers
+    if deals_whole_shards(len(shards), world, even):
+        mine = (element for shard in shards[me // workers :: world] for element in open_shard(shard))
+        yield from _stride(mine, me % workers, workers, even=False)
         return
     elements = (element for shard in shards for element in open_shard(shard))
     yield from _stride(elements, me, count, even)
@@ -208,16 +213,16 @@ def _shard_list(source: Iterable[Any]) -> list[Any]:
     return shards
 
 
-def deals_whole_shards(shards: int, consumers: int, even: bool) -> bool:
-    """Whether a fresh run deals whole shards (each consumer opens only its own): when they
-    divide the consumers, and counts need not be even.
+def deals_whole_shards(shards: int, ranks: int, even: bool) -> bool:
+    """Whether a fresh run deals whole shards to the ranks (each rank opens only its own,
+    its workers stride over them): when they divide the ranks, and counts need not be even.
 
     Args:
         shards (int): the source's shards.
-        consumers (int): ranks x DataLoader workers.
+        ranks (int): the data-parallel ranks.
         even (bool): every consumer yields as many elements.
     """
-    return shards % consumers == 0 and not even
+    return shards % ranks == 0 and not even
 
 
 def _is_hf_iterable(source: Any) -> bool:
@@ -315,11 +320,10 @@ class ShardedIterable(IterableDataset[T], Generic[T]):
                 "a datasets.IterableDataset keeps its own state: use its state_dict() "
                 "(datasets >= 2.18) instead of ShardedIterable.state_dict()"
             )
-        workers = max(1, int(getattr(loader, "num_workers", getattr(loader, "_num_workers", 1)) or 1))
         whole = (
             not self._resumed
             and self.open_shard is not None
-            and deals_whole_shards(self._num_shards(), self.world_size * workers, self.even)
+            and deals_whole_shards(self._num_shards(), self.world_size, self.even)
         )
         layer = loader_layer(loader, "shards" if whole else "stride", self.world_size, consumed_batches)
         return {

@@ -83,18 +83,18 @@ def _left_by_stride(elements: Iterator[T], layer: Mapping[str, Any]) -> Iterator
 
 
 def _left_by_shards(shards: Iterable[Iterable[T]], layer: Mapping[str, Any]) -> Iterator[T]:
-    """The elements a shards layer did not take: of each shard, what follows the part of
-    its consumer's stream (its shards in order) that the consumer took."""
-    consumers = layer["ranks"] * layer["workers"]
+    """The elements a shards layer did not take: shard ``s`` went to rank ``s mod W``,
+    whose stream (its shards in order) its workers took by stride."""
+    ranks, workers = layer["ranks"], layer["workers"]
     counts = taken(layer)
-    seen = [0] * consumers  # elements of each consumer's stream so far
+    seen = [0] * ranks  # elements of each rank's stream so far
     for s, shard in enumerate(shards):
-        c = s % consumers
-        limit = counts[c % layer["workers"]]
+        r = s % ranks
         for element in shard:
-            if seen[c] >= limit:
+            j = seen[r]
+            if j // workers >= counts[j % workers]:
                 yield element
-            seen[c] += 1
+            seen[r] += 1
 
 
 def left_over(shards: Iterable[Iterable[T]], layers: Sequence[Mapping[str, Any]]) -> Iterator[T]:

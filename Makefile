@@ -8,7 +8,7 @@ ifneq ($(wildcard $(PY)),)
 export PYO3_PYTHON := $(abspath $(PY))
 endif
 
-.PHONY: help demo docs test test-fast bench bench-megatron bench-mixture bench-blocks build build-fast lint lint-rust lint-py rust-test py-test clean
+.PHONY: help demo docs test test-fast bench bench-megatron bench-mixture bench-blocks bench-stream build build-fast lint lint-rust lint-py rust-test py-test clean
 
 # What the extension is built from: a build runs again only when one of them changed.
 SOURCES := Cargo.toml Cargo.lock pyproject.toml $(shell find rust -name '*.rs' -o -name Cargo.toml)
@@ -98,6 +98,11 @@ bench-loader: build  ## One rank's data path through a real DataLoader: today's 
 
 bench-proofs: build  ## The exact proofs side by side (inverse vs bitmap, 1e9 over 8 ranks, a rank's share of 1e12); writes docs/proofs.md
 	$(PY) benches/proofs_at_scale.py --n 1e9 --markdown docs/proofs.md
+
+bench-stream: build  ## WeightedShardedSampler vs WeightedRandomSampler, exclusions vs none; writes docs/stream.md
+	printf '# The stream over a run: measured\n\n`make bench-stream` (one run, side by side).\n' > docs/stream.md
+	$(PY) benches/weighted_vs_torch.py --markdown docs/stream.md
+	$(PY) benches/exclusions.py --markdown docs/stream.md
 
 bench-blocks: build  ## block-v1 vs perm-v1 on a cold page cache (writes a 4 GiB file in /tmp) and its quality table
 	$(PY) benches/block_order_cold_cache.py --gib 4 --markdown docs/block_order.md

@@ -87,13 +87,12 @@ def ln(x: float) -> float:
         e += 1
     s = (m - 1.0) / (m + 1.0)
     s2 = s * s
-    term = total = s
-    k = 3.0
-    while k <= 25.0:
-        term *= s2
-        total += term / k
-        k += 2.0
-    return 2.0 * total + float(e) * math.log(2.0)
+    total = 1.0 / 25.0  # Horner's rule, from the highest term
+    k = 23.0
+    while k >= 1.0:
+        total = total * s2 + 1.0 / k
+        k -= 2.0
+    return 2.0 * (s * total) + float(e) * math.log(2.0)
 
 
 def draws_without_replacement(weights: list[float], seed: int, epoch: int, k: int) -> list[int]:

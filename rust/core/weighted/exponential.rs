@@ -16,8 +16,13 @@ pub fn smallest_keys(weights: &[f64], key: u64, k: u64) -> Vec<u64> {
         if w <= 0.0 {
             continue;
         }
-        let e = exponential(splitmix64(key ^ splitmix64(i as u64)));
-        let item_key = e / w;
+        let u = uniform(splitmix64(key ^ splitmix64(i as u64)));
+        // -ln u >= 1 - u: a key whose lower bound is already past the k-th is out, and
+        // its logarithm is never computed (the common case once k keys are kept).
+        if kept.len() >= k && (1.0 - u) / w >= bound {
+            continue;
+        }
+        let item_key = -ln(u) / w;
         // Equal to the bound: a later index, so it sorts after the k-th (ties by index).
         if item_key < bound || kept.len() < k {
             kept.push((item_key, i as u64));
@@ -33,15 +38,15 @@ pub fn smallest_keys(weights: &[f64], key: u64, k: u64) -> Vec<u64> {
     kept.into_iter().map(|(_, i)| i).collect()
 }
 
-/// `-ln U` for `U = (h >> 11 + 1/2) / 2^53` in `(0, 1)`: an exponential variate.
-pub fn exponential(h: u64) -> f64 {
-    let u = ((h >> 11) as f64 + 0.5) * (1.0 / 9_007_199_254_740_992.0);
-    -ln(u)
+/// `U = (h >> 11 + 1/2) / 2^53` in `(0, 1)`.
+pub fn uniform(h: u64) -> f64 {
+    ((h >> 11) as f64 + 0.5) * (1.0 / 9_007_199_254_740_992.0)
 }
 
 /// The natural logarithm of a positive normal `x`, with IEEE `+ - * /` only (so the same
 /// bits on every machine): `x = m · 2^e` with `m` in `(√2/2, √2]`, and
-/// `ln m = 2·atanh(s) = 2(s + s³/3 + … + s²⁵/25)` for `s = (m − 1)/(m + 1)`, `|s| < 0.172`.
+/// `ln m = 2·atanh(s) = 2s(1 + s²/3 + … + s²⁴/25)` for `s = (m − 1)/(m + 1)`, `|s| < 0.172`,
+/// by Horner's rule.
 pub fn ln(x: f64) -> f64 {
     const LN_2: f64 = std::f64::consts::LN_2;
     const SQRT_2: f64 = std::f64::consts::SQRT_2;
@@ -54,19 +59,35 @@ pub fn ln(x: f64) -> f64 {
     }
     let s = (m - 1.0) / (m + 1.0);
     let s2 = s * s;
-    let (mut term, mut sum) = (s, s);
-    let mut k = 3.0;
-    while k <= 25.0 {
-        term *= s2;
-        sum += term / k;
-        k += 2.0;
-    }
-    2.0 * sum + e as f64 * LN_2
+    // Horner's rule from the highest term: multiplies and adds only (no division per term).
+    const ODD_RECIPROCALS: [f64; 12] = [
+        1.0 / 23.0,
+        1.0 / 21.0,
+        1.0 / 19.0,
+        1.0 / 17.0,
+        1.0 / 15.0,
+        1.0 / 13.0,
+        1.0 / 11.0,
+        1.0 / 9.0,
+        1.0 / 7.0,
+        1.0 / 5.0,
+        1.0 / 3.0,
+        1.0,
+    ];
+    let sum = ODD_RECIPROCALS
+        .iter()
+        .fold(1.0 / 25.0, |sum, &r| sum * s2 + r);
+    2.0 * (s * sum) + e as f64 * LN_2
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `-ln U` for the `U` of [`uniform`]: an exponential variate.
+    fn exponential(h: u64) -> f64 {
+        -ln(uniform(h))
+    }
 
     #[test]
     fn ln_agrees_with_the_platforms() {

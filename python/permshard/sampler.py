@@ -499,14 +499,15 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
             strict (bool, optional): refuse keys this sampler does not save (``False``
                 ignores them). Default: ``True``.
         """
-        schedule = state_dict.get("schedule") if isinstance(state_dict, Mapping) else None
+        schedule = None
+        if isinstance(state_dict, Mapping):  # else from_state_dict names the type
+            schedule = state_dict.get("schedule")
+            state_dict = {k: v for k, v in state_dict.items() if k != "schedule"}
         if schedule is not None and not callable(getattr(self.dataset, "load_schedule", None)):
             raise ValueError(
                 "state_dict carries weights changed at run time (schedule), but this sampler's dataset "
                 f"({type(self.dataset).__name__}) is not a MixedDataset: build the sampler over the run's dataset"
             )
-        if isinstance(state_dict, Mapping):
-            state_dict = {k: v for k, v in state_dict.items() if k != "schedule"}
         saved, consumed = ShardConfig.from_state_dict(state_dict, strict=strict)
         # The state's epoch, continued with the order it names; nothing else changes.
         config = self.config.replace(permutation=saved.permutation, epoch=saved.epoch)

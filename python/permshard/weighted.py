@@ -113,12 +113,7 @@ class WeightedShardedSampler(ShardedSampler):
         self._weights = as_weights(weights)
         self._replacement = replacement
         self._table = _core.Weights(self._weights, replacement)
-        if not replacement and num_samples > self._table.positive:
-            raise ValueError(
-                f"num_samples={num_samples} draws without replacement, but only "
-                f"{self._table.positive} of the {len(self._weights)} weights are positive; pass "
-                f"num_samples <= {self._table.positive} or replacement=True"
-            )
+        self._table.check_draws(num_samples)  # the core's rule, at construction
         self._draws: Optional[tuple[int, _core.EpochDraws]] = None
         super().__init__(
             num_samples,

@@ -320,15 +320,16 @@ class ShardedIterable(IterableDataset[T], Generic[T]):
                 "a datasets.IterableDataset keeps its own state: use its state_dict() "
                 "(datasets >= 2.18) instead of ShardedIterable.state_dict()"
             )
+        shards = self._num_shards() if self.open_shard is not None else None
         whole = (
             not self._resumed
-            and self.open_shard is not None
-            and deals_whole_shards(self._num_shards(), self.world_size, self.even)
+            and shards is not None
+            and deals_whole_shards(shards, self.world_size, self.even)
         )
         layer = loader_layer(loader, "shards" if whole else "stride", self.world_size, consumed_batches)
         return {
             "dealt_by": "ShardedIterable",
-            "shards": self._num_shards() if self.open_shard is not None else None,
+            "shards": shards,
             "layers": [*self._resumed, layer],
         }
 

@@ -231,8 +231,7 @@ class MixedDataset(Dataset[Any]):
         floats = as_floats(weights)
         self._check_reader(start)
         self._changes.check_agreed(start, floats)
-        self._changes.append(start, floats)
-        self.mixture = self._changes.mixture()
+        self.mixture = self._changes.append(start, floats)
 
     def read_by(self, sampler: Any) -> None:
         """Told by a ``ShardedSampler`` as it starts a pass over this dataset (the protocol
@@ -278,8 +277,7 @@ class MixedDataset(Dataset[Any]):
         Args:
             state (Mapping): ``state_dict["schedule"]`` of a sampler over this dataset.
         """
-        self._changes.load(state)
-        self.mixture = self._changes.mixture()
+        self.mixture = self._changes.load(state)
 
     def _current(self) -> Mixture:
         """The mixture with every change made so far (a worker sees them here)."""

@@ -34,8 +34,7 @@ class ScheduleChanges:
     Example::
 
         >>> changes = ScheduleChanges(Mixture([100, 50], [0.5, 0.5]), capacity=8)
-        >>> changes.append(60, [0.9, 0.1])
-        >>> changes.mixture().stages
+        >>> changes.append(60, [0.9, 0.1]).stages
         ((60, (0.9, 0.1)),)
     """
 
@@ -76,8 +75,9 @@ class ScheduleChanges:
         stages = self._stages(self.count) + list(extra)
         return Mixture(b.sizes, b.weights, b.num_samples, b.seed, stages=stages, algorithm=b.algorithm)
 
-    def append(self, start: int, weights: list[float]) -> None:
-        """Adds the change ``(start, weights)`` (checked as a stage first).
+    def append(self, start: int, weights: list[float]) -> Mixture:
+        """Adds the change ``(start, weights)`` (checked as a stage first); the mixture
+        with it.
 
         Args:
             start (int): the first position with the new weights.
@@ -94,10 +94,11 @@ class ScheduleChanges:
             raise ValueError(
                 f"start={start} must come after the last stage of the weights, at {stages[-1][0]}"
             )
-        self.mixture([(start, weights)])  # the core checks the weights and the start
+        changed = self.mixture([(start, weights)])  # the core checks the weights and the start
         self._starts[count] = start
         self._weights[count] = torch.tensor(weights, dtype=torch.float64)
         self._count[0] = count + 1  # last: a reader sees the row complete
+        return changed
 
     def check_agreed(self, start: int, weights: list[float]) -> None:
         """Under torch.distributed, every rank must change the weights alike, at the same
@@ -134,8 +135,8 @@ class ScheduleChanges:
         added = self._stages(count)[len(self.base.stages) :]
         return {"mixture": self.identity(), "changes": [[start, w] for start, w in added]}
 
-    def load(self, state: Mapping[str, Any]) -> None:
-        """Replaces the changes by those of :meth:`state`.
+    def load(self, state: Mapping[str, Any]) -> Mixture:
+        """Replaces the changes by those of :meth:`state`; the mixture with them.
 
         Args:
             state (Mapping): a dict :meth:`state` returned.
@@ -156,10 +157,12 @@ class ScheduleChanges:
                 f"changes; this dataset takes max_changes={len(self._starts)}"
             )
         self._count[0] = 0
+        restored = self.base
         for change in changes:
             if not isinstance(change, (list, tuple)) or len(change) != 2:
                 raise ValueError(f"a change must be [start, weights], got {change!r}")
-            self.append(int(change[0]), [float(w) for w in change[1]])
+            restored = self.append(int(change[0]), [float(w) for w in change[1]])
+        return restored
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -90,28 +90,33 @@ impl Weights {
         self.digest
     }
 
-    /// The draws of epoch `epoch`: `num_samples` positions of the stream keyed by `seed`.
-    /// Without replacement this draws the epoch's keys (O(N) time, O(num_samples) memory)
-    /// and refuses `num_samples` above [`Weights::positive`].
-    pub fn epoch(&self, seed: u64, epoch: u64, num_samples: u64) -> Result<EpochDraws, Error> {
+    /// `Ok` when an epoch of `num_samples` draws can be had: at least one, and without
+    /// replacement at most [`Weights::positive`].
+    pub fn check_draws(&self, num_samples: u64) -> Result<(), Error> {
         if num_samples == 0 {
             return Err(Error::Invalid(
                 "num_samples should be a positive integer value, but got num_samples=0".into(),
             ));
         }
+        if !self.replacement() && num_samples > self.positive {
+            return Err(Error::Invalid(format!(
+                "num_samples={num_samples} draws without replacement, but only {} of the \
+                 {} weights are positive; pass num_samples <= {} or replacement=True",
+                self.positive, self.len, self.positive
+            )));
+        }
+        Ok(())
+    }
+
+    /// The draws of epoch `epoch`: `num_samples` positions of the stream keyed by `seed`
+    /// (checked by [`Weights::check_draws`]). Without replacement this draws the epoch's
+    /// keys (O(N) time, O(num_samples) memory).
+    pub fn epoch(&self, seed: u64, epoch: u64, num_samples: u64) -> Result<EpochDraws, Error> {
+        self.check_draws(num_samples)?;
         let key = chain(DOMAIN, &[seed, epoch]);
         let kind = match &self.source {
             Source::Alias(table) => Kind::Alias(Arc::clone(table), key),
-            Source::Plain(weights) => {
-                if num_samples > self.positive {
-                    return Err(Error::Invalid(format!(
-                        "num_samples={num_samples} draws without replacement, but only {} of the \
-                         {} weights are positive; pass num_samples <= {} or replacement=True",
-                        self.positive, self.len, self.positive
-                    )));
-                }
-                Kind::Chosen(smallest_keys(weights, key, num_samples).into())
-            }
+            Source::Plain(weights) => Kind::Chosen(smallest_keys(weights, key, num_samples).into()),
         };
         Ok(EpochDraws { kind, num_samples })
     }

@@ -53,6 +53,11 @@ impl Weights {
         self.inner.digest()
     }
 
+    /// ValueError unless an epoch of `num_samples` draws can be had.
+    fn check_draws(&self, num_samples: u64) -> PyResult<()> {
+        self.inner.check_draws(num_samples).map_err(to_py)
+    }
+
     /// The draws of `epoch` keyed by `seed`: `num_samples` positions (GIL released).
     fn epoch(
         &self,

@@ -24,6 +24,8 @@ __all__ = [
     "__version__",
     "check_document_indices",
     "check_sequence_layout",
+    "gather_records",
+    "gather_windows",
     "BudgetShare",
     "BudgetStart",
     "CoverageShare",
@@ -327,6 +329,26 @@ def check_sequence_layout(
     lengths: npt.NDArray[np.uint8], pointers: npt.NDArray[np.uint8], itemsize: int
 ) -> int: ...
 def check_document_indices(indices: npt.NDArray[np.uint8], sequences: int) -> None: ...
+def gather_records(
+    source: npt.NDArray[np.uint8],
+    record_bytes: int,
+    indices: npt.NDArray[np.int64],
+    out: npt.NDArray[np.uint8],
+    threads: int = 0,
+) -> None: ...
+def gather_windows(
+    files: list[npt.NDArray[np.uint8]],
+    token_bytes: int,
+    signed: bool,
+    big_endian: bool,
+    starts: npt.NDArray[np.uint64],
+    bases: npt.NDArray[np.uint64],
+    shift: int,
+    stride: int,
+    indices: npt.NDArray[np.int64],
+    out: npt.NDArray[np.int64],
+    threads: int = 0,
+) -> None: ...
 
 @final
 class Weights:

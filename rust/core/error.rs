@@ -66,6 +66,15 @@ pub enum Error {
         /// The sample.
         sample: u64,
     },
+    /// An index into a sequence (a record, a window) outside `[-len, len)`.
+    IndexOutOfRange {
+        /// `"row"` or `"window"`.
+        what: &'static str,
+        /// The refused index.
+        index: i64,
+        /// The sequence's length.
+        len: u64,
+    },
     /// Any other argument the call cannot accept; the message names the value and the fix.
     Invalid(String),
     /// Memory for `bytes` bytes could not be had (e.g. the proof's bitmap for a huge `n`).
@@ -121,6 +130,10 @@ impl fmt::Display for Error {
                 f,
                 "cannot allocate {bytes} bytes for {what}; prove by the inverse instead \
                  (O(1) memory at any n, and split across the ranks)"
+            ),
+            Error::IndexOutOfRange { what, index, len } => write!(
+                f,
+                "{what} index {index} out of range for {len} {what}s: expected -{len} <= index < {len}"
             ),
             Error::Excluded { sample } => write!(f, "sample {sample} is excluded from the epoch"),
             Error::Invalid(msg) | Error::Violation(msg) => f.write_str(msg),

@@ -23,6 +23,8 @@
 //!   or without replacement, position → sample id ([`EpochDraws`]).
 //! * [`Exclusions`] — sample ids never to read; [`Excluding`] an order without them.
 //! * [`Fingerprint`] — an O(1)-memory summary of a multiset of sample ids.
+//! * [`gather_records`], [`gather_windows`] — a batch out of a memory map, windows cast to
+//!   int64 in the same pass.
 //! * [`check_sequence_layout`], [`check_document_indices`] — a Megatron `.idx`'s arrays.
 
 mod algorithm;
@@ -34,6 +36,7 @@ mod dealing;
 mod error;
 mod exclusion;
 mod fingerprint;
+mod gather;
 mod indexed;
 mod inverse_proof;
 mod mixture;
@@ -58,6 +61,7 @@ pub use dealing::{Dealing, Layout, Pass};
 pub use error::{range_len, Error};
 pub use exclusion::{Excluding, Exclusions};
 pub use fingerprint::Fingerprint;
+pub use gather::{gather_records, gather_windows, TokenType, WindowLayout};
 pub use indexed::{check_document_indices, check_sequence_layout};
 pub use inverse_proof::{
     judge, judge_alone, prove_against, prove_ranks, verify_inverse, Dealt, Failure, Share, OUTSIDE,

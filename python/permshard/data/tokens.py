@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import copy
 import os
+import sys
 from collections.abc import Sequence
 from typing import Any, Optional, Union
 
 import numpy as np
 import numpy.typing as npt
 import torch
-from numpy.lib.stride_tricks import sliding_window_view
 from torch.utils.data import Dataset
 
+from .. import _core
 from .._validation import as_int, as_positive, as_u64
 from ..epoch_index import epoch_of
 from .documents import DocumentBatch, collate_items
@@ -278,40 +279,34 @@ class TokenWindows(WindowProvenance, Dataset[Any]):
         stacks them) that also holds the stacked ``(len(indices), seq_len + 1)`` tensor,
         which :meth:`collate` hands over without a copy. With ``documents=True``, a
         :class:`~permshard.data.DocumentBatch` computed for the whole batch at once."""
-        idx = np.asarray(indices, dtype=np.int64)
-        n = len(self)
-        if idx.size and (idx.min() < -n or idx.max() >= n):
-            raise IndexError(f"window index out of range for {n} windows")
-        idx = np.where(idx < 0, idx + n, idx)
-        files, offsets = self._offsets(idx, indices)
-        views = self._windows()
-        # Each view's row o is tokens[o : o + seq_len + 1]: indexing it by offsets copies
-        # whole rows in the file's dtype, several times faster than an index grid.
-        if len(views) == 1:
-            raw = views[0][offsets]
-        else:
-            raw = np.empty((idx.size, self.seq_len + 1), dtype=self.dtype)
-            # Rows grouped by file with one sort: each file's rows are a slice of it.
-            order = np.argsort(files, kind="stable")
-            bounds = np.searchsorted(files[order], np.arange(len(views) + 1)).tolist()
-            for f, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
-                if a < b:
-                    rows = order[a:b]
-                    raw[rows] = views[f][offsets[rows]]
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        # The windows, cast to int64 in Rust straight into the batch tensor (page-locked
+        # when asked); an index out of range is an IndexError.
+        batch = torch.empty(
+            (idx.size, self.seq_len + 1),
+            dtype=torch.int64,
+            pin_memory=page_locked(self.pin_memory and not self.documents),
+        )
+        _core.gather_windows(
+            self._token_bytes(),
+            *self._token_type(),
+            *self._layout(),
+            self._shift_of(indices),
+            self.seq_len,
+            idx,
+            batch.numpy().reshape(-1),
+            torch.get_num_threads(),
+        )
         if not self.documents:
-            # The one cast, from the file's dtype into the batch tensor (page-locked when asked).
-            batch = torch.empty(
-                (idx.size, self.seq_len + 1), dtype=torch.int64, pin_memory=page_locked(self.pin_memory)
-            )
-            np.copyto(batch.numpy(), raw)
             return WindowBatch(batch)
-        text = raw.astype(np.int64)
+        text = batch.numpy()
         if self.eod_id is not None:
             # Megatron's rule: a document starts after every EOD input token.
             starts = np.zeros((idx.size, self.seq_len), dtype=np.bool_)
-            starts[:, 1:] = raw[:, : self.seq_len - 1] == self.eod_id
+            starts[:, 1:] = text[:, : self.seq_len - 1] == self.eod_id
         else:
-            starts = self._idx_starts(files, offsets)
+            n = len(self)
+            starts = self._idx_starts(*self._offsets(np.where(idx < 0, idx + n, idx), indices))
         return DocumentBatch(
             text,
             starts,
@@ -372,13 +367,23 @@ class TokenWindows(WindowProvenance, Dataset[Any]):
             self.attention_mask,
         )
 
-    def _windows(self) -> list[npt.NDArray[Any]]:
-        """Per file, a strided view whose row ``o`` is ``tokens[o : o + seq_len + 1]``
-        (no copy): indexing it by offsets copies whole rows, several times faster than an
-        index grid."""
+    def _token_bytes(self) -> list[npt.NDArray[np.uint8]]:
+        """Per file, its tokens' bytes: a flat uint8 view of the memmap (what the gather
+        reads)."""
         if self._views is None:
-            self._views = [sliding_window_view(m, self.seq_len + 1) for m in self._open()]
+            self._views = [m.view(np.ndarray).view(np.uint8) for m in self._open()]
         return self._views
+
+    def _token_type(self) -> tuple[int, bool, bool]:
+        """``(bytes, signed, big-endian)`` of a token, as the gather reads them."""
+        dtype = self.dtype
+        big = dtype.byteorder == ">" or (dtype.byteorder == "=" and sys.byteorder == "big")
+        return dtype.itemsize, dtype.kind == "i", big
+
+    def _layout(self) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
+        """``(starts, bases)`` as the gather reads them: file ``f`` holds windows
+        ``[starts[f], starts[f + 1])`` from token ``bases[f]`` on."""
+        return self.starts.astype(np.uint64), self.bases.astype(np.uint64)
 
     @property
     def tokens_per_sample(self) -> int:

@@ -8,6 +8,7 @@ mod budget;
 mod convert;
 mod errors;
 mod exclusion;
+mod gather;
 mod indexed;
 mod mixture;
 mod partition;
@@ -26,6 +27,8 @@ mod _core {
     use super::errors::ShardingError;
     #[pymodule_export]
     use super::exclusion::Exclusions;
+    #[pymodule_export]
+    use super::gather::{gather_records, gather_windows};
     #[pymodule_export]
     use super::indexed::{check_document_indices, check_sequence_layout};
     #[pymodule_export]

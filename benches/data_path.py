@@ -1,0 +1,268 @@
+"""The data path against its limits, side by side in one run: every row a ratio to a
+reference measured in the same run on the same machine.
+
+1. Records: ``MemmapRows`` (2^21 rows of 64 B, rank 0 of 4, batches of 1,024, a plain
+   DataLoader with ``num_workers=0``) against numpy's bare single-threaded ``np.take``
+   of as many random rows from the same map.
+2. Token windows: ``TokenWindows`` (50 M uint16 tokens, seq 1,024, batches of 32, the
+   same loader) against a plain memcpy of as many bytes (out of cache) and nanoGPT's
+   ``get_batch``.
+3. Blends: a mixture's map at random positions against consecutive ones (3 sources of
+   15,625 windows, up-sampled to 10^6 positions; and a Megatron-style blend of 8
+   sources, 10^8 positions, two with ~100 passes), mix-v2 against mix-v1; a blend's
+   ``__getitems__`` against its source's per item.
+4. perm-v2's ``take`` per index against perm-v1's at n = 10^9, on every SIMD level this
+   CPU has (a fresh process per level, ``PERMSHARD_SIMD``).
+5. One rank's share of the exact proof (n = 10^10 over 64 ranks) per item against a
+   ``take`` per index of the same order, one thread and two.
+
+Run: ``python benches/data_path.py [--only 1,3] [--seconds 2] [--markdown PATH]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+import permshard
+from permshard import Mixture, ShardedBatchSampler, ShardedSampler
+from permshard.data import MemmapRows, MixedDataset, TokenWindows
+
+WORLD, RANK = 4, 0
+
+
+def best_rate(run: Callable[[], int], seconds: float, rounds: int = 3) -> float:
+    """Items per second of ``run()`` (which returns the items it did), best of rounds of
+    about ``seconds / rounds`` each."""
+    best = 0.0
+    for _ in range(rounds):
+        began, items = time.perf_counter(), 0
+        while time.perf_counter() - began < seconds / rounds:
+            items += run()
+        best = max(best, items / (time.perf_counter() - began))
+    return best
+
+
+def loader_rate(dataset: Any, batch: int, collate: Any, seconds: float) -> float:
+    """Samples per second of one rank's epoch through a plain DataLoader (restarted when
+    it ends), best of three rounds."""
+    sampler = ShardedBatchSampler(ShardedSampler(dataset, WORLD, RANK, seed=1), batch)
+    loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=0)
+    state: dict[str, Any] = {"it": iter(loader)}
+
+    def step() -> int:
+        try:
+            return len(next(state["it"]))
+        except StopIteration:
+            state["it"] = iter(loader)
+            return len(next(state["it"]))
+
+    step()  # the map opened, the first pages touched
+    return best_rate(step, seconds)
+
+
+def records(folder: str, seconds: float) -> list[tuple[str, float, str]]:
+    rows, width, batch = 1 << 21, 16, 1024
+    path = os.path.join(folder, "rows.f32")
+    np.random.default_rng(0).standard_normal((rows, width)).astype(np.float32).tofile(path)
+    plain = np.memmap(path, dtype=np.float32, mode="r", shape=(rows, width)).view(np.ndarray)
+    plain.sum()  # in the page cache and mapped, as the loader's map will be
+    index_sets = [np.random.default_rng(k).integers(0, rows, batch) for k in range(64)]
+    out = np.empty((batch, width), np.float32)
+    turn = iter(range(1 << 62))
+
+    def take() -> int:
+        np.take(plain, index_sets[next(turn) % 64], axis=0, out=out)
+        return batch
+
+    numpy_rate = best_rate(take, seconds)
+    ours = loader_rate(MemmapRows(path, np.float32, (width,)), batch, MemmapRows.collate, seconds)
+    return [
+        ("records (64 B), rows/s", numpy_rate, "numpy `np.take`, one thread"),
+        ("records (64 B), rows/s", ours, "MemmapRows through a DataLoader"),
+    ]
+
+
+def windows(folder: str, seconds: float) -> list[tuple[str, float, str]]:
+    tokens, seq, batch = 50_000_000, 1024, 32
+    path = os.path.join(folder, "tokens.bin")
+    np.random.default_rng(1).integers(0, 50_000, tokens, dtype=np.uint16).tofile(path)
+    data = np.memmap(path, dtype=np.uint16, mode="r")
+    int(data.sum())
+    batch_bytes = batch * (seq + 1) * 8
+    source = np.ones(256 << 17, np.int64)  # 256 MiB: out of every cache
+    chunks = len(source) // (batch * (seq + 1))
+    dest = np.empty(batch * (seq + 1), np.int64)
+    turn = iter(range(1 << 62))
+
+    def memcpy() -> int:
+        k = next(turn) % chunks
+        np.copyto(dest, source[k * len(dest) : (k + 1) * len(dest)])
+        return batch_bytes
+
+    copy_rate = best_rate(memcpy, seconds)
+    rng = np.random.default_rng(2)
+
+    def get_batch() -> int:  # nanoGPT's, without the GPU copy
+        ix = rng.integers(0, len(data) - seq - 1, batch)
+        torch.stack([torch.from_numpy(data[i : i + seq + 1].astype(np.int64)) for i in ix])
+        return batch
+
+    nano = best_rate(get_batch, seconds)
+    ours = loader_rate(TokenWindows(path, seq), batch, TokenWindows.collate, seconds)
+    return [
+        ("token windows, bytes/s", copy_rate, "memcpy of as many bytes"),
+        ("token windows, bytes/s", ours * (seq + 1) * 8, "TokenWindows through a DataLoader"),
+        ("token windows, samples/s", nano, "nanoGPT `get_batch`"),
+        ("token windows, samples/s", ours, "TokenWindows through a DataLoader"),
+    ]
+
+
+def map_rates(m: Mixture, seconds: float) -> tuple[float, float]:
+    """Positions per second of a mixture's map: consecutive runs of 4,096 (``take``), and
+    random batches of 64 (``at_positions``, as a shuffled sampler asks)."""
+    n = len(m)
+    batches = [np.random.default_rng(k).integers(0, n, 64) for k in range(256)]
+    start, turn = iter(range(0, 1 << 62, 4096)), iter(range(1 << 62))
+
+    def consecutive() -> int:
+        s = next(start) % (n - 4096)
+        m.take(s, s + 4096)
+        return 4096
+
+    def shuffled() -> int:
+        m.at_positions(batches[next(turn) % 256])
+        return 64
+
+    return best_rate(consecutive, seconds), best_rate(shuffled, seconds)
+
+
+def blends(folder: str, seconds: float) -> list[tuple[str, float, str]]:
+    out: list[tuple[str, float, str]] = []
+    cases = {
+        "3 sources of 15,625, 10^6 positions": ([15_625] * 3, [1.0, 1.0, 1.0], 10**6),
+        "Megatron-style blend, 8 sources, 10^8 positions": (
+            [30_000, 60_000, 2_000_000, 5_000_000, 8_000_000, 12_000_000, 20_000_000, 40_000_000],
+            [0.03, 0.06, 0.05, 0.1, 0.12, 0.14, 0.2, 0.3],
+            10**8,
+        ),
+    }
+    for name, (sizes, weights, n) in cases.items():
+        for algorithm in ("mix-v1", "mix-v2"):
+            m = Mixture(sizes, weights, num_samples=n, algorithm=algorithm)
+            a, b = map_rates(m, seconds)
+            out.append((f"mixture map, {name}, positions/s", a, f"{algorithm}, consecutive positions"))
+            out.append((f"mixture map, {name}, positions/s", b, f"{algorithm}, random positions"))
+    # A blend's __getitems__ against its source's, on up-sampled token windows.
+    path = os.path.join(folder, "blend.bin")
+    np.random.default_rng(3).integers(0, 50_000, 15_625 * 64 + 1, dtype=np.uint16).tofile(path)
+    source = TokenWindows(path, 64)
+    blend = MixedDataset([source, source, source], [1.0, 1.0, 1.0], num_samples=10**6)
+    rows = [np.random.default_rng(k).integers(0, len(source), 64) for k in range(64)]
+    positions = [np.random.default_rng(k).integers(0, len(blend), 64) for k in range(64)]
+    turn = iter(range(1 << 62))
+    alone = best_rate(lambda: len(source.__getitems__(rows[next(turn) % 64])), seconds)
+    mixed = best_rate(lambda: len(blend.__getitems__(positions[next(turn) % 64])), seconds)
+    out.append(("blend of 3 up-sampled sources, items/s", alone, "the source's `__getitems__`"))
+    out.append(
+        ("blend of 3 up-sampled sources, items/s", mixed, "the blend's `__getitems__`, random positions")
+    )
+    return out
+
+
+_TAKE = """
+import json, time
+from permshard import Permutation, simd_level
+out = {"level": simd_level()}
+for algorithm in ("perm-v1", "perm-v2"):
+    p = Permutation(10**9, seed=1, algorithm=algorithm)
+    best = 0.0
+    for k in range(7):
+        began = time.perf_counter()
+        p.take(k << 22, (k + 1) << 22)
+        best = max(best, (1 << 22) / (time.perf_counter() - began))
+    out[algorithm] = best
+print(json.dumps(out))
+"""
+
+
+def rounds(folder: str, seconds: float) -> list[tuple[str, float, str]]:
+    out = []
+    for level in ("avx512", "avx2", "scalar"):
+        env = dict(os.environ, PERMSHARD_SIMD=level)
+        done = subprocess.run([sys.executable, "-c", _TAKE], env=env, capture_output=True, text=True)
+        if done.returncode:
+            continue  # this CPU lacks the level
+        rates = json.loads(done.stdout)
+        out.append((f"take at n = 10^9, {level}, indices/s", rates["perm-v1"], "perm-v1"))
+        out.append((f"take at n = 10^9, {level}, indices/s", rates["perm-v2"], "perm-v2"))
+    return out
+
+
+def proofs(folder: str, seconds: float) -> list[tuple[str, float, str]]:
+    n, w, rank = 10**10, 64, 5
+    p = permshard.Permutation(n, seed=0)
+    began = time.perf_counter()
+    p.take(0, 1 << 24)
+    take = (1 << 24) / (time.perf_counter() - began)
+    out = [("exact-proof share, n = 10^10 over 64, items/s", take, "`take` of the same order, one thread")]
+    for threads in (1, 2):
+        began = time.perf_counter()
+        cert = permshard.verify(n, w, rank=rank, threads=threads)
+        rate = cert.lengths[0] / (time.perf_counter() - began)
+        out.append(
+            ("exact-proof share, n = 10^10 over 64, items/s", rate, f"one rank's share, {threads} thread(s)")
+        )
+    return out
+
+
+SECTIONS = {1: records, 2: windows, 3: blends, 4: rounds, 5: proofs}
+
+
+def table(rows: list[tuple[str, float, str]]) -> str:
+    """Each group's first row is its reference (1.00)."""
+    lines = ["| measure | pipeline | per second | ratio to the first of its group |", "|---|---|---:|---:|"]
+    reference: dict[str, float] = {}
+    for group, rate, name in rows:
+        base = reference.setdefault(group, rate)
+        lines.append(f"| {group} | {name} | {rate:,.0f} | {rate / base:.2f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="1,2,3,4,5", help="sections to run, e.g. 1,3")
+    parser.add_argument("--seconds", type=float, default=3.0, help="time per measurement")
+    parser.add_argument("--markdown", help="also write the table to this file")
+    args = parser.parse_args()
+    rows: list[tuple[str, float, str]] = []
+    with tempfile.TemporaryDirectory() as folder:
+        for k in map(int, args.only.split(",")):
+            rows += SECTIONS[k](folder, args.seconds)
+    text = table(rows)
+    print(text)
+    header = (
+        f"One run on {os.cpu_count()} cores (SIMD: {permshard.simd_level()}), files in the page "
+        f"cache, rank {RANK} of {WORLD}; each group's first row is its reference, measured in the "
+        "same run."
+    )
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(
+                f"# The data path: measured\n\n`make bench-data` (one run, side by side).\n\n{header}\n\n{text}\n"
+            )
+
+
+if __name__ == "__main__":
+    main()

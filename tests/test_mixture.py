@@ -178,8 +178,13 @@ def test_random_access_both_ways():
     assert [m[p] for p in range(300)] == pairs
     assert m[-1] == pairs[-1]
     picked = [299, 3, 3, 150, 0]
-    s2, i2 = m.at_positions(picked)
-    assert list(zip(s2.tolist(), i2.tolist())) == [pairs[p] for p in picked]
+    # A list, int64 and uint32 arrays (read in place), a tuple: the same pairs.
+    for given in (picked, np.array(picked), np.array(picked, np.uint32), tuple(picked)):
+        s2, i2 = m.at_positions(given)
+        assert list(zip(s2.tolist(), i2.tolist())) == [pairs[p] for p in picked]
+    for negative in ([3, -1], np.array([3, -1])):
+        with pytest.raises(ValueError, match="a position must be >= 0, got -1"):
+            m.at_positions(negative)
     for s, size in enumerate(m.sizes):
         for i in range(size):
             assert m.locate(s, i) == [p for p, pair in enumerate(pairs) if pair == (s, i)]

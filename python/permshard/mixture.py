@@ -189,17 +189,16 @@ class Mixture:
             positions (sequence of int or 1-D integer array): positions in
                 ``[0, num_samples)``.
         """
+        if isinstance(positions, np.ndarray) and positions.ndim == 1 and positions.dtype.kind in "iu":
+            if positions.dtype.kind == "i" or positions.dtype.itemsize < 8:
+                return self._inner.at_positions(positions.astype(np.int64, copy=False))  # read in place
         plain: list[int]
         if type(positions) is list and all(type(p) is int for p in positions):  # a sampler's batch
             plain = positions
         else:
-            array = np.asarray(positions)
-            if array.ndim == 1 and array.dtype.kind in "iu":  # an array: converted in bulk
-                plain = array.tolist()
-            else:
-                plain = [as_int("position", p) for p in positions]
+            plain = [as_int("position", p) for p in np.asarray(positions).tolist()]
         if plain and min(plain) < 0:
-            raise ValueError(f"positions must be >= 0, got {min(plain)}")
+            raise ValueError(f"a position must be >= 0, got {min(plain)}")
         return self._inner.at_positions(plain)
 
     def counts(self, n: int) -> list[int]:

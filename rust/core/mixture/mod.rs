@@ -411,7 +411,7 @@ impl Mixture {
             }
             for group in order.chunk_by_mut(|&a, &b| sources[a] == sources[b]) {
                 if !group.windows(2).all(|w| pass_of(w[0]) <= pass_of(w[1])) {
-                    group.sort_by_key(|&i| pass_of(i));
+                    group.sort_unstable_by_key(|&i| pass_of(i)); // slots are written back by index
                 }
             }
         }
@@ -620,38 +620,43 @@ mod tests {
 
     #[test]
     fn batched_fills_agree_with_one_position_at_a_time() {
-        // Small sources (long walks, several passes in one call) beside a large one.
-        let m = Mixture::new(
-            &[100, 3, 1000, 70_000],
-            &[0.4, 0.1, 0.3, 0.2],
-            Some(20_000),
-            7,
-        )
-        .unwrap();
-        let one: Vec<(u64, u64)> = (0..20_000)
-            .map(|p| {
-                let (s, i) = m.at(p).unwrap();
-                (s as u64, i)
-            })
-            .collect();
-        let (mut sources, mut indices) = (vec![0u64; 15_000], vec![0u64; 15_000]);
-        m.fill(5_000, &mut sources, &mut indices).unwrap();
-        let filled: Vec<(u64, u64)> = sources
-            .iter()
-            .copied()
-            .zip(indices.iter().copied())
-            .collect();
-        assert_eq!(filled, one[5_000..]);
-        // Any order, repeats included; few slots (sorted) and many (counting sort).
-        let positions: Vec<u64> = (0..20_000u64).map(|k| (k * 7_919 + 13) % 20_000).collect();
-        for len in [5usize, 20_000] {
-            let (mut sources, mut indices) = (vec![0u64; len], vec![0u64; len]);
-            m.fill_at(&positions[..len], &mut sources, &mut indices)
-                .unwrap();
-            for (k, &p) in positions[..len].iter().enumerate() {
-                assert_eq!((sources[k], indices[k]), one[p as usize], "position {p}");
+        // Small sources (long walks, many passes in one call) beside a large one; mix-v2's
+        // kept tables also with room for a few only (orders dropped and built again).
+        let sizes = [100, 3, 1000, 70_000];
+        let base = Mixture::new(&sizes, &[0.4, 0.1, 0.3, 0.2], Some(20_000), 7).unwrap();
+        let cramped = Mixture {
+            passes: Passes::with_budget(&sizes, 2_500),
+            ..base.clone().with_version(Version::V2)
+        };
+        let mut seen = Vec::new();
+        for m in [base.clone(), base.with_version(Version::V2), cramped] {
+            let one: Vec<(u64, u64)> = (0..20_000)
+                .map(|p| {
+                    let (s, i) = m.at(p).unwrap();
+                    (s as u64, i)
+                })
+                .collect();
+            let (mut sources, mut indices) = (vec![0u64; 15_000], vec![0u64; 15_000]);
+            m.fill(5_000, &mut sources, &mut indices).unwrap();
+            let filled: Vec<(u64, u64)> = sources
+                .iter()
+                .copied()
+                .zip(indices.iter().copied())
+                .collect();
+            assert_eq!(filled, one[5_000..]);
+            // Any order, repeats included; few slots (sorted) and many (counting sort).
+            let positions: Vec<u64> = (0..20_000u64).map(|k| (k * 7_919 + 13) % 20_000).collect();
+            for len in [5usize, 64, 20_000] {
+                let (mut sources, mut indices) = (vec![0u64; len], vec![0u64; len]);
+                m.fill_at(&positions[..len], &mut sources, &mut indices)
+                    .unwrap();
+                for (k, &p) in positions[..len].iter().enumerate() {
+                    assert_eq!((sources[k], indices[k]), one[p as usize], "position {p}");
+                }
             }
+            seen.push(one);
         }
+        assert_eq!(seen[1], seen[2], "the kept tables change no position");
     }
 
     #[test]

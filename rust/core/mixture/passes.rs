@@ -1,49 +1,65 @@
 //! The pass orders of a mixture's small sources, kept between calls.
 //!
-//! A perm-v2 order of a source of at most 2^16 samples is an O(size) table, and a mixture
-//! of many small sources reads each source's pass a position or two per batch: rebuilt
-//! every time, the table would cost O(size) a position. Passes advance in order, so one
-//! slot per source (its latest pass) holds them; the slots of all sources together hold
-//! at most [`CACHED_ENTRIES`] table entries (sources past that bound rebuild theirs).
+//! A perm-v2 order of a source of at most 2^16 samples is an O(size) table (an exact
+//! shuffle: no position of it can be had without building it). A mixture that up-samples
+//! a small source reads many passes of it; a shuffled sampler asks for positions anywhere
+//! in the epoch, so the passes it touches are any of them, in any order. Rebuilt for each
+//! position, a table would cost O(size) a position; so the orders are kept, the least
+//! recently used dropped first once all of them together pass [`CACHED_ENTRIES`] table
+//! entries. Consecutive positions keep touching one pass per source, so they stay cheap
+//! however small the budget.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::permutation::Permutation;
 
-/// Table entries kept over all sources (4 bytes each: 16 MiB).
-const CACHED_ENTRIES: u64 = 1 << 22;
+/// Table entries kept over all sources (2 bytes each: 32 MiB, the inverses aside).
+const CACHED_ENTRIES: u64 = 1 << 24;
 
 /// Largest source whose order is a table (perm-v2's bound): larger ones are O(1) to build.
 const TABLED_MAX: u64 = 1 << 16;
 
-/// One source's latest pass order.
-type Slot = Option<(u64, Arc<Permutation>)>;
+/// What a kept order costs beyond its entries (the permutation, the maps' nodes).
+const KEPT_OVERHEAD: u64 = 64;
+
+/// `(source, pass)`.
+type Key = (usize, u64);
+
+#[derive(Debug, Default)]
+struct Kept {
+    /// Each kept order and when it was last used.
+    orders: HashMap<Key, (Arc<Permutation>, u64)>,
+    /// Uses so far (the clock of the last uses).
+    clock: u64,
+    /// Entries (and overheads) of the kept orders.
+    entries: u64,
+}
 
 #[derive(Debug)]
 pub(super) struct Passes {
-    /// Per source: whether its orders are kept.
-    kept: Vec<bool>,
-    slots: Mutex<Vec<Slot>>,
+    /// Per source: the cost of keeping one of its orders, `None` when it is not a table.
+    costs: Vec<Option<u64>>,
+    budget: u64,
+    kept: Mutex<Kept>,
 }
 
 impl Passes {
-    /// Slots for sources of `sizes`, the smallest sources first within the bound.
+    /// An empty store for sources of `sizes`.
     pub(super) fn new(sizes: &[u64]) -> Passes {
-        let mut by_size: Vec<usize> = (0..sizes.len())
-            .filter(|&s| sizes[s] <= TABLED_MAX)
+        Passes::with_budget(sizes, CACHED_ENTRIES)
+    }
+
+    /// As [`Passes::new`], keeping at most `budget` entries.
+    pub(super) fn with_budget(sizes: &[u64], budget: u64) -> Passes {
+        let costs = sizes
+            .iter()
+            .map(|&size| (size <= TABLED_MAX).then_some(size + KEPT_OVERHEAD))
             .collect();
-        by_size.sort_by_key(|&s| sizes[s]);
-        let (mut kept, mut total) = (vec![false; sizes.len()], 0u64);
-        for s in by_size {
-            if total + sizes[s] > CACHED_ENTRIES {
-                break;
-            }
-            total += sizes[s];
-            kept[s] = true;
-        }
         Passes {
-            slots: Mutex::new(vec![None; sizes.len()]),
-            kept,
+            costs,
+            budget,
+            kept: Mutex::new(Kept::default()),
         }
     }
 
@@ -54,24 +70,59 @@ impl Passes {
         pass: u64,
         build: impl FnOnce() -> Permutation,
     ) -> Arc<Permutation> {
-        if !self.kept[s] {
+        let Some(cost) = self.costs[s] else {
             return Arc::new(build());
-        }
-        if let Some((p, order)) = &self.lock()[s] {
-            if *p == pass {
-                return Arc::clone(order);
-            }
+        };
+        if let Some(order) = self.lock().touch((s, pass)) {
+            return order;
         }
         let order = Arc::new(build()); // outside the lock: other sources' reads go on
-        self.lock()[s] = Some((pass, Arc::clone(&order)));
+        let mut kept = self.lock();
+        if kept.touch((s, pass)).is_none() {
+            kept.insert((s, pass), Arc::clone(&order), cost, self.budget);
+        }
         order
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Slot>> {
-        // A panic elsewhere cannot leave a slot half-written: each holds a whole order.
-        self.slots
+    fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
+        // A panic elsewhere cannot leave the store half-written: each step keeps it whole.
+        self.kept
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Kept {
+    /// The kept order of `key`, marked as just used.
+    fn touch(&mut self, key: Key) -> Option<Arc<Permutation>> {
+        self.clock += 1;
+        let (order, used) = self.orders.get_mut(&key)?;
+        *used = self.clock;
+        Some(Arc::clone(order))
+    }
+
+    /// Keeps `order` (just used). Past `budget`, drops the least recently used orders
+    /// until a quarter of the budget is free: one sort per many insertions, so a use
+    /// costs a hash lookup, not an ordered index's upkeep.
+    fn insert(&mut self, key: Key, order: Arc<Permutation>, cost: u64, budget: u64) {
+        self.orders.insert(key, (order, self.clock));
+        self.entries += cost;
+        if self.entries <= budget {
+            return;
+        }
+        let mut by_use: Vec<(u64, Key)> = self
+            .orders
+            .iter()
+            .map(|(&k, &(_, used))| (used, k))
+            .collect();
+        by_use.sort_unstable();
+        for (_, oldest) in by_use {
+            if self.entries <= budget - budget / 4 || oldest == key {
+                break;
+            }
+            let (dropped, _) = self.orders.remove(&oldest).expect("kept");
+            self.entries -= dropped.len() + KEPT_OVERHEAD;
+        }
     }
 }
 
@@ -79,8 +130,9 @@ impl Clone for Passes {
     /// A copy keeps no orders: they are rebuilt on demand.
     fn clone(&self) -> Passes {
         Passes {
-            kept: self.kept.clone(),
-            slots: Mutex::new(vec![None; self.kept.len()]),
+            costs: self.costs.clone(),
+            budget: self.budget,
+            kept: Mutex::new(Kept::default()),
         }
     }
 }
@@ -89,31 +141,74 @@ impl Clone for Passes {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_smallest_sources_are_kept_within_the_bound() {
-        let sizes = [TABLED_MAX, 100, 1 << 20, TABLED_MAX, 5];
-        let passes = Passes::new(&sizes);
-        assert_eq!(passes.kept, [true, true, false, true, true]);
-        let many = vec![TABLED_MAX; 70];
-        let kept = Passes::new(&many).kept.iter().filter(|&&k| k).count() as u64;
-        assert_eq!(kept, CACHED_ENTRIES / TABLED_MAX);
+    fn order(size: u64, pass: u64, s: usize) -> Permutation {
+        Permutation::of_version(crate::Version::V2, size, 0, pass, s as u64).unwrap()
     }
 
     #[test]
-    fn a_source_keeps_its_latest_pass() {
+    fn only_tables_are_kept() {
+        let passes = Passes::new(&[TABLED_MAX, 100, TABLED_MAX + 1]);
+        assert_eq!(
+            passes.costs,
+            [
+                Some(TABLED_MAX + KEPT_OVERHEAD),
+                Some(100 + KEPT_OVERHEAD),
+                None
+            ]
+        );
+        let (a, b) = (
+            passes.get(2, 0, || order(TABLED_MAX + 1, 0, 2)),
+            passes.get(2, 0, || order(TABLED_MAX + 1, 0, 2)),
+        );
+        assert!(!Arc::ptr_eq(&a, &b));
+        assert!(passes.lock().orders.is_empty());
+    }
+
+    #[test]
+    fn passes_in_any_order_are_built_once_within_the_budget() {
         let passes = Passes::new(&[10, 20]);
         let mut built = 0;
         let mut get = |s: usize, pass: u64| {
             passes.get(s, pass, || {
                 built += 1;
-                Permutation::of_version(crate::Version::V2, 10, 0, pass, s as u64).unwrap()
+                order(10 * (s as u64 + 1), pass, s)
             })
         };
-        let a = get(0, 0);
-        assert!(Arc::ptr_eq(&a, &get(0, 0)));
-        get(1, 0);
-        get(0, 1);
-        assert!(!Arc::ptr_eq(&a, &get(0, 0)));
-        assert_eq!(built, 4);
+        let first = get(0, 3);
+        for pass in [7, 0, 3, 9, 1, 7, 3] {
+            get(0, pass);
+            get(1, pass);
+        }
+        assert!(Arc::ptr_eq(&first, &get(0, 3)));
+        assert_eq!(built, 2 * 5); // passes 0, 1, 3, 7, 9 of each source
+    }
+
+    #[test]
+    fn the_least_recently_used_order_goes_first() {
+        // Room for two orders of 10 entries.
+        let passes = Passes::with_budget(&[10], 2 * (10 + KEPT_OVERHEAD));
+        let mut built = Vec::new();
+        let mut get = |pass: u64| {
+            passes.get(0, pass, || {
+                built.push(pass);
+                order(10, pass, 0)
+            })
+        };
+        for pass in [0, 1, 0, 2, 0, 1] {
+            get(pass);
+        }
+        // 2 evicts 1 (0 was used since), then 0 too (down to 3/4 of the budget); 0 and 1
+        // are built again, and 1 then evicts the older two (2, 0).
+        assert_eq!(built, [0, 1, 2, 0, 1]);
+        let kept = passes.lock();
+        assert_eq!(kept.entries, 10 + KEPT_OVERHEAD);
+        assert_eq!(kept.orders.keys().collect::<Vec<_>>(), [&(0, 1)]);
+    }
+
+    #[test]
+    fn a_copy_keeps_nothing() {
+        let passes = Passes::new(&[10]);
+        passes.get(0, 0, || order(10, 0, 0));
+        assert!(passes.clone().lock().orders.is_empty());
     }
 }

@@ -1,12 +1,12 @@
 //! `_core.Mixture`: mix-v1 or mix-v2, weighted sources as a map from position to
 //! `(source, index)`.
 
-use numpy::PyArray1;
+use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 
 use permshard_core::{range_len, Version, MIX_ALGORITHMS};
 
-use crate::convert::{alloc, compute, int64_array};
+use crate::convert::{alloc, compute, int64_array, non_negative};
 use crate::errors::to_py;
 
 /// Two int64 arrays: the sources and the indices.
@@ -67,8 +67,17 @@ impl Mixture {
         as_arrays(py, sources, indices)
     }
 
-    /// Sources and indices at the given positions (any order).
-    fn at_positions<'py>(&self, py: Python<'py>, positions: Vec<u64>) -> PyResult<Pairs<'py>> {
+    /// Sources and indices at the given positions (any order): an int64 array (read in
+    /// place) or a sequence of ints.
+    fn at_positions<'py>(
+        &self,
+        py: Python<'py>,
+        positions: &Bound<'py, PyAny>,
+    ) -> PyResult<Pairs<'py>> {
+        let positions: Vec<u64> = match positions.cast::<PyArray1<i64>>() {
+            Ok(array) => non_negative(array.readonly().as_slice()?, "a position")?,
+            Err(_) => positions.extract()?,
+        };
         let count = positions.len() as u64;
         let (mut sources, mut indices) = (alloc(count)?, alloc(count)?);
         compute(py, count, || {

@@ -41,7 +41,7 @@ _MEASURE_CODE = textwrap.dedent(
     import json, resource, sys, time
     import numpy as np
     import permshard
-    from permshard.token_budget import TokenBudgetBatchSampler
+    from permshard._token_budget import TokenBudgetBatchSampler
 
     def peak_mib():
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

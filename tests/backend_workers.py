@@ -7,7 +7,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
 
 from permshard import ShardedBatchSampler, ShardedSampler
-from permshard.collectives import collective_device
+from permshard._collectives import collective_device
 
 
 def default_backend(rank: int, world: int, n: int) -> dict:

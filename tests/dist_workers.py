@@ -144,7 +144,7 @@ def _exact_budget_proofs(rank: int, world: int, n: int, w: int, r: int) -> dict:
     local proof; after a resume from 3 ranks; a plan broken on the last process."""
     import numpy as np
 
-    from permshard.token_budget import TokenBudgetBatchSampler
+    from permshard._token_budget import TokenBudgetBatchSampler
 
     lengths = np.clip(np.random.default_rng(3).lognormal(5.5, 0.8, size=n), 1, 4096).astype(np.int32)
 
@@ -527,7 +527,7 @@ def token_budget(rank: int, world: int, n: int) -> dict:
     with another budget caught by the consensus."""
     import numpy as np
 
-    from permshard.token_budget import TokenBudgetBatchSampler
+    from permshard._token_budget import TokenBudgetBatchSampler
 
     lengths = np.clip(np.random.default_rng(0).lognormal(5.5, 0.8, size=n), 1, 4096).astype(np.int64)
     sampler = TokenBudgetBatchSampler(lengths, 16384, seed=2, window=4096)
@@ -549,7 +549,7 @@ def accelerate_token_budget(rank: int, world: int, n: int, folder: str, steps) -
     from accelerate import Accelerator
 
     import permshard.accelerate
-    from permshard.token_budget import TokenBudgetBatchSampler
+    from permshard._token_budget import TokenBudgetBatchSampler
 
     accelerator = Accelerator(cpu=True)
     lengths = np.clip(np.random.default_rng(1).lognormal(5.5, 0.8, size=n), 1, 4096).astype(np.int64)

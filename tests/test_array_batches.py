@@ -15,10 +15,10 @@ from array_datasets import Recording, keep
 from torch.utils.data import DataLoader
 
 from permshard import ShardedBatchSampler, ShardedSampler
+from permshard._epoch_index import EpochIndices
+from permshard._token_budget import TokenBudgetBatchSampler
 from permshard.accelerate import StepBatchSampler
 from permshard.data import TokenWindows
-from permshard.epoch_index import EpochIndices
-from permshard.token_budget import TokenBudgetBatchSampler
 
 
 def batches(n, w, r, bs, *, cls=ShardedBatchSampler, drop_last=False, **kwargs):
@@ -143,7 +143,7 @@ def test_token_windows_gather_into_a_pinned_batch_when_asked(tmp_path, monkeypat
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch, "empty", recording_empty)
     pinned.__getitems__(idx)
-    monkeypatch.setattr("permshard.data.rows.get_worker_info", lambda: object())  # page_locked()
+    monkeypatch.setattr("permshard.data._rows.get_worker_info", lambda: object())  # page_locked()
     pinned.__getitems__(idx)
     plain.__getitems__(idx)
     assert asked == [True, False, False]

@@ -11,7 +11,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 from permshard import BlockPermutation, ShardedBatchSampler, ShardedSampler, verify
-from permshard.config import ShardConfig
+from permshard._config import ShardConfig
 
 
 def blocks_of_windows(p: BlockPermutation) -> list[set[int]]:

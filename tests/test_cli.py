@@ -10,7 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from permshard import Mixture, ShardedSampler, ShardingError, cli
+from permshard import Mixture, ShardedSampler, ShardingError
+from permshard import _cli as cli
 
 
 def run(*args: str, timeout: int = 120) -> subprocess.CompletedProcess[str]:
@@ -28,7 +29,7 @@ def test_help_on_every_command():
 def test_help_does_not_import_torch():
     script = (
         "import sys\n"
-        "from permshard.cli import main\n"
+        "from permshard._cli import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
         "print('torch' in sys.modules)"
     )

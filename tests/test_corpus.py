@@ -381,7 +381,7 @@ def test_weights_in_tokens_divides_by_tokens_per_sample(tmp_path):
 
 
 def test_cli_inspect_counts_and_validates(tmp_path, capsys):
-    from permshard.cli import main
+    from permshard._cli import main
 
     docs = corpus(tmp_path / "c", n_docs=1000)
     (tmp_path / "bad.idx").write_bytes(b"MMIDIDX\x00\x00" + bytes(10))
@@ -397,7 +397,7 @@ def test_cli_inspect_counts_and_validates(tmp_path, capsys):
 
 
 def test_cli_show_names_what_the_sampler_yields(tmp_path, capsys):
-    from permshard.cli import main
+    from permshard._cli import main
 
     corpus(tmp_path / "a", n_docs=300, seed=1)
     corpus(tmp_path / "b", n_docs=300, seed=2)

@@ -80,7 +80,7 @@ SESSIONS = _sessions()
 
 @pytest.mark.parametrize("name, argv, shown", SESSIONS, ids=[s[0] for s in SESSIONS])
 def test_the_cli_prints_what_the_docs_show(name, argv, shown, capsys):
-    from permshard.cli import main
+    from permshard._cli import main
 
     assert main(argv) == 0
     assert capsys.readouterr().out == shown, name

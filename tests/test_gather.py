@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from permshard import _core
+from permshard._epoch_index import EpochIndices
 from permshard.data import MemmapRows, TokenWindows
-from permshard.data.documents import DocumentBatch
-from permshard.epoch_index import EpochIndices
+from permshard.data._documents import DocumentBatch
 
 TOKEN_TYPES = [np.dtype(f"{order}{kind}{size}") for order in "<>" for kind in "ui" for size in (1, 2, 4, 8)]
 

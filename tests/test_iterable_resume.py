@@ -49,7 +49,10 @@ def run(world, workers, batch_size, steps, shards, state=None, method="fork", ev
         read += [int(x) for batch in taken for x in batch]
         if rank == 0:
             saved = ds.state_dict(iterator, consumed_batches=None if steps is None else len(taken))
-        del iterator
+        # Drained, not dropped mid-stream: the workers then end their loops themselves
+        # (spawned workers torn down mid-stream by a loaded machine were seen to abort).
+        for _ in iterator:
+            pass
     return read, saved
 
 

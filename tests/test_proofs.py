@@ -14,7 +14,7 @@ from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Subse
 
 import permshard
 from permshard import ShardedSampler, ShardingError, _core, check_loader, verify
-from permshard.proofs import check_not_presharded, dataset_fingerprint
+from permshard._proofs import check_not_presharded, dataset_fingerprint
 
 BOUNDARY_N = [1, 2, 3, 7, 2**10 - 1, 2**10, 2**10 + 1, 2**16 - 1, 2**16, 2**16 + 1, 2**20, 2**20 + 1]
 

@@ -12,8 +12,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from permshard import ShardedBatchSampler, ShardedSampler
+from permshard._epoch_index import EpochIndex, EpochIndices
 from permshard.data import MemmapRows, RowBatch
-from permshard.epoch_index import EpochIndex, EpochIndices
 
 
 @pytest.fixture

@@ -129,9 +129,9 @@ def test_the_algorithm_ids_and_epoch_index_are_exported():
     assert permshard.MIX_ALGORITHM == permshard.Mixture([1], [1.0], 1).algorithm == "mix-v2"
     assert (
         permshard.TokenBudgetBatchSampler([1], 1, 1, 0).config.algorithm
-        == permshard.token_budget.BUDGET_ALGORITHM
+        == permshard._token_budget.BUDGET_ALGORITHM
     )
-    assert permshard.token_budget.BUDGET_ALGORITHM == "budget-v2"
+    assert permshard._token_budget.BUDGET_ALGORITHM == "budget-v2"
     assert permshard.EpochIndex(5, 2).epoch == 2 and int(permshard.EpochIndex(5, 2)) == 5
     assert {"EpochIndex", "IDENTITY_ALGORITHM", "Certificate"} <= set(dir(permshard))
 
@@ -172,4 +172,50 @@ def test_the_public_names_are_sorted_and_resolve():
     assert permshard.__all__ == sorted(permshard.__all__)
     for name in permshard.__all__:
         assert getattr(permshard, name) is not None, name
-    assert permshard.BUDGET_ALGORITHM == permshard.token_budget.BUDGET_ALGORITHM == "budget-v2"
+    assert permshard.BUDGET_ALGORITHM == permshard._token_budget.BUDGET_ALGORITHM == "budget-v2"
+
+
+def test_the_public_surface_is_narrow():
+    """Public modules: the package, ``data`` and one per integration; everything else is
+    private and imported from ``permshard`` or ``permshard.data``."""
+    import pkgutil
+
+    import permshard.data
+
+    def public(package):
+        return sorted(m.name for m in pkgutil.iter_modules(package.__path__) if not m.name.startswith("_"))
+
+    assert public(permshard) == ["accelerate", "data", "grain", "integrations", "launch", "ray"]
+    assert public(permshard.data) == []
+    for name in permshard.data.__all__:
+        assert getattr(permshard.data, name) is not None, name
+
+
+def test_the_module_paths_of_0_4_import_with_a_warning():
+    import importlib
+    import subprocess
+    import sys
+
+    from permshard._moved import MOVED
+
+    for new in MOVED.values():  # every old path leads to a module that exists now
+        assert importlib.util.find_spec(new) is not None, new
+    # A fresh interpreter: the old paths are first imported there.
+    code = (
+        "import warnings\n"
+        "warnings.simplefilter('error', DeprecationWarning)\n"
+        "import permshard\n"
+        "try:\n"
+        "    from permshard.token_budget import TokenBudgetBatchSampler\n"
+        "except DeprecationWarning as e:\n"
+        "    print(e)\n"
+        "warnings.simplefilter('ignore', DeprecationWarning)\n"
+        "from permshard.token_budget import TokenBudgetBatchSampler\n"
+        "from permshard.data.tokens import TokenWindows\n"
+        "import permshard.sampler, permshard.data\n"
+        "assert TokenBudgetBatchSampler is permshard.TokenBudgetBatchSampler\n"
+        "assert TokenWindows is permshard.data.TokenWindows\n"
+        "assert permshard.sampler.ShardedSampler is permshard.ShardedSampler\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "permshard.token_budget is private" in done.stdout and "from permshard instead" in done.stdout

@@ -21,7 +21,7 @@ import reference_budget
 from distributed import launch
 
 from permshard import Certificate, ShardedSampler, ShardingError, _core
-from permshard.token_budget import BUDGET_ALGORITHM, BudgetConfig, TokenBudgetBatchSampler
+from permshard._token_budget import BUDGET_ALGORITHM, BudgetConfig, TokenBudgetBatchSampler
 
 BUDGET = 16384
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "budget_state_0.2.json").read_text())
@@ -314,7 +314,7 @@ def test_first_batch_of_a_1e8_memmap_plans_one_window(tmp_path):
             np.clip(rng.lognormal(5.5, 0.8, size=10**7), 1, 4096).astype(np.int32).tofile(f)
     script = textwrap.dedent(f"""
         import time, numpy as np
-        from permshard.token_budget import TokenBudgetBatchSampler
+        from permshard._token_budget import TokenBudgetBatchSampler
 
         def anon_mib():
             for line in open("/proc/self/status"):

@@ -26,8 +26,10 @@ not touch a sampler) starts without importing torch.
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import TYPE_CHECKING, Any
 
+from . import _moved
 from ._core import (
     ALGORITHM,
     ALGORITHM_V1,
@@ -44,37 +46,37 @@ from ._core import (
 
 if TYPE_CHECKING:
     from . import data
-    from .batch_sampler import ShardedBatchSampler, StepBatchSampler
-    from .block import BlockPermutation
-    from .certificate import Certificate, PendingCertificate
-    from .config import ShardConfig
-    from .epoch_index import EpochIndex
-    from .mixture import Mixture
-    from .permutation import Permutation
-    from .plan import ShardPlan
-    from .proofs import check_loader, verify
-    from .sampler import ShardedSampler
-    from .token_budget import TokenBudgetBatchSampler
-    from .weighted import WeightedShardedSampler
+    from ._batch_sampler import ShardedBatchSampler, StepBatchSampler
+    from ._block import BlockPermutation
+    from ._certificate import Certificate, PendingCertificate
+    from ._config import ShardConfig
+    from ._epoch_index import EpochIndex
+    from ._mixture import Mixture
+    from ._permutation import Permutation
+    from ._plan import ShardPlan
+    from ._proofs import check_loader, verify
+    from ._sampler import ShardedSampler
+    from ._token_budget import TokenBudgetBatchSampler
+    from ._weighted import WeightedShardedSampler
 
 #: Public name -> the module that defines it.
 _LAZY = {
-    "BlockPermutation": ".block",
-    "Certificate": ".certificate",
-    "EpochIndex": ".epoch_index",
-    "Mixture": ".mixture",
-    "PendingCertificate": ".certificate",
-    "Permutation": ".permutation",
-    "ShardConfig": ".config",
-    "ShardPlan": ".plan",
-    "ShardedBatchSampler": ".batch_sampler",
-    "ShardedSampler": ".sampler",
-    "StepBatchSampler": ".batch_sampler",
-    "TokenBudgetBatchSampler": ".token_budget",
-    "WeightedShardedSampler": ".weighted",
-    "check_loader": ".proofs",
+    "BlockPermutation": "._block",
+    "Certificate": "._certificate",
+    "EpochIndex": "._epoch_index",
+    "Mixture": "._mixture",
+    "PendingCertificate": "._certificate",
+    "Permutation": "._permutation",
+    "ShardConfig": "._config",
+    "ShardPlan": "._plan",
+    "ShardedBatchSampler": "._batch_sampler",
+    "ShardedSampler": "._sampler",
+    "StepBatchSampler": "._batch_sampler",
+    "TokenBudgetBatchSampler": "._token_budget",
+    "WeightedShardedSampler": "._weighted",
+    "check_loader": "._proofs",
     "data": ".data",
-    "verify": ".proofs",
+    "verify": "._proofs",
 }
 
 __all__ = [
@@ -106,6 +108,11 @@ __all__ = [
     "simd_level",
     "verify",
 ]
+
+
+# 0.4's module paths (permshard.sampler, ...) import for one more release, with a warning.
+if not any(isinstance(finder, _moved.MovedModules) for finder in sys.meta_path):
+    sys.meta_path.append(_moved.MovedModules())
 
 
 def __getattr__(name: str) -> Any:

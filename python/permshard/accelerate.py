@@ -10,7 +10,7 @@ rely on: device placement, the end-of-dataloader signal for gradient accumulatio
 accelerate's public ``DataLoaderShard`` does the loader work; the only other contact
 with accelerate is :func:`register_for_checkpointing`. (A permshard sampler handed to
 ``accelerator.prepare`` directly raises ``ShardingError`` at the first iteration instead of
-training on 1/W²; see ``permshard.guards.check_not_wrapped_by_accelerate``.)
+training on 1/W²; see ``permshard._guards.check_not_wrapped_by_accelerate``.)
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from typing import Any, Optional
 
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, RandomSampler, SequentialSampler
 
+from ._batch_sampler import ShardedBatchSampler, StepBatchSampler
 from ._core import ShardingError
-from .batch_sampler import ShardedBatchSampler, StepBatchSampler
-from .loader_options import kept_options
-from .mesh import mesh_world
-from .sampler import ShardedSampler
-from .token_budget import TokenBudgetBatchSampler
+from ._loader_options import kept_options
+from ._mesh import mesh_world
+from ._sampler import ShardedSampler
+from ._token_budget import TokenBudgetBatchSampler
 
 __all__ = ["StepBatchSampler", "data_parallel_world", "prepare_data_loader"]
 

@@ -19,9 +19,9 @@ from typing import Any, Optional
 import numpy as np
 
 from . import _core
+from ._config import ShardConfig
+from ._permutation import Permutation
 from ._validation import as_int, as_positive, as_u64
-from .config import ShardConfig
-from .permutation import Permutation
 
 __all__ = ["ShardedIndexSampler", "shuffle"]
 
@@ -222,7 +222,7 @@ class ShardedIndexSampler:
         Args:
             epoch (int, optional): the epoch. Default: ``0``.
         """
-        from .sampler import ShardedSampler
+        from ._sampler import ShardedSampler
 
         c = self.config
         out = ShardedSampler(

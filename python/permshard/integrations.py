@@ -25,8 +25,8 @@ __all__ = ["ShardedTrainer"]  # noqa: F822 (built on first use by __getattr__)
 def _trainer_class() -> Any:
     from transformers import Trainer
 
+    from ._sampler import ShardedSampler
     from .accelerate import prepare_data_loader
-    from .sampler import ShardedSampler
 
     class ShardedTrainer(Trainer):
         r"""``transformers.Trainer`` with a permshard training loader.

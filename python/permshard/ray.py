@@ -36,11 +36,11 @@ from torch.utils.data import (
     SequentialSampler,
 )
 
+from ._batch_sampler import ShardedBatchSampler
 from ._core import ShardingError
-from .batch_sampler import ShardedBatchSampler
-from .loader_options import kept_options
-from .sampler import ShardedSampler
-from .token_budget import TokenBudgetBatchSampler
+from ._loader_options import kept_options
+from ._sampler import ShardedSampler
+from ._token_budget import TokenBudgetBatchSampler
 
 __all__ = ["DeviceLoader", "prepare_data_loader"]
 

@@ -1,13 +1,13 @@
 """Datasets that shard correctly: token files and Megatron indexed datasets, fixed-size
 records, IterableDatasets, packed sequences, weighted mixtures."""
 
-from .documents import DocumentBatch
-from .indexed import MegatronIndex, split_bounds, write_indexed
-from .iterable import ShardedIterable, shard_iterable
-from .mixed import MixedDataset
-from .packing import PackedDataset
-from .rows import MemmapRows, RowBatch
-from .tokens import TokenWindows, WindowBatch
+from ._documents import DocumentBatch
+from ._indexed import MegatronIndex, split_bounds, write_indexed
+from ._iterable import ShardedIterable, shard_iterable
+from ._mixed import MixedDataset
+from ._packing import PackedDataset
+from ._rows import MemmapRows, RowBatch
+from ._tokens import TokenWindows, WindowBatch
 
 __all__ = [
     "DocumentBatch",

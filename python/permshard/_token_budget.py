@@ -16,16 +16,16 @@ import torch.distributed as dist
 from torch.utils.data import Sampler
 
 from . import _core
+from ._callers import iterating
+from ._certificate import Certificate, PendingCertificate
+from ._config import BUDGET_ALGORITHM, BudgetConfig, HoldsConfig
+from ._consensus import FIX_RESUME, Agreed, check_consensus, digest
+from ._coverage import prove_across_ranks
+from ._guards import check_not_wrapped_by_accelerate
+from ._loader_count import delivered_batches, find_loader_iterator
+from ._mesh import MeshDim, resolve_world
+from ._proven import ProvenStream
 from ._validation import as_base64, as_int, as_lengths, as_u64
-from .callers import iterating
-from .certificate import Certificate, PendingCertificate
-from .config import BUDGET_ALGORITHM, BudgetConfig, HoldsConfig
-from .consensus import FIX_RESUME, Agreed, check_consensus, digest
-from .coverage import prove_across_ranks
-from .guards import check_not_wrapped_by_accelerate
-from .loader_count import delivered_batches, find_loader_iterator
-from .mesh import MeshDim, resolve_world
-from .proven import ProvenStream
 
 __all__ = ["BUDGET_ALGORITHM", "BudgetConfig", "TokenBudgetBatchSampler"]
 

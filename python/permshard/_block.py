@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from . import _core
+from ._permutation import KeyedOrder
 from ._validation import as_str, as_u64
-from .permutation import KeyedOrder
 
 #: The algorithm id of the block order of new runs (block-v2), recorded in state dicts and
 #: certificates.

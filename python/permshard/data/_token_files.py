@@ -11,7 +11,7 @@ from typing import Any, Optional, Union
 import numpy as np
 import numpy.typing as npt
 
-from .indexed import MegatronIndex, find_prefix, starts_with_index_magic
+from ._indexed import MegatronIndex, find_prefix, starts_with_index_magic
 
 PathLike = Union[str, "os.PathLike[str]"]
 

@@ -9,8 +9,8 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _core
+from ._mixture_summary import MixtureSummary, summarize
 from ._validation import as_int, as_str, as_u64
-from .mixture_summary import MixtureSummary, summarize
 
 #: The algorithm id of the mixture map of new runs (mix-v2), named by certificates.
 MIX_ALGORITHM: str = _core.MIX_ALGORITHM

@@ -11,8 +11,8 @@ import numpy as np
 import numpy.typing as npt
 
 from .._validation import as_u64
-from .indexed import search_sorted
-from .token_files import TokenFiles
+from ._indexed import search_sorted
+from ._token_files import TokenFiles
 
 
 class WindowProvenance(TokenFiles):

@@ -10,17 +10,19 @@ from typing import Any, ClassVar, Optional, Union
 import torch.distributed as dist
 from torch.utils.data import DistributedSampler
 
-from . import _core, consensus, guards
+from . import _consensus as consensus
+from . import _core
+from . import _guards as guards
+from ._callers import iterating
+from ._config import HoldsConfig, ShardConfig
 from ._core import ALGORITHM as permutation_default
+from ._epoch_index import wants_epoch
+from ._loader_count import find_loader_iterator
+from ._mesh import MeshDim, resolve_world
+from ._plan import ShardPlan, build_plan
+from ._proven import ProvenStream
+from ._sampler_pass import SamplerPass, WindowPrefetch
 from ._validation import as_int, as_positive, as_u64
-from .callers import iterating
-from .config import HoldsConfig, ShardConfig
-from .epoch_index import wants_epoch
-from .loader_count import find_loader_iterator
-from .mesh import MeshDim, resolve_world
-from .plan import ShardPlan, build_plan
-from .proven import ProvenStream
-from .sampler_pass import SamplerPass, WindowPrefetch
 
 #: Items computed per call into Rust while iterating (GIL released for each chunk).
 _CHUNK = 1 << 13
@@ -257,7 +259,7 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
         """Starts a pass over this epoch (from a loaded resume point, if any): checks the
         dataset, warns on a repeated epoch, runs the consensus once per epoch. Iterating
         the sampler calls it; a batch sampler built on this sampler calls it to deal the
-        items its own way (see :class:`~permshard.sampler_pass.SamplerPass`).
+        items its own way (see :class:`~permshard._sampler_pass.SamplerPass`).
 
         Returns:
             SamplerPass: the pass's partition, rank and item counter.
@@ -413,7 +415,7 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
 
     def proof_target(self) -> tuple[_core.Partition, ShardConfig, int, Any]:
         """The pass being run (from its resume point, if any), dealt round-robin; see
-        :class:`~permshard.proven.ProvenStream` for :meth:`verify`,
+        :class:`~permshard._proven.ProvenStream` for :meth:`verify`,
         :meth:`verify_distributed` and :meth:`verify_in_background`."""
         return self._current_partition(), self.config, self.rank, self.dataset
 

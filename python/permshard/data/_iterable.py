@@ -12,9 +12,9 @@ from typing import Any, Callable, Generic, Optional, TypeVar
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
+from .._mesh import MeshDim, from_mesh
 from .._validation import as_int
-from ..mesh import MeshDim, from_mesh
-from .iterable_resume import check_layer, left_over, loader_layer
+from ._iterable_resume import check_layer, left_over, loader_layer
 
 T = TypeVar("T")
 S = TypeVar("S")

@@ -11,10 +11,10 @@ from typing import Any, Optional, Union
 import numpy as np
 from torch.utils.data import Dataset
 
+from .._mixture import MIX_ALGORITHM, Mixture, as_floats
+from .._mixture_summary import MixtureSummary
 from .._validation import as_positive, as_u64
-from ..mixture import MIX_ALGORITHM, Mixture, as_floats
-from ..mixture_summary import MixtureSummary
-from .schedule import ScheduleChanges
+from ._schedule import ScheduleChanges
 
 _WEIGHTS_IN = ("samples", "tokens")
 
@@ -162,7 +162,7 @@ class MixedDataset(Dataset[Any]):
             >>> train = MixedDataset.from_data_path("0.3 web 0.7 code", 2048, 10**8,
             ...                                     split="969,30,1", part="train")
         """
-        from .tokens import TokenWindows
+        from ._tokens import TokenWindows
 
         words = data_path.split() if isinstance(data_path, str) else [str(w) for w in data_path]
         if not words:

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from . import _core
+from ._config import Configured, ShardConfig
 from ._validation import as_positive
-from .config import Configured, ShardConfig
 
 
 @dataclass(frozen=True)

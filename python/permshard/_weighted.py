@@ -10,12 +10,13 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from . import _core, consensus
+from . import _consensus as consensus
+from . import _core
+from ._mesh import MeshDim
+from ._plan import ShardPlan
+from ._sampler import ShardedSampler
+from ._sampler_pass import SamplerPass
 from ._validation import as_u64
-from .mesh import MeshDim
-from .plan import ShardPlan
-from .sampler import ShardedSampler
-from .sampler_pass import SamplerPass
 
 #: The id of the weighted draws (weighted-v1), recorded in state dicts.
 WEIGHTED_ALGORITHM = _core.WEIGHTED_ALGORITHM

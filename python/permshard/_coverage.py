@@ -12,10 +12,10 @@ from typing import Any, Callable
 import torch.distributed as dist
 
 from . import _core
-from .certificate import Certificate, PendingCertificate
-from .collectives import gather_by_rank
-from .config import EpochConfig, ShardConfig
-from .consensus import FIX_RESUME, Agreed, check_consensus
+from ._certificate import Certificate, PendingCertificate
+from ._collectives import gather_by_rank
+from ._config import EpochConfig, ShardConfig
+from ._consensus import FIX_RESUME, Agreed, check_consensus
 
 
 def prove_across_ranks(

@@ -12,10 +12,10 @@ from typing import Any, NamedTuple, Optional
 import numpy as np
 from torch.utils.data import Subset
 
+from ._collectives import all_gather_u64
+from ._config import EpochConfig
 from ._core import ShardingError
-from .collectives import all_gather_u64
-from .config import EpochConfig
-from .guards import FIX_DOUBLE_SPLIT, double_split, subset_progression
+from ._guards import FIX_DOUBLE_SPLIT, double_split, subset_progression
 
 
 def _plain(value: Any, depth: int = 0) -> bool:

@@ -1,7 +1,7 @@
 """The exact proofs (by the inverse, or a bitmap over the samples, in Rust), and the namespace of every
-proof and check: :mod:`~permshard.certificate` (what a proof established),
-:mod:`~permshard.consensus` (all ranks agree on the configuration),
-:mod:`~permshard.coverage` (the distributed proof) and :mod:`~permshard.guards` (datasets
+proof and check: :mod:`~permshard._certificate` (what a proof established),
+:mod:`~permshard._consensus` (all ranks agree on the configuration),
+:mod:`~permshard._coverage` (the distributed proof) and :mod:`~permshard._guards` (datasets
 and loaders split twice)."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from typing import Callable, Optional, TypeVar
 
 from . import _core
+from ._certificate import Certificate
+from ._config import ShardConfig
+from ._consensus import check_consensus, check_layout, dataset_fingerprint
+from ._coverage import verify_distributed
+from ._guards import check_loader, check_not_presharded, check_not_wrapped_by_accelerate
 from ._validation import as_int
-from .certificate import Certificate
-from .config import ShardConfig
-from .consensus import check_consensus, check_layout, dataset_fingerprint
-from .coverage import verify_distributed
-from .guards import check_loader, check_not_presharded, check_not_wrapped_by_accelerate
 
 __all__ = [
     "Certificate",

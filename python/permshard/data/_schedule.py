@@ -11,10 +11,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from .._collectives import all_gather_u64
+from .._consensus import digest
 from .._core import ShardingError
-from ..collectives import all_gather_u64
-from ..consensus import digest
-from ..mixture import Mixture
+from .._mixture import Mixture
 
 
 def _shared(tensor: torch.Tensor) -> torch.Tensor:

@@ -11,8 +11,8 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _core
-from .epoch_index import EpochIndices, tag
-from .loader_count import delivered_items
+from ._epoch_index import EpochIndices, tag
+from ._loader_count import delivered_items
 
 
 class WindowPrefetch:

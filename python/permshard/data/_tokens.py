@@ -1,8 +1,8 @@
 """``TokenWindows``: fixed-length training windows over token files (flat, or Megatron
 indexed datasets with their splits and documents), memory-mapped: the windows, their
-per-epoch shift and their batches. The files are :mod:`~permshard.data.token_files`'s,
-where a window comes from :mod:`~permshard.data.provenance`'s, the document masks
-:mod:`~permshard.data.documents`'."""
+per-epoch shift and their batches. The files are :mod:`~permshard.data._token_files`'s,
+where a window comes from :mod:`~permshard.data._provenance`'s, the document masks
+:mod:`~permshard.data._documents`'."""
 
 from __future__ import annotations
 
@@ -18,12 +18,12 @@ import torch
 from torch.utils.data import Dataset
 
 from .. import _core
+from .._epoch_index import epoch_of
 from .._validation import as_int, as_positive, as_u64
-from ..epoch_index import epoch_of
-from .documents import DocumentBatch, collate_items
-from .provenance import WindowProvenance
-from .rows import page_locked
-from .token_files import PathLike
+from ._documents import DocumentBatch, collate_items
+from ._provenance import WindowProvenance
+from ._rows import page_locked
+from ._token_files import PathLike
 
 
 class WindowBatch(list[torch.Tensor]):
@@ -204,7 +204,7 @@ class TokenWindows(WindowProvenance, Dataset[Any]):
     @property
     def epoch_dependent(self) -> bool:
         """True with ``shift_per_epoch``: permshard's samplers then yield
-        :class:`~permshard.epoch_index.EpochIndex` values, so every DataLoader worker
+        :class:`~permshard.EpochIndex` values, so every DataLoader worker
         (persistent ones included) cuts the windows of the epoch being sampled."""
         return self.shift_per_epoch
 
@@ -229,7 +229,7 @@ class TokenWindows(WindowProvenance, Dataset[Any]):
             return 0
         shift = self._shifts.get(epoch)
         if shift is None:
-            from ..permutation import Permutation
+            from .._permutation import Permutation
 
             # perm-v1, as in 0.3: the shift is in no state dict to name another order.
             shift = Permutation(self.seq_len, seed=self.seed, epoch=epoch, algorithm="perm-v1")[0]

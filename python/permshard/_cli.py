@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any, NoReturn, Optional
 
+from ._config import ShardConfig
 from ._core import ShardingError
-from .config import ShardConfig
 
 
 class _Parser(argparse.ArgumentParser):
@@ -171,7 +171,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from .plan import build_plan
+    from ._plan import build_plan
 
     config = _config(args)
     plan = build_plan(config.partition(), config, 0)
@@ -180,7 +180,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from .proofs import verify_partition
+    from ._proofs import verify_partition
 
     config = _config(args)
     part = config.partition()
@@ -264,7 +264,7 @@ def _locate(args: argparse.Namespace) -> int:
 def _mix(args: argparse.Namespace) -> int:
     from fractions import Fraction
 
-    from .mixture import Mixture
+    from ._mixture import Mixture
 
     m = Mixture(args.sizes, args.weights, args.n, args.seed, stages=args.stage)
     schedule = [(0, m.weights), *m.stages]
@@ -303,7 +303,7 @@ def _mix(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from .data.indexed import MegatronIndex, find_prefix, split_bounds
+    from .data._indexed import MegatronIndex, find_prefix, split_bounds
 
     status = 0
     for path in args.prefixes:
@@ -330,7 +330,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from .data.mixed import MixedDataset
+    from .data._mixed import MixedDataset
 
     if args.rank >= args.num_replicas:
         raise ValueError(f"--rank {args.rank} is not below --world {args.num_replicas}")
@@ -357,13 +357,13 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from .bench import main as bench_main
+    from ._bench import main as bench_main
 
     return bench_main(args.n, args.json, args.markdown, args.plot)
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from .demo import main as demo_main
+    from ._demo import main as demo_main
 
     return demo_main(args.ranks, args.resume_ranks)
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from . import _core
-from .config import Configured, EpochConfig
+from ._config import Configured, EpochConfig
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ def measure(kind: str, n: int) -> dict[str, float]:
     import torch
     from torch.utils.data import DistributedSampler
 
-    from .sampler import ShardedSampler
+    from ._sampler import ShardedSampler
 
     torch.set_num_threads(1)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -50,7 +50,7 @@ def measure(kind: str, n: int) -> dict[str, float]:
 
 
 def measure_in_subprocess(kind: str, n: int) -> dict[str, float]:
-    code = f"import json; from permshard.bench import measure; print(json.dumps(measure({kind!r}, {n})))"
+    code = f"import json; from permshard._bench import measure; print(json.dumps(measure({kind!r}, {n})))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"}  # type: ignore[dict-item]

@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import IterableDataset
 
 from .._validation import as_int, as_positive, as_u64
-from .iterable import consumer, rank_and_world
+from ._iterable import consumer, rank_and_world
 
 
 class PackedDataset(IterableDataset[torch.Tensor]):
@@ -93,7 +93,7 @@ class PackedDataset(IterableDataset[torch.Tensor]):
     def _documents(self, epoch: int, me: int, count: int) -> Iterator[Any]:
         n = len(self.documents)
         if self.shuffle:
-            from ..permutation import Permutation
+            from .._permutation import Permutation
 
             # perm-v1, as in 0.3: the documents' order is in no state dict to name another.
             order = Permutation(n, seed=self.seed, epoch=epoch, algorithm="perm-v1")

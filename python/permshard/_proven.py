@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _core, coverage, proofs
-from .certificate import Certificate, PendingCertificate
-from .config import ShardConfig
+from . import _core
+from . import _coverage as coverage
+from . import _proofs as proofs
+from ._certificate import Certificate, PendingCertificate
+from ._config import ShardConfig
 
 
 class ProvenStream:
@@ -43,7 +45,7 @@ class ProvenStream:
         """Consensus, then a proof of the pass being run across the ranks of ``group``:
         every rank proving its own stream by the inverse (the exact proof, every sampler's
         default), or with ``exact=False`` a coverage fingerprint; see
-        :func:`permshard.coverage.prove_pass`. A collective: every process of the group
+        :func:`permshard._coverage.prove_pass`. A collective: every process of the group
         must call it.
 
         Args:

@@ -14,11 +14,11 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from .batch_sampler import ShardedBatchSampler
+from ._batch_sampler import ShardedBatchSampler
+from ._proofs import verify
+from ._sampler import ShardedSampler
 from .data import TokenWindows, WindowBatch
 from .launch import launch
-from .proofs import verify
-from .sampler import ShardedSampler
 
 SEQ_LEN = 128
 BATCH = 32

@@ -1,6 +1,6 @@
 """The batch samplers over a :class:`~permshard.ShardedSampler`: ``ShardedBatchSampler``
 (round-robin items, in batches) and ``StepBatchSampler`` (accelerate's whole batches per
-step). Each proves the stream it yields (:class:`~permshard.proven.ProvenStream`)."""
+step). Each proves the stream it yields (:class:`~permshard._proven.ProvenStream`)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from typing import Any, Callable, Optional
 from torch.utils.data import BatchSampler
 
 from . import _core
+from ._config import ShardConfig
+from ._epoch_index import wants_arrays
+from ._proven import ProvenStream
+from ._sampler import _CHUNK, ShardedSampler
 from ._validation import as_positive
-from .config import ShardConfig
-from .epoch_index import wants_arrays
-from .proven import ProvenStream
-from .sampler import _CHUNK, ShardedSampler
 
 
 class ShardedBatchSampler(BatchSampler, ProvenStream):
@@ -26,7 +26,7 @@ class ShardedBatchSampler(BatchSampler, ProvenStream):
     ``numpy.ndarray`` (no Python object per index) for datasets that declare
     ``accepts_arrays = True`` (``TokenWindows`` does) or with ``as_array=True``; for an
     epoch-dependent dataset the array is an
-    :class:`~permshard.epoch_index.EpochIndices` carrying the epoch.
+    :class:`~permshard._epoch_index.EpochIndices` carrying the epoch.
 
     Args:
         sampler (ShardedSampler): the per-rank sampler.
@@ -82,7 +82,7 @@ class ShardedBatchSampler(BatchSampler, ProvenStream):
 
     def proof_target(self) -> tuple[_core.Partition, ShardConfig, int, Any]:
         """The pass being run, dealt and batched as this sampler yields it (a dropped
-        last batch is declared dropped); see :class:`~permshard.proven.ProvenStream`."""
+        last batch is declared dropped); see :class:`~permshard._proven.ProvenStream`."""
         part, config = self._dealt()
         return part, config, self._sharded.rank, self._sharded.dataset
 

@@ -8,7 +8,7 @@ ifneq ($(wildcard $(PY)),)
 export PYO3_PYTHON := $(abspath $(PY))
 endif
 
-.PHONY: help demo docs test test-fast bench bench-megatron bench-mixture bench-blocks bench-stream build build-fast lint lint-rust lint-py rust-test py-test clean
+.PHONY: help demo docs test test-fast bench bench-megatron bench-mixture bench-blocks bench-stream bench-data build build-fast lint lint-rust lint-py rust-test py-test clean
 
 # What the extension is built from: a build runs again only when one of them changed.
 SOURCES := Cargo.toml Cargo.lock pyproject.toml $(shell find rust -name '*.rs' -o -name Cargo.toml)
@@ -103,6 +103,9 @@ bench-stream: build  ## WeightedShardedSampler vs WeightedRandomSampler, exclusi
 	printf '# The stream over a run: measured\n\n`make bench-stream` (one run, side by side).\n' > docs/stream.md
 	$(PY) benches/weighted_vs_torch.py --markdown docs/stream.md
 	$(PY) benches/exclusions.py --markdown docs/stream.md
+
+bench-data: build $(VENV)/.dev  ## The data path against its references in one run (gathers, blends, perm-v2's rounds, proofs); writes docs/data_path.md
+	$(PY) benches/data_path.py --markdown docs/data_path.md
 
 bench-blocks: build  ## block-v1 vs perm-v1 on a cold page cache (writes a 4 GiB file in /tmp) and its quality table
 	$(PY) benches/block_order_cold_cache.py --gib 4 --markdown docs/block_order.md

@@ -158,7 +158,7 @@ def test_outside_ray_and_bad_loaders_are_clear_errors():
     from permshard import ShardedSampler, ShardingError
 
     built_for_4 = DataLoader(range(10), sampler=ShardedSampler(10, num_replicas=4, rank=0))
-    with pytest.raises(ShardingError, match="Ray Train has 2 workers"):
+    with pytest.raises(ShardingError, match="Ray Train has 2 data-parallel ranks"):
         permshard.ray._sharded(built_for_4, 2, 0)
     kept = permshard.ray._sharded(DataLoader(range(10), batch_size=4, shuffle=False, drop_last=True), 2, 1)
     assert (kept.batch_size, kept.drop_last, kept.sampler.rank, kept.sampler.shuffle) == (4, True, 1, False)

@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 _TOP = (
     "batch_sampler bench block callers certificate cli collectives config consensus coverage "
-    "demo epoch_index guards loader_count loader_options mesh mixture mixture_summary "
+    "demo epoch_index guards loader_count mesh mixture mixture_summary "
     "permutation plan proofs proven sampler sampler_pass token_budget weighted"
 ).split()
 _DATA = (
@@ -23,9 +23,11 @@ _DATA = (
 ).split()
 
 #: Old module path -> the private module that holds its code now.
-MOVED = {f"permshard.{m}": f"permshard._{m}" for m in _TOP} | {
-    f"permshard.data.{m}": f"permshard.data._{m}" for m in _DATA
-}
+MOVED = (
+    {f"permshard.{m}": f"permshard._{m}" for m in _TOP}
+    | {f"permshard.data.{m}": f"permshard.data._{m}" for m in _DATA}
+    | {"permshard.loader_options": "permshard._adapter"}
+)
 
 
 class _Alias(importlib.abc.Loader):

@@ -19,11 +19,10 @@ import functools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Optional
 
-from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, RandomSampler, SequentialSampler
+from torch.utils.data import BatchSampler, DataLoader
 
+from ._adapter import check_world, kept_options, optional_import, sharded_sampler
 from ._batch_sampler import ShardedBatchSampler, StepBatchSampler
-from ._core import ShardingError
-from ._loader_options import kept_options
 from ._mesh import mesh_world
 from ._sampler import ShardedSampler
 from ._token_budget import TokenBudgetBatchSampler
@@ -34,51 +33,18 @@ __all__ = ["StepBatchSampler", "data_parallel_world", "prepare_data_loader"]
 def _sharded_sampler(
     loader: DataLoader[Any], num_processes: int, process_index: int
 ) -> tuple[ShardedSampler, int, bool]:
-    """The loader's ShardedSampler (made from a plain or Distributed sampler if needed),
-    its batch size and drop_last."""
+    """The loader's ShardedSampler (by the one policy of every integration), its batch
+    size and drop_last."""
     batch_sampler = loader.batch_sampler
-    if isinstance(batch_sampler, (ShardedBatchSampler, BatchSampler)):
-        inner, batch_size, drop_last = (
-            batch_sampler.sampler,
-            batch_sampler.batch_size,
-            batch_sampler.drop_last,
-        )
-    else:
+    if not isinstance(batch_sampler, (ShardedBatchSampler, BatchSampler)):
         raise TypeError(
             "prepare_data_loader needs a map-style DataLoader with a batch_size (or a "
             f"batch_sampler that is a BatchSampler), got batch_sampler={type(batch_sampler).__name__}"
         )
-    if isinstance(inner, ShardedSampler):
-        sampler = inner
-    elif isinstance(inner, DistributedSampler):
-        sampler = ShardedSampler(
-            loader.dataset,  # type: ignore[arg-type]
-            num_processes,
-            process_index,
-            shuffle=inner.shuffle,
-            seed=inner.seed,
-            drop_last=inner.drop_last,
-        )
-    elif isinstance(inner, (RandomSampler, SequentialSampler)):
-        sampler = ShardedSampler(
-            loader.dataset,  # type: ignore[arg-type]
-            num_processes,
-            process_index,
-            shuffle=isinstance(inner, RandomSampler),
-        )
-    else:
-        raise TypeError(
-            f"cannot shard a DataLoader whose sampler is a {type(inner).__name__}; build it with "
-            "sampler=permshard.ShardedSampler(dataset) (or shuffle=True/False)"
-        )
-    if (sampler.num_replicas, sampler.rank) != (num_processes, process_index):
-        raise ShardingError(
-            f"the ShardedSampler splits across num_replicas={sampler.num_replicas} as rank "
-            f"{sampler.rank}, but accelerate has {num_processes} data-parallel ranks and this "
-            f"process is rank {process_index} of them; leave num_replicas and rank unset (or "
-            "build the sampler from accelerator.torch_device_mesh's data-parallel dims)"
-        )
-    return sampler, int(batch_size), bool(drop_last)
+    sampler = sharded_sampler(
+        batch_sampler.sampler, loader.dataset, num_processes, process_index, "accelerate"
+    )
+    return sampler, int(batch_sampler.batch_size), bool(batch_sampler.drop_last)
 
 
 def data_parallel_world(accelerator: Any) -> tuple[int, int]:
@@ -128,7 +94,8 @@ def prepare_data_loader(accelerator: Any, dataloader: DataLoader[Any]) -> Any:
 
     Use it instead of ``accelerator.prepare(dataloader)`` (prepare models and optimizers
     as usual). The loader's sampler may be a :class:`ShardedSampler`, a
-    ``DistributedSampler`` (replaced by the equivalent ShardedSampler) or the plain
+    ``DistributedSampler`` (replaced by the equivalent ShardedSampler, as in every
+    integration) or the plain
     sampler of ``shuffle=True/False``; a loader whose ``batch_sampler`` is a
     :class:`~permshard.TokenBudgetBatchSampler` keeps it as is. With accelerate's
     ``ParallelismConfig``, the data
@@ -153,19 +120,14 @@ def prepare_data_loader(accelerator: Any, dataloader: DataLoader[Any]) -> Any:
     if isinstance(dataloader.batch_sampler, TokenBudgetBatchSampler):
         # Already one rank's batches: wrapped as is, its position saved with the state.
         batches: Any = dataloader.batch_sampler
-        if (batches.num_replicas, batches.rank) != world:
-            raise ShardingError(
-                f"the TokenBudgetBatchSampler plans for num_replicas={batches.num_replicas} as rank "
-                f"{batches.rank}, but accelerate has {world[0]} data-parallel ranks and this process "
-                f"is rank {world[1]}; leave num_replicas and rank unset"
-            )
+        check_world(batches, *world, "accelerate")
         drop_last = False
     else:
         sampler, batch_size, drop_last = _sharded_sampler(dataloader, *world)
         batches = StepBatchSampler(sampler, batch_size, drop_last)
     kwargs = kept_options(dataloader)
     device: Optional[Any] = accelerator.device if getattr(accelerator, "device_placement", True) else None
-    loader = _PermshardLoader(
+    loader = _loader_class()(
         dataloader.dataset,
         device=device,
         batch_sampler=batches,
@@ -190,7 +152,9 @@ def prepare_data_loader(accelerator: Any, dataloader: DataLoader[Any]) -> Any:
 
 @functools.cache
 def _loader_class() -> Any:
-    from accelerate.data_loader import DataLoaderShard
+    """accelerate's ``DataLoaderShard`` counting the batches handed to the loop (built on
+    first use: importing permshard.accelerate does not import accelerate)."""
+    DataLoaderShard: Any = optional_import("accelerate.data_loader", "accelerate").DataLoaderShard
 
     class PermshardDataLoaderShard(DataLoaderShard):  # type: ignore[misc]
         """DataLoaderShard that counts the batches handed to the training loop."""
@@ -205,14 +169,3 @@ def _loader_class() -> Any:
                 yield batch
 
     return PermshardDataLoaderShard
-
-
-class _LazyLoader:
-    """Builds the DataLoaderShard subclass on first use, so importing permshard.accelerate
-    does not import accelerate."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return _loader_class()(*args, **kwargs)
-
-
-_PermshardLoader = _LazyLoader()

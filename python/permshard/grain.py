@@ -13,12 +13,14 @@ grain is not a dependency of permshard: this module imports it on use.
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any, Optional
 
 import numpy as np
 
 from . import _core
+from ._adapter import optional_import
 from ._config import ShardConfig
 from ._permutation import Permutation
 from ._validation import as_int, as_positive, as_u64
@@ -27,11 +29,7 @@ __all__ = ["ShardedIndexSampler", "shuffle"]
 
 
 def _grain() -> Any:
-    try:
-        import grain
-    except ImportError as e:  # pragma: no cover - exercised where grain is absent
-        raise ImportError("permshard.grain needs grain: pip install grain") from e
-    return grain
+    return optional_import("grain", "grain")
 
 
 class ShardedIndexSampler:
@@ -276,39 +274,34 @@ def shuffle(dataset: Any, seed: int = 0, *, algorithm: str = _core.ALGORITHM) ->
     return _shuffled_class()(dataset, seed, algorithm)
 
 
+@functools.cache
 def _shuffled_class() -> type:
     """The ``MapDataset`` of :func:`shuffle`, defined once grain is imported (its base)."""
-    global _Shuffled
-    if _Shuffled is None:
 
-        class Shuffled(_grain().MapDataset):  # type: ignore[misc]
-            def __init__(self, parent: Any, seed: int, algorithm: str) -> None:
-                super().__init__(parent)
-                self._seed, self._algorithm = seed, algorithm
-                self._current: Optional[tuple[int, Permutation]] = None
+    class Shuffled(_grain().MapDataset):  # type: ignore[misc]
+        def __init__(self, parent: Any, seed: int, algorithm: str) -> None:
+            super().__init__(parent)
+            self._seed, self._algorithm = seed, algorithm
+            self._current: Optional[tuple[int, Permutation]] = None
 
-            def __len__(self) -> int:
-                return len(self._parent)
+        def __len__(self) -> int:
+            return len(self._parent)
 
-            def __getitem__(self, index: Any) -> Any:
-                if isinstance(index, slice):
-                    return self.slice(index)
-                epoch, i = divmod(as_int("index", index), len(self._parent))
-                if self._current is None or self._current[0] != epoch:  # epochs come in turn
-                    order = Permutation(len(self._parent), self._seed, epoch, self._algorithm)
-                    self._current = (epoch, order)
-                return self._parent[self._current[1][i]]
+        def __getitem__(self, index: Any) -> Any:
+            if isinstance(index, slice):
+                return self.slice(index)
+            epoch, i = divmod(as_int("index", index), len(self._parent))
+            if self._current is None or self._current[0] != epoch:  # epochs come in turn
+                order = Permutation(len(self._parent), self._seed, epoch, self._algorithm)
+                self._current = (epoch, order)
+            return self._parent[self._current[1][i]]
 
-            def __str__(self) -> str:
-                return f"permshard.grain.shuffle(seed={self._seed}, algorithm={self._algorithm!r})"
+        def __str__(self) -> str:
+            return f"permshard.grain.shuffle(seed={self._seed}, algorithm={self._algorithm!r})"
 
-        Shuffled.__qualname__ = Shuffled.__name__ = "Shuffled"
-        Shuffled.__module__ = __name__
-        _Shuffled = Shuffled
-    return _Shuffled
-
-
-_Shuffled: Optional[type] = None
+    Shuffled.__qualname__ = Shuffled.__name__ = "Shuffled"  # pickled by name
+    Shuffled.__module__ = __name__
+    return Shuffled
 
 
 def __getattr__(name: str) -> Any:

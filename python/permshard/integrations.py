@@ -18,17 +18,19 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
+from ._adapter import optional_import
+
 __all__ = ["ShardedTrainer"]  # noqa: F822 (built on first use by __getattr__)
 
 
 @functools.cache
 def _trainer_class() -> Any:
-    from transformers import Trainer
+    Trainer: Any = optional_import("transformers", "transformers").Trainer
 
     from ._sampler import ShardedSampler
     from .accelerate import prepare_data_loader
 
-    class ShardedTrainer(Trainer):
+    class ShardedTrainer(Trainer):  # type: ignore[misc]
         r"""``transformers.Trainer`` with a permshard training loader.
 
         Use it exactly like ``Trainer``. The training sampler is

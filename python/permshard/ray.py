@@ -12,9 +12,11 @@ it; this module does the right thing by default:
 * permshard's samplers and batch samplers are kept as they are (their rank and world
   checked against Ray's);
 * a loader with torch's default sampler (``shuffle=True`` or ``False``) gets a
-  :class:`~permshard.ShardedSampler` where Ray would put a ``DistributedSampler``, keeping
-  ``batch_size``, ``drop_last``, the workers, ``persistent_workers``, ``prefetch_factor``
-  and ``multiprocessing_context`` (Ray drops the last three);
+  :class:`~permshard.ShardedSampler` where Ray would put a ``DistributedSampler``, and a
+  ``DistributedSampler`` is replaced by the equivalent ``ShardedSampler`` (the policy of
+  every permshard integration; call ``set_epoch`` on the prepared ``loader.sampler``),
+  keeping ``batch_size``, ``drop_last``, the workers, ``persistent_workers``,
+  ``prefetch_factor`` and ``multiprocessing_context`` (Ray drops the last three);
 * batches move to the worker's device, as Ray's do, without drawing one ahead: a
   sampler's default ``state_dict()`` counts exactly the batches the loop received.
 
@@ -27,19 +29,10 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
-from torch.utils.data import (
-    BatchSampler,
-    DataLoader,
-    DistributedSampler,
-    IterableDataset,
-    RandomSampler,
-    SequentialSampler,
-)
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
+from ._adapter import check_world, kept_options, optional_import, sharded_sampler
 from ._batch_sampler import ShardedBatchSampler
-from ._core import ShardingError
-from ._loader_options import kept_options
-from ._sampler import ShardedSampler
 from ._token_budget import TokenBudgetBatchSampler
 
 __all__ = ["DeviceLoader", "prepare_data_loader"]
@@ -84,61 +77,41 @@ def prepare_data_loader(
     """
     if not isinstance(data_loader, DataLoader):
         raise TypeError(f"data_loader must be a torch DataLoader, got {type(data_loader).__name__}")
-    import ray.train
-    import ray.train.torch
-
-    context = ray.train.get_context()
+    train = optional_import("ray.train", "ray[train]")
+    torch_train = optional_import("ray.train.torch", "ray[train]")
+    context = train.get_context()
     world, rank = int(context.get_world_size()), int(context.get_world_rank())
     loader = data_loader
     if add_dist_sampler and world > 1 and not isinstance(loader.dataset, IterableDataset):
         loader = _sharded(loader, world, rank)
     if move_to_device:
-        return DeviceLoader(loader, ray.train.torch.get_device(), non_blocking=auto_transfer)
+        return DeviceLoader(loader, torch_train.get_device(), non_blocking=auto_transfer)
     return loader
 
 
-def _check_world(sampler: Any, world: int, rank: int) -> None:
-    if isinstance(sampler, ShardedBatchSampler):
-        sampler = sampler.sampler  # its world is its ShardedSampler's
-    if (sampler.num_replicas, sampler.rank) != (world, rank):
-        raise ShardingError(
-            f"the {type(sampler).__name__} splits across num_replicas={sampler.num_replicas} as rank "
-            f"{sampler.rank}, but Ray Train has {world} workers and this is world rank {rank}: "
-            "leave num_replicas and rank unset (they come from the process group Ray starts)"
-        )
-
-
 def _sharded(loader: DataLoader[Any], world: int, rank: int) -> DataLoader[Any]:
-    """``loader`` if a permshard (or Distributed) sampler shards it, else rebuilt on a
-    ShardedSampler with the same batches, workers and options."""
-    batch_sampler, sampler = loader.batch_sampler, loader.sampler
-    if isinstance(batch_sampler, (ShardedBatchSampler, TokenBudgetBatchSampler)):
-        _check_world(batch_sampler, world, rank)
-        return loader
-    if isinstance(sampler, DistributedSampler):
-        _check_world(sampler, world, rank)
-        return loader
+    """``loader`` if a permshard sampler shards it already, else rebuilt on the
+    ``ShardedSampler`` the integrations' one policy gives (for a ``DistributedSampler`` or
+    torch's default samplers), with the same batches, workers and options."""
+    batch_sampler = loader.batch_sampler
     batch: dict[str, Any]
-    if type(batch_sampler) is BatchSampler and type(batch_sampler.sampler) in (
-        SequentialSampler,
-        RandomSampler,
-    ):
+    if isinstance(batch_sampler, (ShardedBatchSampler, TokenBudgetBatchSampler)):
+        check_world(batch_sampler, world, rank, "Ray Train")
+        return loader
+    if type(batch_sampler) is BatchSampler:
         inner = batch_sampler.sampler
         batch = {"batch_size": batch_sampler.batch_size, "drop_last": batch_sampler.drop_last}
-    elif batch_sampler is None and type(sampler) in (SequentialSampler, RandomSampler):
-        inner, batch = sampler, {"batch_size": None}
+    elif batch_sampler is None:
+        inner, batch = loader.sampler, {"batch_size": None}
     else:
-        custom = (
-            batch_sampler
-            if batch_sampler is not None and type(batch_sampler) is not BatchSampler
-            else sampler
-        )
         raise TypeError(
-            f"cannot shard a DataLoader whose {'batch_' if custom is batch_sampler else ''}sampler is a "
-            f"{type(custom).__name__} (it would read the whole dataset on every worker): build it on "
-            "permshard.ShardedSampler(dataset) (or a permshard batch sampler), or pass add_dist_sampler=False"
+            f"cannot shard a DataLoader whose batch_sampler is a {type(batch_sampler).__name__} (it "
+            "would read the whole dataset on every worker): build it on a permshard batch sampler, "
+            "or pass add_dist_sampler=False"
         )
-    sharded = ShardedSampler(loader.dataset, world, rank, shuffle=isinstance(inner, RandomSampler))  # type: ignore[arg-type]
+    sharded = sharded_sampler(inner, loader.dataset, world, rank, "Ray Train")
+    if sharded is inner:
+        return loader
     return DataLoader(loader.dataset, sampler=sharded, **batch, **kept_options(loader))
 
 

@@ -72,6 +72,34 @@ pub struct Mixture {
     passes: Passes,
 }
 
+/// Sorts the slots `group` by their pass: a counting sort when the passes span a range
+/// not much wider than the group (random positions of a mixture that repeats its sources:
+/// a few passes each), a comparison sort otherwise.
+fn sort_by_pass(group: &mut [usize], passes: &[u64]) {
+    let (lo, hi) = group.iter().fold((u64::MAX, 0), |(lo, hi), &i| {
+        (lo.min(passes[i]), hi.max(passes[i]))
+    });
+    let span = hi - lo + 1;
+    if span > 4 * group.len() as u64 {
+        group.sort_unstable_by_key(|&i| passes[i]);
+        return;
+    }
+    let mut next = vec![0usize; span as usize + 1];
+    for &i in group.iter() {
+        next[(passes[i] - lo) as usize + 1] += 1;
+    }
+    for k in 0..span as usize {
+        next[k + 1] += next[k];
+    }
+    let mut sorted = vec![0usize; group.len()];
+    for &i in group.iter() {
+        let k = (passes[i] - lo) as usize;
+        sorted[next[k]] = i;
+        next[k] += 1;
+    }
+    group.copy_from_slice(&sorted);
+}
+
 impl Mixture {
     /// The mixture of sources of `sizes` drawn in proportion to `weights`.
     ///
@@ -369,12 +397,15 @@ impl Mixture {
 
     /// Replaces each `occurrences[i]` of source `sources[i]` by the sample it reads.
     fn map_occurrences(&self, sources: &[u64], occurrences: &mut [u64]) {
-        let passes: Vec<u64> = (sources.iter().zip(occurrences.iter()))
-            .map(|(&s, &o)| o / self.sizes[s as usize])
+        // One pass: the quotient and the remainder of one division.
+        let passes: Vec<u64> = (sources.iter().zip(occurrences.iter_mut()))
+            .map(|(&s, o)| {
+                let size = self.sizes[s as usize];
+                let pass = *o / size;
+                *o -= pass * size;
+                pass
+            })
             .collect();
-        for (&s, o) in sources.iter().zip(occurrences.iter_mut()) {
-            *o %= self.sizes[s as usize];
-        }
         self.per_pass(sources, &passes, occurrences, |order, offsets| {
             order.map_in_place(offsets)
         });
@@ -411,7 +442,7 @@ impl Mixture {
             }
             for group in order.chunk_by_mut(|&a, &b| sources[a] == sources[b]) {
                 if !group.windows(2).all(|w| pass_of(w[0]) <= pass_of(w[1])) {
-                    group.sort_unstable_by_key(|&i| pass_of(i)); // slots are written back by index
+                    sort_by_pass(group, passes); // slots are written back by index
                 }
             }
         }

@@ -17,21 +17,44 @@ pub(super) struct Split {
     pub(super) total: u64,
     pub(super) left: Child,
     pub(super) right: Child,
+    /// `floor(2^64 / 2t)`: divides by `2t` with a multiplication (see [`Split::divmod`]).
+    reciprocal: u64,
 }
 
 impl Split {
+    fn new(left_weight: u64, total: u64, left: Child, right: Child) -> Split {
+        // 2t >= 2, so 2^64 / 2t <= 2^63 fits.
+        let reciprocal = ((1u128 << 64) / (2 * total as u128)) as u64;
+        Split {
+            left_weight,
+            total,
+            left,
+            right,
+            reciprocal,
+        }
+    }
+
     /// `(2·m·a + t) div 2t` and `mod 2t`: of the node's first `m` positions, how many go
     /// left (`floor(m·a / t + 1/2)`), and where position `m` sits between two lefts. In
-    /// 64 bits when the dividend fits (a 128-bit division costs several times more).
+    /// 64 bits when the dividend fits; else one 128-by-64-bit division (the quotient,
+    /// at most `m`, fits in 64 bits).
     #[inline]
     fn divmod(&self, m: u64) -> (u64, u64) {
         let (a, t) = (self.left_weight as u128, self.total as u128);
         let (x, d) = (2 * m as u128 * a + t, 2 * self.total); // t < 2^63: 2t fits
         if x >> 64 == 0 {
+            // x·floor(2^64/d)/2^64 lies in (x/d - 1, x/d]: the quotient or one less, which
+            // one comparison mends. A division by a constant without the divider, whose
+            // latency a random position waits on at every level of the tree.
             let x = x as u64;
-            (x / d, x % d)
+            let mut q = ((x as u128 * self.reciprocal as u128) >> 64) as u64;
+            let mut r = x - q * d;
+            if r >= d {
+                (q, r) = (q + 1, r - d);
+            }
+            (q, r)
         } else {
-            ((x / (2 * t)) as u64, (x % (2 * t)) as u64)
+            wide_divmod(x, d)
         }
     }
 
@@ -46,17 +69,16 @@ impl Split {
         self.divmod(m).1
     }
 
-    /// Whether the node's position `q` goes left, and its position in that child.
+    /// Whether the node's position `q` goes left, and its position on that side.
     #[inline]
-    pub(super) fn route(&self, q: u64) -> (Child, u64) {
+    fn side(&self, q: u64) -> (bool, u64) {
         // Position q goes left when lefts_before(q + 1) > lefts_before(q): adding 2a to
-        // the dividend carries the remainder past 2t. One division instead of two.
+        // the dividend carries the remainder past 2t (r + 2a >= 2t, i.e. r >= 2(t - a)).
+        // One division instead of two; the side is selected, not branched on: for random
+        // positions it is a coin toss the CPU would mispredict half the time.
         let (before, rem) = self.divmod(q);
-        if rem as u128 + 2 * self.left_weight as u128 >= 2 * self.total as u128 {
-            (self.left, before)
-        } else {
-            (self.right, q - before)
-        }
+        let left = rem >= 2 * (self.total - self.left_weight);
+        (left, if left { before } else { q - before })
     }
 
     /// The node position of the child's position `l` (the inverse of `route`).
@@ -73,6 +95,31 @@ impl Split {
         };
         q as u64
     }
+}
+
+/// `(x div d, x mod d)` for a quotient below 2^64 (`x < d·2^64`, `d > 0`).
+#[inline]
+fn wide_divmod(x: u128, d: u64) -> (u64, u64) {
+    let (high, low) = ((x >> 64) as u64, x as u64);
+    #[cfg(target_arch = "x86_64")]
+    if high < d {
+        let (quotient, remainder): (u64, u64);
+        // SAFETY: `div` divides rdx:rax by a 64-bit register; it faults only on a zero
+        // divisor or a quotient past 64 bits, and `high < d` rules out both.
+        unsafe {
+            std::arch::asm!(
+                "div {d}",
+                d = in(reg) d,
+                inout("rax") low => quotient,
+                inout("rdx") high => remainder,
+                options(pure, nomem, nostack),
+            );
+        }
+        return (quotient, remainder);
+    }
+    let _ = (high, low);
+    let quotient = x / d as u128;
+    (quotient as u64, (x - quotient * d as u128) as u64)
 }
 
 /// The tree of exact two-way splits of one stage.
@@ -126,7 +173,11 @@ impl Tree {
         loop {
             match child {
                 Child::Source(s) => return (s, q),
-                Child::Node(i) => (child, q) = self.nodes[i].route(q),
+                Child::Node(i) => {
+                    let split = &self.nodes[i];
+                    let (left, local) = split.side(q);
+                    (child, q) = ([split.right, split.left][left as usize], local);
+                }
             }
         }
     }
@@ -159,12 +210,7 @@ fn build(sources: &[usize], q: &[u64], nodes: &mut Vec<Split>) -> Child {
     let left_weight: u64 = sources[..best].iter().map(|&s| q[s]).sum();
     let left = build(&sources[..best], q, nodes);
     let right = build(&sources[best..], q, nodes);
-    nodes.push(Split {
-        left_weight,
-        total,
-        left,
-        right,
-    });
+    nodes.push(Split::new(left_weight, total, left, right));
     Child::Node(nodes.len() - 1)
 }
 
@@ -183,6 +229,116 @@ fn record_paths(
             path.push((i, false));
             record_paths(nodes[i].right, nodes, path, out);
             path.pop();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// `(2·m·a + t) div 2t` and `mod 2t` by a plain 128-bit division.
+    fn plain(split: &Split, m: u64) -> (u64, u64) {
+        let x = 2 * m as u128 * split.left_weight as u128 + split.total as u128;
+        let d = 2 * split.total as u128;
+        ((x / d) as u64, (x % d) as u64)
+    }
+
+    fn split(left_weight: u64, total: u64) -> Split {
+        Split::new(left_weight, total, Child::Source(0), Child::Source(1))
+    }
+
+    #[test]
+    fn divmod_at_the_edges() {
+        let totals = [1, 2, 3, 7, 1 << 32, (1 << 62) + 1, (1 << 63) - 1];
+        for &t in &totals {
+            for a in [0, 1, t / 3, t / 2, t - 1, t] {
+                let s = split(a.min(t), t);
+                for m in [
+                    0,
+                    1,
+                    2,
+                    3,
+                    1 << 31,
+                    (1 << 32) + 5,
+                    1 << 62,
+                    u64::MAX - 1,
+                    u64::MAX,
+                ] {
+                    assert_eq!(s.divmod(m), plain(&s, m), "a={a} t={t} m={m}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn wide_divmod_is_the_division() {
+        let divisors = [1u64, 2, 3, 1 << 32, (1 << 63) + 5, u64::MAX];
+        for &d in &divisors {
+            for x in [
+                0u128,
+                1,
+                d as u128 - 1,
+                d as u128,
+                (d as u128) << 64,
+                u128::MAX,
+            ] {
+                let (q, r) = wide_divmod(x, d);
+                if x < (d as u128) << 64 {
+                    assert_eq!(
+                        (q as u128, r as u128),
+                        (x / d as u128, x % d as u128),
+                        "x={x} d={d}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The walk by the nodes, one branch per level (what `occurrence` does without them).
+    fn walk(tree: &Tree, q: u64) -> (usize, u64) {
+        let (mut child, mut q) = (tree.root, q);
+        loop {
+            match child {
+                Child::Source(s) => return (s, q),
+                Child::Node(i) => {
+                    let split = &tree.nodes[i];
+                    let before = split.lefts_before(q);
+                    let left = split.lefts_before(q + 1) > before;
+                    (child, q) = if left {
+                        (split.left, before)
+                    } else {
+                        (split.right, q - before)
+                    };
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn occurrence_is_the_walk_and_counts(
+            weights in proptest::collection::vec(0u64..(1 << 40), 1..9),
+            q in any::<u64>(),
+            shift in 0u32..64,
+        ) {
+            prop_assume!(weights.iter().any(|&w| w > 0));
+            let tree = Tree::new(&weights).unwrap();
+            let q = (q >> shift).min(u64::MAX - 1);
+            let (s, local) = tree.occurrence(q);
+            prop_assert_eq!((s, local), walk(&tree, q));
+            prop_assert!(weights[s] > 0);
+            let mut counts = vec![0u64; weights.len()];
+            tree.add_counts(q, &mut counts);
+            prop_assert_eq!(counts[s], local); // positions before q that went to s
+        }
+
+        #[test]
+        fn divmod_is_the_division(t in 1u64..(1 << 63), share in 0u64..=1_000, m in any::<u64>(), shift in 0u32..64) {
+            let s = split((t as u128 * share as u128 / 1_000) as u64, t);
+            let m = m >> shift; // small positions too: the 64-bit path
+            prop_assert_eq!(s.divmod(m), plain(&s, m));
         }
     }
 }

@@ -105,6 +105,27 @@ def test_a_resume_continues_as_the_independent_planner_says():
     assert list(resumed) == reference_plan(lengths, BUDGET, 3, seed=6, window=800, start=(k, None, steps))[2]
 
 
+def test_a_state_at_any_step_of_the_pass_resumes_its_rest():
+    """Every step handed out in the pass maps back to its resume point, however far back
+    (the pass spans many windows and more than 4,096 steps), also after a resume."""
+    lengths = np.full(5000, 8, dtype=np.int64)  # one sample a batch: a step per sample
+    make = lambda: TokenBudgetBatchSampler(lengths, 8, 1, 0, seed=3, window=512)  # noqa: E731
+    full = list(make())
+    s = make()
+    assert list(s) == full
+    for done in [0, 1, 511, 512, 2500, len(full) - 1, len(full)]:
+        resumed = make()
+        resumed.load_state_dict(s.state_dict(consumed_steps=done))
+        rest = list(resumed)
+        assert rest == full[done:], done
+        if done == 2500:  # a state saved in a resumed pass
+            again = make()
+            again.load_state_dict(resumed.state_dict(consumed_steps=500))
+            assert list(again) == full[3000:]
+    with pytest.raises(ValueError, match=rf"consumed_steps must be in \[0, {len(full)}\]"):
+        s.state_dict(consumed_steps=len(full) + 1)
+
+
 def test_a_state_dict_of_0_2_loads_and_continues_its_plan():
     spec, kw = GOLDEN["lengths"], dict(GOLDEN["sampler"])
     rng = np.random.default_rng(spec["seed"])

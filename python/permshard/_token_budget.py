@@ -5,8 +5,8 @@ re-plans a resume and proves; this module speaks torch."""
 from __future__ import annotations
 
 import base64
+import bisect
 import time
-from collections import deque
 from collections.abc import Iterator, Mapping
 from typing import Any, Optional
 
@@ -120,12 +120,16 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
         self._forget_pass()
 
     def _forget_pass(self) -> None:  # the steps handed out in the pass being run
-        self._progress: deque[tuple[int, _core.BudgetStart]] = deque(maxlen=4096)  # (handed, after)
+        # Each window the pass entered: the steps handed out before it and where its plan
+        # started. Any count of handed steps maps back to a resume point: O(windows).
+        self._entered: list[int] = []
+        self._window_starts: list[_core.BudgetStart] = []
         self._handed = 0
         self._loader: Any = None  # the DataLoader iterator pulling the batches, if any
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k not in ("_planner", "_progress", "_loader")}
+        unpicklable = ("_planner", "_window_starts", "_entered", "_loader")
+        return {k: v for k, v in self.__dict__.items() if k not in unpicklable}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, _planner=state["config"].planner())  # native: rebuilt
@@ -155,13 +159,14 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
         for k in range(start.window, self._planner.windows):
             first = start if k == start.window else _core.BudgetStart(self._planner, k)
             plan = self._planner.plan(self._lengths, start, k, world)
+            self._entered.append(self._handed)
+            self._window_starts.append(first)
             for s in range(first.steps, plan.steps):
                 if self._handed == 0:  # the pass's one walk: who iterates this sampler
                     owners = iterating()
                     check_not_wrapped_by_accelerate(self.num_replicas, owners)
                     self._loader = find_loader_iterator(owners)  # what it hands the loop is consumed
                 self._handed += 1
-                self._progress.append((self._handed, first.after(s + 1)))
                 batch = plan.batch(s, self.rank)
                 yield batch if self.as_array else batch.tolist()
 
@@ -202,16 +207,17 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
             done = delivered_batches(self._loader, self._handed)
         else:
             done = as_int("consumed_steps", consumed_steps)
-        oldest = self._handed - len(self._progress)
+        if not 0 <= done <= self._handed:
+            raise ValueError(
+                f"consumed_steps must be in [0, {self._handed}] (batches this rank handed out in "
+                f"this pass), got {done}"
+            )
         if done == 0:
             start = self._start()
-        elif oldest < done <= self._handed:
-            start = self._progress[done - oldest - 1][1]
-        else:
-            raise ValueError(
-                f"consumed_steps must be in [{max(oldest + 1, 0) if oldest else 0}, {self._handed}] (batches "
-                f"this rank handed out in this pass, the last {len(self._progress)} remembered), got {done}"
-            )
+        else:  # in the last window entered before step `done`
+            w = bisect.bisect_left(self._entered, done) - 1
+            first = self._window_starts[w]
+            start = first.after(first.steps + done - self._entered[w])
         taken = base64.b64encode(start.taken).decode()
         return dict(self.config.saved_fields(), window_index=start.window, steps=start.steps, taken=taken)
 

@@ -161,9 +161,11 @@ class MemmapRows:
         if page_locked(self.pin_memory):
             dtype = torch.from_numpy(self._records()[:0]).dtype
             batch = torch.empty(shape, dtype=dtype, pin_memory=True)
-        else:
-            batch = torch.from_numpy(np.empty(shape, dtype=self.dtype))
-        out = batch.numpy().reshape(-1).view(np.uint8)  # the batch's own memory
+            array = batch.numpy()
+        else:  # numpy's buffer, lent to the tensor: no view of a tensor to make per batch
+            array = np.empty(shape, dtype=self.dtype)
+            batch = torch.from_numpy(array)
+        out = array.reshape(-1).view(np.uint8)  # the batch's own memory
         _core.gather_records(self._raw(), self._record_bytes, idx, out, torch.get_num_threads())
         return RowBatch(batch)
 

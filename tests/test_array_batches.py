@@ -56,7 +56,7 @@ def test_epoch_indices_keep_their_epoch_when_sliced_and_pickled():
     assert back.dtype == np.int64
 
 
-@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+@pytest.mark.parametrize("method", ["fork", pytest.param("spawn", marks=pytest.mark.slow), "forkserver"])
 def test_epochs_reach_persistent_workers_of_every_start_method(method):
     ds = Recording(300, accepts_arrays=True, epoch_dependent=True)
     sampler = ShardedSampler(ds, 2, 1, seed=1)

@@ -116,6 +116,7 @@ def test_bad_arguments_one_line_exit_2(args, text):
     assert "Traceback" not in done.stderr and "NOT PROVEN" not in done.stdout
 
 
+@pytest.mark.slow
 def test_bench_smoke(tmp_path):
     done = run("bench", "--n", "1000,20000", "--json")
     assert done.returncode == 0, done.stderr
@@ -133,6 +134,7 @@ def test_bench_smoke(tmp_path):
     assert "first index" in done.stdout.splitlines()[0]
 
 
+@pytest.mark.multiprocess
 def test_demo_runs_and_proves():
     done = run("demo", timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -226,6 +226,7 @@ def test_shard_iterable_in_a_spawned_worker_without_a_rank_refuses_to_guess(meth
     assert [int(x) for x in loader] == list(range(1, 100, 2))
 
 
+@pytest.mark.slow
 def test_shard_iterable_in_a_forked_worker_of_a_single_process():
     loader = DataLoader(
         dist_workers.Docs(100), batch_size=None, num_workers=2, multiprocessing_context="fork"

@@ -114,6 +114,7 @@ def test_bad_dealings_are_refused_with_the_fix():
         permshard.verify(10, 2, dealing=1)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_the_cli_verifies_a_step_dealing():
     out = subprocess.run(
         [sys.executable, "-m", "permshard", "verify", "-n", "1000", "--world", "4",

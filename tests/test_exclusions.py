@@ -146,6 +146,7 @@ def test_bad_exclusions_name_the_fix():
     assert ShardedSampler(10, num_replicas=1, rank=0, exclude=[]).config.exclude is None
 
 
+@pytest.mark.multiprocess
 def test_loaders_with_workers_and_processes_agree():
     n, exclude = 203, [0, 5, 77, 202]
     s = ShardedSampler(n, num_replicas=1, rank=0, exclude=exclude)

@@ -75,7 +75,7 @@ def test_drop_remainder_gives_each_shard_n_div_k_records_like_grains_own(n, shar
         assert got == list(ShardedSampler(n, shards, s, seed=7, drop_last=True))
 
 
-@pytest.mark.parametrize("n", [1001, 65_537])
+@pytest.mark.parametrize("n", [1001, pytest.param(65_537, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("shards", [2, 3])
 def test_pad_reads_the_sharded_samplers_stream_on_every_shard(n, shards):
     everything: Counter = Counter()

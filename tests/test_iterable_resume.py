@@ -72,6 +72,7 @@ def test_two_resumes_across_ranks_workers_and_batch_sizes(shards):
     check_once(first + second + third, shards)
 
 
+@pytest.mark.slow
 def test_spawned_workers_resume_alike():
     first, state = run(2, 2, 4, 3, True, method="spawn")
     second, state = run(3, 1, 5, 2, True, state, method="spawn")

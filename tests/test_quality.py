@@ -38,11 +38,13 @@ def test_numpy_feistel_with_8_rounds_is_perm_v1():
         assert battery.feistel(8)(n, seed, epoch).tolist() == perm_v1(n, seed, epoch).tolist()
 
 
+@pytest.mark.slow
 def test_reference_passes(results):
     failed = {k: p for k, p in results["fisher-yates"].items() if p < ALPHA}
     assert not failed, f"the threshold is too strict for a true shuffle: {failed}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["perm-v1", "perm-v2"])
 def test_the_permutations_pass_every_test(results, algorithm):
     failed = {k: p for k, p in results[algorithm].items() if p < ALPHA}

@@ -126,6 +126,7 @@ def test_megatron_blends_take_changes(tmp_path):
     assert all(blend.mixture[p] == reference.mixture[p] for p in range(0, 2000, 7))
 
 
+@pytest.mark.multiprocess
 def test_ranks_must_set_the_same_weights():
     results = launch(stream_workers.scheduled_ranks, 2, False)
     reference = MixedDataset(

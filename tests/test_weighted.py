@@ -212,6 +212,7 @@ def test_loaders_batches_pickles_epochs_and_proofs():
     assert [(i, pad) for i, pad in padded.iter_with_padding()][-1][1] is True
 
 
+@pytest.mark.multiprocess
 def test_processes_read_one_stream_and_agree_on_the_weights():
     weights = [float(1 + i % 3) for i in range(30)]
     results = launch(stream_workers.weighted_ranks, 2, weights, 41, False)

@@ -72,13 +72,11 @@ impl<'m> Cursor<'m> {
                 Child::Node(i) => {
                     let split = &tree.nodes[i];
                     let (a, t) = (split.left_weight, split.total);
-                    // Left when the remainder wraps past 2t: r + 2a >= 2t, i.e. r >= 2(t - a).
-                    // Branch-free: which way a position goes is as unpredictable as a coin.
                     let r = &mut self.remainders[i];
-                    let left = *r >= 2 * (t - a);
+                    let left = split.goes_left(*r);
                     // r + 2a - [left]·2t is below 2t: exact in wrapping arithmetic.
                     *r = r.wrapping_add(2 * a).wrapping_sub(left as u64 * 2 * t);
-                    child = [split.right, split.left][left as usize];
+                    child = split.child(left);
                 }
             }
         }

@@ -72,13 +72,25 @@ impl Split {
     /// Whether the node's position `q` goes left, and its position on that side.
     #[inline]
     fn side(&self, q: u64) -> (bool, u64) {
-        // Position q goes left when lefts_before(q + 1) > lefts_before(q): adding 2a to
-        // the dividend carries the remainder past 2t (r + 2a >= 2t, i.e. r >= 2(t - a)).
-        // One division instead of two; the side is selected, not branched on: for random
-        // positions it is a coin toss the CPU would mispredict half the time.
+        // One division instead of two (lefts_before(q) and lefts_before(q + 1)).
         let (before, rem) = self.divmod(q);
-        let left = rem >= 2 * (self.total - self.left_weight);
+        let left = self.goes_left(rem);
         (left, if left { before } else { q - before })
+    }
+
+    /// Whether the position whose remainder (see [`Split::remainder`]) is `rem` goes left:
+    /// position q goes left when lefts_before(q + 1) > lefts_before(q), i.e. when adding
+    /// 2a to the dividend carries the remainder past 2t: r + 2a >= 2t, r >= 2(t - a).
+    #[inline]
+    pub(super) fn goes_left(&self, rem: u64) -> bool {
+        rem >= 2 * (self.total - self.left_weight)
+    }
+
+    /// The left child when `left`, else the right one: selected, not branched on (for
+    /// random or interleaved positions the side is as unpredictable as a coin).
+    #[inline]
+    pub(super) fn child(&self, left: bool) -> Child {
+        [self.right, self.left][left as usize]
     }
 
     /// The node position of the child's position `l` (the inverse of `route`).
@@ -176,7 +188,7 @@ impl Tree {
                 Child::Node(i) => {
                     let split = &self.nodes[i];
                     let (left, local) = split.side(q);
-                    (child, q) = ([split.right, split.left][left as usize], local);
+                    (child, q) = (split.child(left), local);
                 }
             }
         }

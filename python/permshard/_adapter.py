@@ -78,7 +78,8 @@ def check_world(sampler: Any, world: int, rank: int, framework: str) -> None:
             f"the {type(sampler).__name__} splits across num_replicas={sampler.num_replicas} as rank "
             f"{sampler.rank}, but {framework} has {world} data-parallel ranks and this process is "
             f"rank {rank} of them: leave num_replicas and rank unset (they come from the process "
-            "group the framework starts)"
+            "group the framework starts; with model parallelism, build the sampler over the "
+            "data-parallel dims of the device mesh)"
         )
 
 

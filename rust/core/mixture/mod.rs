@@ -84,20 +84,25 @@ fn sort_by_pass(group: &mut [usize], passes: &[u64]) {
         group.sort_unstable_by_key(|&i| passes[i]);
         return;
     }
-    let mut next = vec![0usize; span as usize + 1];
-    for &i in group.iter() {
-        next[(passes[i] - lo) as usize + 1] += 1;
+    counting_sort(group, span as usize, |i| (passes[i] - lo) as usize);
+}
+
+/// Sorts `slots` by `key(slot)` (below `keys`), stably: O(slots + keys).
+fn counting_sort(slots: &mut [usize], keys: usize, key: impl Fn(usize) -> usize) {
+    let mut next = vec![0usize; keys + 1];
+    for &i in slots.iter() {
+        next[key(i) + 1] += 1;
     }
-    for k in 0..span as usize {
+    for k in 0..keys {
         next[k + 1] += next[k];
     }
-    let mut sorted = vec![0usize; group.len()];
-    for &i in group.iter() {
-        let k = (passes[i] - lo) as usize;
+    let mut sorted = vec![0usize; slots.len()];
+    for &i in slots.iter() {
+        let k = key(i);
         sorted[next[k]] = i;
         next[k] += 1;
     }
-    group.copy_from_slice(&sorted);
+    slots.copy_from_slice(&sorted);
 }
 
 impl Mixture {
@@ -429,17 +434,7 @@ impl Mixture {
         } else {
             // Many slots: a counting sort by source, stable, so a source's slots keep
             // their order (consecutive positions: passes already increasing).
-            let mut next = vec![0usize; self.sizes.len() + 1];
-            for &s in sources {
-                next[s as usize + 1] += 1;
-            }
-            for s in 0..self.sizes.len() {
-                next[s + 1] += next[s];
-            }
-            for (i, &s) in sources.iter().enumerate() {
-                order[next[s as usize]] = i;
-                next[s as usize] += 1;
-            }
+            counting_sort(&mut order, self.sizes.len(), |i| sources[i] as usize);
             for group in order.chunk_by_mut(|&a, &b| sources[a] == sources[b]) {
                 if !group.windows(2).all(|w| pass_of(w[0]) <= pass_of(w[1])) {
                     sort_by_pass(group, passes); // slots are written back by index

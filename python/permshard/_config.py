@@ -2,21 +2,23 @@
 
 :class:`ShardConfig` (the round-robin and step samplers) and :class:`BudgetConfig`
 (token-budget batches) are both an :class:`EpochConfig`: one frozen object behind the
-state dicts, the cross-rank consensus, ``Certificate``, ``ShardPlan`` and ``describe()``.
-Adding a field here adds it to all of them.
+cross-rank consensus, ``Certificate``, ``ShardPlan``, ``describe()`` and the CLI's flags.
+Each is a view of the core's epoch (``_core.Sharding``, ``_core.BudgetEpoch``), which
+checks the fields together, names the algorithm, and writes, reads and checks the state
+dicts of every release: Python keeps no list of state keys.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional, TypeVar
 
 import numpy as np
 
 from . import _core
-from ._validation import as_int, as_positive, as_str, as_u64
+from ._validation import as_positive, as_str, as_u64
 
 _Config = TypeVar("_Config", bound="EpochConfig")
 
@@ -26,9 +28,9 @@ BUDGET_ALGORITHM = _core.BUDGET_ALGORITHM
 
 @dataclass(frozen=True, init=False)
 class EpochConfig:
-    """What every epoch's configuration holds, and how it is saved, read back and agreed
-    on: a subclass adds its fields and names the order they imply (``algorithm``) and how
-    a pass is dealt (``dealing``). The rank itself is not part of it.
+    """What every epoch's configuration holds and every rank agrees on: a subclass adds
+    its fields, and the core names the order they imply (``algorithm``) and how a pass is
+    dealt (``dealing``). The rank itself is not part of it.
 
     Args:
         n (int): dataset length, ``>= 1``.
@@ -68,21 +70,6 @@ class EpochConfig:
 
     #: The fields of how a pass is dealt: agreed and certified, not saved.
     dealing_keys: ClassVar[tuple[str, ...]] = ()
-
-    #: Fields a resume must share with the run that saved it (epoch and num_replicas may change).
-    resume_keys: ClassVar[tuple[str, ...]] = ("algorithm", "n", "seed", "shuffle", "drop_last")
-
-    #: Fields added after the first release: a state dict without them has this value.
-    optional_keys: ClassVar[Mapping[str, Any]] = {}
-
-    #: Keys an earlier release wrote and this one does not: accepted at this value only.
-    retired_keys: ClassVar[Mapping[str, Any]] = {}
-
-    #: Fields a state dict does not write because its ``algorithm`` implies them.
-    implied_keys: ClassVar[tuple[str, ...]] = ("permutation",)
-
-    #: Fields a state dict writes as a list of ids when not empty (else not at all).
-    set_keys: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -126,107 +113,6 @@ class EpochConfig:
     def as_dict(self) -> dict[str, Any]:
         """The fields, in declaration order."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
-    def saved_fields(self) -> dict[str, Any]:
-        """The fields a state dict records: all but the dealing's and those its
-        ``algorithm`` implies."""
-        unsaved = self.dealing_keys + self.implied_keys + self.set_keys
-        return {k: v for k, v in self.as_dict().items() if k not in unsaved}
-
-    @classmethod
-    def _implied(cls, state: Mapping[str, Any]) -> dict[str, Any]:
-        """The :attr:`implied_keys` of a state dict, from its ``algorithm``: the permutation
-        its order is built on (the core's reading of the id; an unshuffled epoch's does not
-        matter)."""
-        return {"permutation": _core.permutation_of(str(state.get("algorithm"))) or _core.ALGORITHM}
-
-    def accepts_algorithm(self, algorithm: str) -> bool:
-        """Whether a state saved under ``algorithm`` continues under this configuration.
-
-        Args:
-            algorithm (str): the algorithm id a state dict recorded.
-        """
-        return algorithm == self.algorithm
-
-    @classmethod
-    def read_state(
-        cls: type[_Config], state: Mapping[str, Any], resume: Sequence[str], *, strict: bool = True
-    ) -> _Config:
-        """The configuration a state dict records, checked: every field and each of the
-        ``resume`` keys present and of its type (bools are bools, ints are ints), values
-        in range, the algorithm this one runs, and (``strict``) no other key.
-
-        Args:
-            state (Mapping): a state dict saved by a sampler's ``state_dict()``.
-            resume (sequence of str): the keys of the saved resume point.
-            strict (bool, optional): refuse keys this release does not write (torch's
-                ``load_state_dict(strict=True)`` convention). Default: ``True``.
-
-        Raises:
-            TypeError: ``state`` is not a mapping, or a value has the wrong type.
-            ValueError: a key is missing or unknown, a value is out of range, or the
-                algorithm differs.
-        """
-        if not isinstance(state, Mapping):
-            raise TypeError(f"state_dict must be a mapping, got {type(state).__name__}")
-        unsaved = cls.dealing_keys + cls.implied_keys + cls.set_keys
-        saved = [f for f in dataclasses.fields(cls) if f.name not in unsaved]
-        keys = [f.name for f in saved] + list(resume) + list(cls.set_keys)
-        missing = [k for k in keys if k not in state and k not in cls.optional_keys and k not in cls.set_keys]
-        if missing:
-            saved_by = f" (of algorithm {state['algorithm']!r})" if "algorithm" in state else ""
-            raise ValueError(
-                f"state_dict{saved_by} is missing {missing} of a {cls.__name__}: pass a dict saved "
-                "by this sampler's state_dict()"
-            )
-        for key, value in cls.retired_keys.items():
-            if key in state and (type(state[key]) is not type(value) or state[key] != value):
-                raise ValueError(
-                    f"state_dict[{key!r}] must be {value!r} for a {cls.__name__}, got {state[key]!r}"
-                )
-        unknown = [k for k in state if k not in keys and k not in cls.retired_keys]
-        if strict and unknown:
-            raise ValueError(
-                f"state_dict has keys a {cls.__name__} does not save: {unknown}. Pass a dict saved by "
-                "this sampler's state_dict(), or load_state_dict(state, strict=False) to ignore them"
-            )
-        values = {f.name: state.get(f.name, cls.optional_keys.get(f.name)) for f in saved}
-        for f in saved:
-            _check_type(f"state_dict[{f.name!r}]", values[f.name], f)
-        sets: dict[str, Any] = {
-            k: _saved_ids(f"state_dict[{k!r}]", state[k]) for k in cls.set_keys if k in state
-        }
-        config = cls(**{f.name: values[f.name] for f in saved if f.init}, **sets, **cls._implied(state))
-        if not config.accepts_algorithm(state["algorithm"]):
-            implied = {k: getattr(config, k) for k in cls.resume_keys if k not in ("algorithm", "n", "seed")}
-            raise ValueError(
-                f"state_dict is for algorithm {state['algorithm']!r}, but its fields ({implied}) mean "
-                f"{config.algorithm!r} for a {cls.__name__}: the saved order cannot be reproduced here "
-                "(or the state was edited)"
-            )
-        return config
-
-    def check_resumable(self, saved: EpochConfig) -> None:
-        """Raises ValueError unless a state saved under ``saved`` continues under this one.
-
-        Args:
-            saved (EpochConfig): the configuration a state dict recorded.
-        """
-        differ = [k for k in self.resume_keys if k != "algorithm" and getattr(saved, k) != getattr(self, k)]
-        because = "".join(
-            f"; state_dict has {k}={getattr(saved, k)!r}, this sampler {getattr(self, k)!r}" for k in differ
-        )
-        if saved.algorithm != self.algorithm:
-            raise ValueError(
-                f"state_dict is for algorithm {saved.algorithm!r}, this sampler runs "
-                f"{self.algorithm!r}; the saved order cannot be reproduced{because}"
-            )
-        if differ:
-            k = differ[0]
-            raise ValueError(
-                f"state_dict has {k}={getattr(saved, k)!r} but this sampler has {k}={getattr(self, k)!r}; "
-                f"build the sampler with the same {k} to resume"
-            )
 
 
 @dataclass(frozen=True, init=False)
@@ -290,10 +176,6 @@ class ShardConfig(EpochConfig):
     )
 
     dealing_keys: ClassVar[tuple[str, ...]] = ("dealing", "batch_size", "drop_last_batch")
-    #: Fields a state dict writes as a list of ids, and only when the set is not empty.
-    set_keys: ClassVar[tuple[str, ...]] = ("exclude",)
-    resume_keys: ClassVar[tuple[str, ...]] = EpochConfig.resume_keys + ("block_size", "window_blocks")
-    optional_keys: ClassVar[Mapping[str, Any]] = {"block_size": 0, "window_blocks": 0}
 
     def __init__(
         self,
@@ -337,15 +219,13 @@ class ShardConfig(EpochConfig):
 
     def state_dict(self, consumed: int) -> dict[str, Any]:
         """A resume point: this configuration and ``consumed`` global positions of the epoch
-        (with exclusions, positions of the kept samples; the excluded ids as a sorted list).
+        (with exclusions, positions of the kept samples; the excluded ids as a sorted list),
+        as the core writes it.
 
         Args:
             consumed (int): global positions of the epoch consumed so far.
         """
-        state = dict(self.saved_fields(), consumed=consumed)
-        if self.exclude is not None:
-            state["exclude"] = [int(i) for i in self.exclude.ids()]
-        return state
+        return self.sharding().state_dict(consumed)
 
     def resume_point(self, saved: ShardConfig, consumed: int) -> int:
         """Where this epoch resumes a state saved under ``saved`` after ``consumed`` of its
@@ -358,37 +238,32 @@ class ShardConfig(EpochConfig):
         """
         return int(self.sharding().resume_from(saved.sharding(), consumed))
 
-    def accepts_algorithm(self, algorithm: str) -> bool:
-        """Whether a state saved under ``algorithm`` continues under this configuration
-        (the core also accepts 0.1 and 0.2's ``perm-v1`` for an unshuffled epoch).
+    def check_resumable(self, saved: ShardConfig) -> None:
+        """Raises ValueError unless a state saved under ``saved`` continues under this one
+        (the same order; the epoch, the number of ranks and the exclusions may differ).
 
         Args:
-            algorithm (str): the algorithm id a state dict recorded.
+            saved (ShardConfig): the configuration a state dict recorded.
         """
-        return self.sharding().accepts_algorithm(algorithm)
+        self.sharding().check_resumable(saved.sharding())
 
     @classmethod
     def from_state_dict(cls, state: Mapping[str, Any], *, strict: bool = True) -> tuple[ShardConfig, int]:
-        """``(config, consumed)`` from a state dict saved by :meth:`state_dict`.
+        """``(config, consumed)`` from a state dict saved by :meth:`state_dict`, checked by
+        the core: its keys (``strict`` refuses others), types and ranges, an algorithm that
+        follows from its fields, a consumed count the epoch reaches; every release's states.
 
         Args:
             state (Mapping): a dict saved by ``ShardedSampler.state_dict()``.
-            strict (bool, optional): refuse unknown keys (see :meth:`read_state`).
+            strict (bool, optional): refuse keys this release does not write (torch's
+                ``load_state_dict(strict=True)`` convention). Default: ``True``.
 
         Raises:
-            TypeError: ``state`` is not a mapping.
-            ValueError: a key is missing or a value is out of range.
+            TypeError: ``state`` is not a mapping, or a value has the wrong type.
+            ValueError: a key is missing or unknown, or a value is out of range.
         """
-        config = ShardConfig.read_state(state, ("consumed",), strict=strict)
-        consumed = as_int("state_dict['consumed']", state["consumed"])
-        limit = config.sharding().max_consumed
-        if not 0 <= consumed <= limit:
-            raise ValueError(
-                f"state_dict['consumed'] must be in [0, {limit}] (global positions of an epoch "
-                f"of n={config.n} over num_replicas={config.num_replicas}), got {consumed}: the "
-                "state was not saved by this sampler's state_dict()"
-            )
-        return config, consumed
+        sharding, consumed = _core.Sharding.from_state(state, strict)
+        return cls(**sharding.fields()), consumed
 
 
 @dataclass(frozen=True, init=False)
@@ -414,23 +289,59 @@ class BudgetConfig(EpochConfig):
     window: int = 1 << 16
 
     dealing_keys: ClassVar[tuple[str, ...]] = ("dealing",)
-    resume_keys: ClassVar[tuple[str, ...]] = EpochConfig.resume_keys + ("max_tokens", "window")
-    #: 0.3.0 wrote ShardConfig's block fields into budget states, always 0.
-    retired_keys: ClassVar[Mapping[str, Any]] = {"block_size": 0, "window_blocks": 0}
 
     def __init__(
         self, n: int, num_replicas: int, *, max_tokens: int, window: int = 1 << 16, **epoch: Any
     ) -> None:
         super().__init__(n, num_replicas, **epoch)
-        max_tokens, window = as_positive("max_tokens", max_tokens), as_positive("window", window)
-        if window < self.num_replicas:
-            raise ValueError(f"window ({window}) must be at least num_replicas ({self.num_replicas})")
-        algorithm = _core.built_on("budget", self.permutation)
-        self._set({"max_tokens": max_tokens, "window": window, "algorithm": algorithm, "dealing": algorithm})
+        self._set(
+            {"max_tokens": as_positive("max_tokens", max_tokens), "window": as_positive("window", window)}
+        )
+        algorithm = self.budget_epoch().algorithm  # the core checks the fields together
+        self._set({"algorithm": algorithm, "dealing": algorithm})
+
+    def budget_epoch(self) -> _core.BudgetEpoch:
+        """The core's description of this epoch (algorithm id, state dicts, resumes)."""
+        return _core.BudgetEpoch(self)
 
     def planner(self) -> _core.TokenBudget:
         """The core's planner of this epoch's windows."""
         return _core.TokenBudget(self)
+
+    def state_dict(self, start: _core.BudgetStart) -> dict[str, Any]:
+        """A resume point at ``start``, as the core writes it: this configuration, the
+        window being planned, its steps done and its samples taken before (base64 bits).
+
+        Args:
+            start (BudgetStart): the resume point.
+        """
+        return self.budget_epoch().state_dict(start)
+
+    def check_resumable(self, saved: BudgetConfig) -> None:
+        """Raises ValueError unless a state saved under ``saved`` continues under this one
+        (the same plan; the epoch and the number of ranks may differ).
+
+        Args:
+            saved (BudgetConfig): the configuration a state dict recorded.
+        """
+        self.budget_epoch().check_resumable(saved.budget_epoch())
+
+    @classmethod
+    def from_state_dict(
+        cls, state: Mapping[str, Any], *, strict: bool = True
+    ) -> tuple[BudgetConfig, int, int, bytes]:
+        """``(config, window_index, steps, taken)`` from a state dict saved by
+        :meth:`state_dict`, checked by the core as :meth:`ShardConfig.from_state_dict` is
+        (0.3's states, which wrote block fields, too); whether the resume point fits the
+        plan is ``BudgetStart``'s to check.
+
+        Args:
+            state (Mapping): a dict saved by ``TokenBudgetBatchSampler.state_dict()``.
+            strict (bool, optional): refuse keys this release does not write.
+                Default: ``True``.
+        """
+        epoch, window, steps, taken = _core.BudgetEpoch.from_state(state, strict)
+        return cls(**epoch.fields()), window, steps, taken
 
 
 def as_exclusions(exclude: Any, n: int) -> Optional[_core.Exclusions]:
@@ -456,34 +367,6 @@ def as_exclusions(exclude: Any, n: int) -> Optional[_core.Exclusions]:
     if ids.dtype == np.uint64 and int(ids.max()) >= 2**63:
         raise ValueError(f"excluded sample {int(ids.max())} is out of range: the dataset has {n} samples")
     return _core.Exclusions(np.ascontiguousarray(ids, dtype=np.int64), n)
-
-
-def _saved_ids(name: str, value: Any) -> list[int]:
-    """A state dict's list of ids, type-checked."""
-    if not isinstance(value, (list, tuple)) or any(
-        isinstance(i, bool) or not isinstance(i, int) for i in value
-    ):
-        raise TypeError(
-            f"{name} must be a list of int sample ids: pass a dict saved by this sampler's state_dict()"
-        )
-    return list(value)
-
-
-def _check_type(name: str, value: Any, spec: dataclasses.Field[Any]) -> None:
-    """Refuses a saved ``value`` whose type is not the field's: bools are bools, strings
-    strings, ints ints (not bools); the ranges are checked by the constructor."""
-    kind = {"int": int, "bool": bool, "str": str}[str(spec.type)]  # annotations are strings here
-    if kind is bool:
-        ok = isinstance(value, bool)
-    elif kind is int:
-        ok = not isinstance(value, bool) and hasattr(value, "__index__")
-    else:
-        ok = isinstance(value, kind)
-    if not ok:
-        raise TypeError(
-            f"{name} must be a {kind.__name__}, got {type(value).__name__} {value!r}: pass a dict "
-            "saved by this sampler's state_dict()"
-        )
 
 
 class Configured:

@@ -4,7 +4,6 @@ re-plans a resume and proves; this module speaks torch."""
 
 from __future__ import annotations
 
-import base64
 import bisect
 import time
 from collections.abc import Iterator, Mapping
@@ -25,12 +24,9 @@ from ._guards import check_not_wrapped_by_accelerate
 from ._loader_count import delivered_batches, find_loader_iterator
 from ._mesh import MeshDim, resolve_world
 from ._proven import ProvenStream
-from ._validation import as_base64, as_int, as_lengths, as_u64
+from ._validation import as_int, as_lengths, as_u64
 
 __all__ = ["BUDGET_ALGORITHM", "BudgetConfig", "TokenBudgetBatchSampler"]
-
-#: The keys of a saved resume point, beside the configuration.
-_RESUME_KEYS = ("window_index", "steps", "taken")
 
 
 class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
@@ -218,8 +214,7 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
             w = bisect.bisect_left(self._entered, done) - 1
             first = self._window_starts[w]
             start = first.after(first.steps + done - self._entered[w])
-        taken = base64.b64encode(start.taken).decode()
-        return dict(self.config.saved_fields(), window_index=start.window, steps=start.steps, taken=taken)
+        return self.config.state_dict(start)
 
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
         """Restores a resume point, possibly saved with another number of ranks: the rest
@@ -235,13 +230,10 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
             TypeError: ``state`` is not a mapping, or a value has the wrong type.
             ValueError: it was saved by another sampler or configuration, or edited.
         """
-        saved = BudgetConfig.read_state(state, _RESUME_KEYS, strict=strict)
+        saved, window, steps, taken = BudgetConfig.from_state_dict(state, strict=strict)
         # The state's epoch, continued with the plan it names; nothing else changes.
         config = self.config.replace(permutation=saved.permutation, epoch=saved.epoch)
         config.check_resumable(saved)
-        taken = as_base64("state_dict['taken']", state["taken"])
-        window = as_u64("state_dict['window_index']", state["window_index"])
-        steps = as_u64("state_dict['steps']", state["steps"])
         planner = self._planner if config == self.config else config.planner()
         _core.BudgetStart(planner, window, taken, steps)  # checked by the core, before any change
         self._set_config(config, planner)

@@ -57,16 +57,3 @@ def as_lengths(lengths: Any) -> tuple[Any, Any]:
     if array.flags.c_contiguous and array.dtype.isnative:
         return array, array
     return array, np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("="))
-
-
-def as_base64(name: str, value: Any) -> bytes:
-    """The bytes a base64 string of a saved state holds."""
-    import base64
-    import binascii
-
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a base64 string, got {type(value).__name__}")
-    try:
-        return base64.b64decode(value, validate=True)
-    except binascii.Error:
-        raise ValueError(f"{name} is not valid base64: the state was edited") from None

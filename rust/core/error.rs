@@ -77,6 +77,9 @@ pub enum Error {
     },
     /// Any other argument the call cannot accept; the message names the value and the fix.
     Invalid(String),
+    /// A value of the wrong type (a state dict's `1.5` for an integer); the message names
+    /// it and the fix.
+    WrongType(String),
     /// Memory for `bytes` bytes could not be had (e.g. the proof's bitmap for a huge `n`).
     OutOfMemory {
         /// Bytes asked for.
@@ -136,7 +139,7 @@ impl fmt::Display for Error {
                 "{what} index {index} out of range for {len} {what}s: expected -{len} <= index < {len}"
             ),
             Error::Excluded { sample } => write!(f, "sample {sample} is excluded from the epoch"),
-            Error::Invalid(msg) | Error::Violation(msg) => f.write_str(msg),
+            Error::Invalid(msg) | Error::WrongType(msg) | Error::Violation(msg) => f.write_str(msg),
         }
     }
 }

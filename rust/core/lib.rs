@@ -10,6 +10,8 @@
 //!   blocks (locality for datasets bigger than RAM).
 //! * [`Sharding`] — what an epoch is: the fields, the order they imply and its algorithm
 //!   id, the dealing, the partition at a resume point, the resume limit.
+//! * [`Value`], [`BudgetEpoch`] — what a state dict of an epoch holds ([`SHARD`],
+//!   [`BUDGET`]): written, read back checked, and migrated from earlier releases.
 //! * [`Dealing`] — how a pass's positions go to (rank, local index): round-robin, step.
 //! * [`Partition`] — which global positions (and samples) each rank takes, with padding,
 //!   `drop_last` and resume from a consumed prefix.
@@ -47,6 +49,7 @@ mod plan;
 mod pool;
 mod sharding;
 mod splitmix;
+mod state;
 mod verdict;
 mod weighted;
 
@@ -73,5 +76,6 @@ pub use permutation::{simd_level, Permutation, Version, ALGORITHM, ALGORITHM_V1,
 pub use pool::{worker_threads, CHUNK};
 pub use sharding::{Sharding, IDENTITY_ALGORITHM};
 pub use splitmix::splitmix64;
+pub use state::{BudgetEpoch, BudgetResume, Value, BUDGET, SHARD};
 pub use verdict::Verdict;
 pub use weighted::{AliasTable, EpochDraws, Weights, WEIGHTED_ALGORITHM};

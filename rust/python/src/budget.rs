@@ -5,12 +5,13 @@
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyDict};
 
-use permshard_core::{BudgetShare, BudgetStart, Version, WindowPlan};
+use permshard_core::{BudgetResume, BudgetShare, BudgetStart, Version, WindowPlan};
 
 use crate::convert::{compute, field, int64_array, non_negative};
 use crate::errors::to_py;
+use crate::state::{from_mapping, to_dict};
 use crate::verify::PyVerdict;
 
 /// Runs `$body` with `$slice` bound to the lengths as a slice of their own dtype.
@@ -203,6 +204,94 @@ impl PyBudgetShare {
     #[getter]
     fn failed(&self) -> Option<u64> {
         self.inner.failed
+    }
+}
+
+#[pyclass(frozen, module = "permshard._core", name = "BudgetEpoch")]
+pub struct BudgetEpoch {
+    inner: permshard_core::BudgetEpoch,
+}
+
+#[pymethods]
+impl BudgetEpoch {
+    /// The core's token-budget epoch `config` describes (any object with the fields of a
+    /// `BudgetConfig` as attributes), its fields checked together.
+    #[new]
+    fn new(config: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let inner = permshard_core::BudgetEpoch::new(permshard_core::BudgetEpoch {
+            n: field(config, "n")?,
+            num_replicas: field(config, "num_replicas")?,
+            seed: field(config, "seed")?,
+            epoch: field(config, "epoch")?,
+            shuffle: field(config, "shuffle")?,
+            drop_last: field(config, "drop_last")?,
+            permutation: Version::named(&field::<String>(config, "permutation")?).map_err(to_py)?,
+            max_tokens: field(config, "max_tokens")?,
+            window: field(config, "window")?,
+        })
+        .map_err(to_py)?;
+        Ok(BudgetEpoch { inner })
+    }
+
+    /// The algorithm id of the plan (budget-v2, budget-v1).
+    #[getter]
+    fn algorithm(&self) -> &'static str {
+        self.inner.algorithm()
+    }
+
+    /// The state dict of this epoch resumed at `start`.
+    fn state_dict<'py>(
+        &self,
+        py: Python<'py>,
+        start: &PyBudgetStart,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let resume = BudgetResume {
+            window_index: start.inner.window(),
+            steps: start.inner.steps(),
+            taken: start.inner.taken_bits(),
+        };
+        to_dict(py, self.inner.state(&resume))
+    }
+
+    /// `(epoch, window_index, steps, taken)` of a state dict, checked by the core (keys,
+    /// types, ranges, algorithm, states of earlier releases); `strict` refuses unknown keys.
+    #[staticmethod]
+    fn from_state<'py>(
+        py: Python<'py>,
+        state: &Bound<'py, PyAny>,
+        strict: bool,
+    ) -> PyResult<(BudgetEpoch, u64, u64, Bound<'py, PyBytes>)> {
+        let (inner, resume) =
+            permshard_core::BudgetEpoch::from_state(&from_mapping(state)?, strict)
+                .map_err(to_py)?;
+        let taken = PyBytes::new(py, &resume.taken);
+        Ok((
+            BudgetEpoch { inner },
+            resume.window_index,
+            resume.steps,
+            taken,
+        ))
+    }
+
+    /// The fields a configuration is built from (`BudgetConfig(**fields)`).
+    fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let e = &self.inner;
+        let dict = PyDict::new(py);
+        dict.set_item("n", e.n)?;
+        dict.set_item("num_replicas", e.num_replicas)?;
+        dict.set_item("seed", e.seed)?;
+        dict.set_item("epoch", e.epoch)?;
+        dict.set_item("shuffle", e.shuffle)?;
+        dict.set_item("drop_last", e.drop_last)?;
+        dict.set_item("permutation", e.permutation.algorithm())?;
+        dict.set_item("max_tokens", e.max_tokens)?;
+        dict.set_item("window", e.window)?;
+        Ok(dict)
+    }
+
+    /// Refuses to resume a state saved under `saved` unless it plans the same batches.
+    fn check_resumable(&self, saved: &BudgetEpoch) -> PyResult<()> {
+        self.inner.check_resumable(&saved.inner).map_err(to_py)
     }
 }
 

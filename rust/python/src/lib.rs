@@ -14,6 +14,7 @@ mod mixture;
 mod partition;
 mod permutation;
 mod sharding;
+mod state;
 mod verify;
 mod weighted;
 
@@ -22,7 +23,7 @@ mod _core {
     #[pymodule_export]
     use super::block::BlockPermutation;
     #[pymodule_export]
-    use super::budget::{PyBudgetShare, PyBudgetStart, PyWindowPlan, TokenBudget};
+    use super::budget::{BudgetEpoch, PyBudgetShare, PyBudgetStart, PyWindowPlan, TokenBudget};
     #[pymodule_export]
     use super::errors::ShardingError;
     #[pymodule_export]

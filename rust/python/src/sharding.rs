@@ -1,15 +1,16 @@
 //! `_core.Sharding`: what an epoch is (fields, order, algorithm id, resume limit, dealing).
 
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
 use permshard_core::{Dealing, Version};
-
-use pyo3::exceptions::PyTypeError;
 
 use crate::convert::field;
 use crate::errors::to_py;
 use crate::exclusion::Exclusions;
 use crate::partition::Partition;
+use crate::state::{from_mapping, to_dict};
 
 #[pyclass(frozen, module = "permshard._core", name = "Sharding")]
 pub struct Sharding {
@@ -88,9 +89,44 @@ impl Sharding {
         self.inner.max_consumed()
     }
 
-    /// Whether a state recorded under `algorithm` resumes with this order.
-    fn accepts_algorithm(&self, algorithm: &str) -> bool {
-        self.inner.accepts_algorithm(algorithm)
+    /// The state dict of this epoch after `consumed` of its global positions.
+    fn state_dict<'py>(&self, py: Python<'py>, consumed: u64) -> PyResult<Bound<'py, PyDict>> {
+        to_dict(py, self.inner.state(consumed))
+    }
+
+    /// `(epoch, consumed)` of a state dict, checked by the core (keys, types, ranges,
+    /// algorithm, states of earlier releases); `strict` refuses unknown keys.
+    #[staticmethod]
+    fn from_state(state: &Bound<'_, PyAny>, strict: bool) -> PyResult<(Sharding, u64)> {
+        let (inner, consumed) =
+            permshard_core::Sharding::from_state(&from_mapping(state)?, strict).map_err(to_py)?;
+        Ok((Sharding { inner }, consumed))
+    }
+
+    /// The fields a configuration is built from (`ShardConfig(**fields)`), the dealing's
+    /// aside.
+    fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = &self.inner;
+        let dict = PyDict::new(py);
+        dict.set_item("n", s.n)?;
+        dict.set_item("num_replicas", s.num_replicas)?;
+        dict.set_item("seed", s.seed)?;
+        dict.set_item("epoch", s.epoch)?;
+        dict.set_item("shuffle", s.shuffle)?;
+        dict.set_item("drop_last", s.drop_last)?;
+        dict.set_item("permutation", s.permutation.algorithm())?;
+        dict.set_item("block_size", s.block_size)?;
+        dict.set_item("window_blocks", s.window_blocks)?;
+        let exclude = (!s.exclusions.is_empty()).then(|| Exclusions {
+            inner: s.exclusions.clone(),
+        });
+        dict.set_item("exclude", exclude)?;
+        Ok(dict)
+    }
+
+    /// Refuses to resume a state saved under `saved` unless it reads the same order.
+    fn check_resumable(&self, saved: &Sharding) -> PyResult<()> {
+        self.inner.check_resumable(&saved.inner).map_err(to_py)
     }
 
     /// The split across ranks of positions `[start, ...)`.

@@ -42,7 +42,7 @@ $(VENV)/.build-release: $(VENV)/.base $(SOURCES)
 	rm -f $(VENV)/.build-fast
 	touch $@
 
-build-fast: $(VENV)/.build-fast  ## The same, without fat LTO, rebuilt incrementally (for make test-fast)
+build-fast: $(VENV)/.build-fast  ## The same, without fat LTO, rebuilt incrementally (what the tests run on)
 
 $(VENV)/.build-fast: $(VENV)/.dev $(SOURCES)
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop -q --profile fast
@@ -58,7 +58,7 @@ lint-rust:  ## rustfmt and clippy (needs no Python environment)
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets --profile fast -- -D warnings
 
-lint-py: build $(VENV)/.dev  ## ruff (format and check), mypy --strict, stubtest
+lint-py: build-fast  ## ruff (format and check), mypy --strict, stubtest
 	$(PY) -m ruff format --check .
 	$(PY) -m ruff check .
 	$(PY) -m mypy
@@ -67,7 +67,7 @@ lint-py: build $(VENV)/.dev  ## ruff (format and check), mypy --strict, stubtest
 rust-test:  ## Rust unit, property and golden tests
 	cargo test --profile fast -p permshard-core
 
-py-test: build $(VENV)/.dev  ## Python tests (real multi-process runs included), over every core
+py-test: build-fast  ## Python tests (real multi-process runs included), over every core
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --durations=30
 
 test-fast: build-fast  ## The fast tier: tests not marked slow or multiprocess, over every core

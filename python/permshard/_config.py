@@ -206,8 +206,17 @@ class ShardConfig(EpochConfig):
 
     def sharding(self) -> _core.Sharding:
         """The core's description of this epoch (order, algorithm id, dealing, resume
-        limit), built from this configuration's fields."""
-        return _core.Sharding(self)
+        limit), built from this configuration's fields once (a copy with another epoch
+        derives its own from it)."""
+        cached: Optional[_core.Sharding] = self.__dict__.get("_sharding")
+        if cached is None or cached.epoch != self.epoch:
+            cached = _core.Sharding(self) if cached is None else cached.with_epoch(self.epoch)
+            object.__setattr__(self, "_sharding", cached)
+        return cached
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The core's object is derived from the fields: not pickled, rebuilt on demand.
+        return {k: v for k, v in self.__dict__.items() if k != "_sharding"}
 
     def partition(self, start: int = 0) -> _core.Partition:
         """The split of this epoch's positions ``[start, ...)`` across the ranks.
@@ -395,12 +404,40 @@ class Configured:
         return sorted(set(super().__dir__()) | (set(_field_names(config)) if config is not None else set()))
 
 
-class HoldsConfig(Configured):
-    """A sampler whose only epoch state is its configuration, ``config``: the fields read
-    as attributes (DistributedSampler's ``num_replicas``, ``epoch``, ``seed``,
-    ``shuffle``, ``drop_last``) and are read-only. Assigning one never rebuilds or forgets
-    anything behind the caller's back: it raises, naming the method that does it
-    (``set_epoch``) or the argument to build a new sampler with.
+class ConfigField:
+    """A configuration field read as an attribute of the sampler holding it
+    (``sampler.seed`` is ``sampler.config.seed``), and read-only: assigning one raises,
+    naming the method that changes it (``set_epoch``) or the argument to build a new
+    sampler with. A data descriptor: an instance can never shadow it.
+
+    Args:
+        name (str): the field's name.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, holder: Any, owner: Optional[type] = None) -> Any:
+        if holder is None:
+            return self
+        return getattr(holder.config, self.name)
+
+    def __set__(self, holder: Any, value: Any) -> None:
+        cls = type(holder).__name__
+        fix = (
+            f"call sampler.set_epoch({value!r})"
+            if self.name == "epoch"
+            else f"build a new {cls}(..., {self.name}={value!r}) (every rank must agree on it)"
+        )
+        raise AttributeError(f"{cls}.{self.name} is read-only, part of the epoch's configuration: {fix}")
+
+
+class HoldsConfig:
+    """A sampler whose only epoch state is its configuration, ``config`` (of
+    ``config_type``): every field reads as an attribute (DistributedSampler's
+    ``num_replicas``, ``epoch``, ``seed``, ``shuffle``, ``drop_last``) and is read-only
+    (:class:`ConfigField`). Assigning one never rebuilds or forgets anything behind the
+    caller's back.
 
     Example::
 
@@ -410,18 +447,16 @@ class HoldsConfig(Configured):
         (3, 3)
     """
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name[0] != "_":  # private state is never a field: the common case, every pass
-            config = self.__dict__.get("config")
-            if config is not None and name in _field_names(config):
-                cls = type(self).__name__
-                fix = (
-                    f"call sampler.set_epoch({value!r})"
-                    if name == "epoch"
-                    else f"build a new {cls}(..., {name}={value!r}) (every rank must agree on it)"
-                )
-                raise AttributeError(f"{cls}.{name} is read-only, part of the epoch's configuration: {fix}")
-        object.__setattr__(self, name, value)
+    config: EpochConfig
+    #: The configuration's class, whose fields the sampler reads as attributes.
+    config_type: ClassVar[type[EpochConfig]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        config_type = cls.__dict__.get("config_type")
+        for f in dataclasses.fields(config_type) if config_type is not None else ():
+            if not any(f.name in base.__dict__ for base in cls.__mro__ if base is not object):
+                setattr(cls, f.name, ConfigField(f.name))
 
 
 def _field_names(config: EpochConfig) -> Mapping[str, Any]:

@@ -1,5 +1,6 @@
 """Type stubs of the native module ``permshard._core`` (checked by mypy.stubtest)."""
 
+from collections.abc import Callable, Iterator
 from typing import Any, final
 
 import numpy as np
@@ -12,12 +13,14 @@ __all__ = [
     "BLOCK_ALGORITHM",
     "BlockPermutation",
     "BUDGET_ALGORITHM",
+    "MAX_CHUNK",
     "MIX_ALGORITHM",
     "Mixture",
     "Partition",
     "Permutation",
     "IDENTITY_ALGORITHM",
     "Progress",
+    "RankPass",
     "Sharding",
     "ShardingError",
     "TokenBudget",
@@ -54,6 +57,7 @@ ALGORITHM: str
 ALGORITHM_V1: str
 ALGORITHM_V2: str
 IDENTITY_ALGORITHM: str
+MAX_CHUNK: int
 WEIGHTED_ALGORITHM: str
 
 class ShardingError(ValueError): ...
@@ -79,8 +83,29 @@ class Permutation:
     def take_list(self, start: int, stop: int) -> list[int]: ...
 
 @final
+class RankPass:
+    def __new__(
+        cls,
+        partition: Partition,
+        rank: int,
+        *,
+        window_len: int = 0,
+        announce: Callable[[int], object] | None = None,
+        take: Callable[[int, int], Any] | None = None,
+    ) -> RankPass: ...
+    def __iter__(self) -> RankPass: ...
+    def __next__(self) -> Iterator[Any]: ...
+    @property
+    def yielded(self) -> int: ...
+    @property
+    def started(self) -> bool: ...
+
+@final
 class Sharding:
     def __new__(cls, config: object) -> Sharding: ...
+    def with_epoch(self, epoch: int) -> Sharding: ...
+    @property
+    def epoch(self) -> int: ...
     @property
     def algorithm(self) -> str: ...
     @property

@@ -10,6 +10,7 @@ on the call stack where the pass starts, and reads the count when a state is sav
 
 from __future__ import annotations
 
+import functools
 import warnings
 import weakref
 from collections.abc import Sequence
@@ -28,15 +29,24 @@ def find_loader_iterator(owners: Sequence[Any]) -> Optional[weakref.ref[Any]]:
     Args:
         owners (sequence): the objects iterating the sampler (``callers.iterating()``).
     """
-    try:
-        from torch.utils.data.dataloader import _BaseDataLoaderIter
-    except ImportError:
+    loader_iterator = _loader_iterator_type()
+    if loader_iterator is None:
         _warn_once("this torch has no torch.utils.data.dataloader._BaseDataLoaderIter")
         return None
     for owner in owners:
-        if isinstance(owner, _BaseDataLoaderIter):
+        if isinstance(owner, loader_iterator):
             return weakref.ref(owner)
     return None
+
+
+@functools.cache
+def _loader_iterator_type() -> Optional[type]:
+    """torch's DataLoader iterator class, looked up once (``None`` where it was renamed)."""
+    try:
+        from torch.utils.data.dataloader import _BaseDataLoaderIter
+    except ImportError:
+        return None
+    return _BaseDataLoaderIter
 
 
 def counting(loader: Optional[weakref.ref[Any]]) -> Any:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import itertools
 import warnings
 from collections.abc import Iterator, Mapping, Sized
-from typing import Any, ClassVar, Optional, Union
+from typing import Any, Callable, ClassVar, Optional, Union
 
 import torch.distributed as dist
 from torch.utils.data import DistributedSampler
@@ -23,10 +22,6 @@ from ._plan import ShardPlan, build_plan
 from ._proven import ProvenStream
 from ._sampler_pass import SamplerPass, WindowPrefetch
 from ._validation import as_int, as_positive, as_u64
-
-#: Items computed per call into Rust while iterating (GIL released for each chunk).
-_CHUNK = 1 << 13
-_FIRST_CHUNK = 1 << 6
 
 
 def dataset_length(dataset: Any) -> int:
@@ -134,6 +129,19 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
     """
 
     config: ShardConfig  # the configuration of the current epoch, as every rank must agree on it
+    config_type = ShardConfig
+    # Its fields, read-only attributes (HoldsConfig); DistributedSampler's first.
+    num_replicas: int
+    epoch: int
+    seed: int
+    shuffle: bool
+    drop_last: bool
+    n: int
+    algorithm: str
+    permutation: str
+    block_size: int
+    window_blocks: int
+    exclude: Optional[_core.Exclusions]
 
     #: Whether the partition's samples are the indices yielded (a batch sampler can then
     #: take whole batches from it); ``False`` where :meth:`_take` maps them.
@@ -174,9 +182,10 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
             permutation=algorithm,
             exclude=exclude,
         )
-        self._partitions: dict[tuple[ShardConfig, int], _core.Partition] = {}
+        self._partitions: dict[tuple[Any, ...], _core.Partition] = {}
         self._start = 0  # global positions consumed before the next pass (a resume)
         self._pass: Optional[SamplerPass] = None
+        self._settled = True  # the last pass's first item has been accounted for
         self._iterated_epoch: Optional[int] = None
         self._warned_repeat = False
         self._agreed_epoch: Optional[int] = None
@@ -188,6 +197,7 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
     def _adopt(self, config: ShardConfig) -> None:
         """Adopts ``config`` (a checked copy with another epoch): another epoch drops a loaded
         resume point, and is iterated afresh."""
+        self._settle()
         if config.epoch != self.config.epoch:
             self._start = 0
         self._iterated_epoch = None
@@ -235,10 +245,12 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
         return self._partition_of(config, start)
 
     def _partition_of(self, config: ShardConfig, start: int) -> _core.Partition:
-        key = (config, start)
+        # Only the epoch and the dealing vary between the configurations asked for here
+        # (load_state_dict, which may change the order, empties the cache).
+        key = (config.epoch, config.dealing, config.batch_size, config.drop_last_batch, start)
         cached = self._partitions.get(key)
         if cached is None:
-            cached = key[0].partition(start)
+            cached = config.partition(start)
             # Small n builds a lookup table: keep the last few partitions, not one per call.
             if len(self._partitions) >= 4:
                 self._partitions.pop(next(iter(self._partitions)))
@@ -265,6 +277,7 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
             SamplerPass: the pass's partition, rank and item counter.
         """
         self._check_dataset_unchanged()
+        self._settle()
         config = self.config  # read once: its fields are the sampler's
         owners = iterating()  # the pass's one walk up the call stack
         guards.check_not_wrapped_by_accelerate(config.num_replicas, owners)
@@ -304,42 +317,35 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
             epoch_dependent=wants_epoch(self.dataset),
             prefetch=prefetch,
             loader=find_loader_iterator(owners),
-            on_first_item=self._first_item,
         )
+        self._settled = False
         return self._pass
 
     def _agreed(self) -> list[consensus.Agreed]:
         """Values beside the configuration every rank must share (a subclass's own)."""
         return []
 
-    def _first_item(self, current: SamplerPass) -> None:
-        """Called when a pass hands out its first item. Only then does the pass count as
-        an iteration of the epoch and use up a loaded resume point: loaders that create
-        an iterator and drop it unused (torchdata does) neither warn nor lose the point."""
+    def _settle(self) -> None:
+        """Once the last pass has handed out an item, it counts as an iteration of its
+        epoch and has used up the loaded resume point it started from (read when the
+        next pass starts or the epoch changes: loaders that create an iterator and drop
+        it unused, as torchdata's do, neither warn nor lose the point)."""
+        current = self._pass
+        if current is None or self._settled or not current.started:
+            return
+        self._settled = True
         self._iterated_epoch = current.epoch
         if self._start == current.start:
             self._start = 0
 
-    def _chunks(self, current: SamplerPass) -> Iterator[Iterator[int]]:
-        total = current.num_samples
-        base, size = 0, _FIRST_CHUNK
-        while base < total:
-            # Chunks stop at block-order window ends; each window is announced first.
-            count = min(size, total - base, current.window_end(base) - base)
-            current.announce(base + count)
-            chunk = current.for_dataset(self._take(current, base, base + count))
-            yield current.follow(base, iter(chunk), count)
-            base += count
-            size = min(2 * size, _CHUNK)  # small first chunk: the first index comes at once
-
-    def _take(self, current: SamplerPass, start: int, stop: int) -> list[int]:
-        """This rank's items ``[start, stop)`` of the pass, as the dataset indices it yields."""
-        return current.partition.take_list(self.rank, start, stop)
+    def _take(self, current: SamplerPass) -> Optional[Callable[[int, int], list[int]]]:
+        """How this rank's items ``[start, stop)`` of ``current`` are taken, where they are
+        not the partition's samples (``None``: they are)."""
+        return None
 
     def __iter__(self) -> Iterator[int]:
         current = self.begin_pass()
-        # chain() hands out the ints at C speed; SamplerPass.yielded() still counts exactly.
-        return itertools.chain.from_iterable(self._chunks(current))
+        return current.items(self._take(current))
 
     def iter_with_padding(self) -> Iterator[tuple[int, bool]]:
         """Like ``iter(sampler)``, yielding ``(index, is_padding)``.
@@ -349,7 +355,7 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
         """
         current = self.begin_pass()
         first_padding = current.partition.first_padding(self.rank)
-        for k, index in enumerate(itertools.chain.from_iterable(self._chunks(current))):
+        for k, index in enumerate(current.items(self._take(current))):
             yield index, k >= first_padding
 
     # -- proofs and plans ------------------------------------------------------------------
@@ -518,6 +524,7 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
         if schedule is not None:
             self.dataset.load_schedule(schedule)  # type: ignore[attr-defined]
         self.__dict__["config"] = config
+        self._partitions = {}  # the order may have changed (the state's permutation)
         self._start = start
         self._pass = None
         self._iterated_epoch = None

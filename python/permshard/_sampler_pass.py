@@ -3,7 +3,7 @@ handle through which batch samplers deal its items."""
 
 from __future__ import annotations
 
-import operator
+import itertools
 from collections.abc import Iterator
 from typing import Any, Callable, Optional
 
@@ -57,10 +57,12 @@ class WindowPrefetch:
 
 class SamplerPass:
     """One iteration over a sampler: which positions it deals and how many items it has
-    handed out. ``ShardedSampler.begin_pass()`` returns one; a batch sampler deals this
-    rank's items ``[0, num_samples)`` of ``partition`` (in any layout), passes each group
-    through :meth:`for_dataset`, calls :meth:`announce` before reading a group (block
-    orders prefetch) and :meth:`handed` after handing it out (state dicts count it).
+    handed out. ``ShardedSampler.begin_pass()`` returns one. An item sampler iterates
+    :meth:`items` (the core's ``RankPass``: chunks of this rank's items, counted exactly);
+    a batch sampler deals this rank's items ``[0, num_samples)`` of ``partition`` in its
+    own layout, passes each group through :meth:`for_dataset`, calls :meth:`announce`
+    before reading a group (block orders prefetch) and :meth:`handed` after handing it out
+    (state dicts count it).
 
     Args:
         epoch (int): the epoch of the pass.
@@ -70,7 +72,6 @@ class SamplerPass:
         prefetch (WindowPrefetch, optional): announces a block order's windows.
         loader (weakref, optional): the DataLoader iterator pulling the items
             (``loader_count.find_loader_iterator``); its count is what state dicts save.
-        on_first_item (callable): called once, when the pass hands out its first item.
 
     Example::
 
@@ -91,15 +92,12 @@ class SamplerPass:
         epoch_dependent: bool = False,
         prefetch: Optional[WindowPrefetch] = None,
         loader: Any = None,
-        on_first_item: Callable[[SamplerPass], None] = lambda _: None,
     ) -> None:
         self.epoch, self.partition, self.rank = epoch, partition, rank
         self._epoch_dependent = epoch_dependent
         self._prefetch = prefetch
-        self._on_first_item = on_first_item
-        self._base = 0  # items handed out before the chunk being followed
-        self._chunk: Optional[Iterator[int]] = None
-        self._chunk_len = 0
+        self._handed = 0  # items a batch sampler handed out (handed())
+        self._items: Optional[_core.RankPass] = None  # the item iteration, once started
         self._loader = loader  # the DataLoader iterator pulling the items, if any
 
     @property
@@ -111,6 +109,29 @@ class SamplerPass:
     def num_samples(self) -> int:
         """Items this rank deals in the pass."""
         return self.partition.num_samples
+
+    def items(self, take: Optional[Callable[[int, int], list[int]]] = None) -> Iterator[int]:
+        """This rank's items of the pass, one by one at C speed: the core reads them a
+        chunk at a time (stopping at block-order windows, each announced first) and counts
+        what was handed out, mid-chunk too.
+
+        Args:
+            take (callable, optional): ``take(start, stop)``, this rank's items
+                ``[start, stop)`` as the sampler yields them, for a sampler that maps the
+                partition's samples. Default: the partition's samples.
+        """
+        if self._epoch_dependent:
+            own = take or (lambda start, stop: self.partition.take_list(self.rank, start, stop))
+            take = lambda start, stop: tag(own(start, stop), self.epoch)  # noqa: E731
+        prefetch = self._prefetch
+        self._items = _core.RankPass(
+            self.partition,
+            self.rank,
+            window_len=0 if prefetch is None else prefetch.window_len,
+            announce=None if prefetch is None else prefetch.upto,
+            take=take,
+        )
+        return itertools.chain.from_iterable(self._items)
 
     def for_dataset(self, indices: list[int]) -> list[int]:
         """``indices`` as the dataset receives them: tagged with the pass's epoch when the
@@ -130,15 +151,6 @@ class SamplerPass:
         """
         return EpochIndices(indices, self.epoch) if self._epoch_dependent else indices
 
-    def window_end(self, local: int) -> int:
-        """One past the last local item in the block-order window of local item ``local``
-        (``num_samples`` without prefetch): groups that stop there read one window at a time.
-
-        Args:
-            local (int): a local item of this rank in the pass.
-        """
-        return self.num_samples if self._prefetch is None else self._prefetch.window_end(local)
-
     def announce(self, local_end: int) -> None:
         """Before reading local items below ``local_end``: a dataset with ``prefetch`` is told
         the samples of each window they enter (block orders only; else nothing happens).
@@ -155,35 +167,18 @@ class SamplerPass:
         Args:
             count (int): local items handed out so far, all groups together.
         """
-        first = self._base == 0 and self._chunk is None and count > 0
-        self._base, self._chunk = count, None
-        if first:
-            self._first_item()
+        self._handed = count
 
-    def follow(self, base: int, chunk: Iterator[int], count: int) -> Iterator[int]:
-        """Counts the items of ``chunk`` (local items ``[base, base + count)``) as they are
-        consumed, for a sampler that yields items one by one at C speed.
-
-        Args:
-            base (int): local items handed out before the chunk.
-            chunk (iterator of int): the chunk's items.
-            count (int): how many it holds.
-        """
-        first = base == 0 and self._base == 0 and self._chunk is None
-        self._base, self._chunk, self._chunk_len = base, chunk, count
-        if first:
-            self._first_item()
-        return chunk
-
-    def _first_item(self) -> None:
-        """The pass hands out its first item: tell the sampler."""
-        self._on_first_item(self)
+    @property
+    def started(self) -> bool:
+        """Whether the pass has handed out an item: only then does it count as an
+        iteration of its epoch (loaders that create an iterator and drop it unused, as
+        torchdata's do, neither repeat the epoch nor use up a resume point)."""
+        return self._handed > 0 or (self._items is not None and self._items.started)
 
     def yielded(self) -> int:
         """Items this rank has handed out in this pass (exact, even mid-chunk)."""
-        if self._chunk is None:
-            return self._base
-        return self._base + self._chunk_len - operator.length_hint(self._chunk)
+        return self._items.yielded if self._items is not None else self._handed
 
     def delivered(self) -> int:
         """Items of this pass the training loop has received: what the DataLoader pulling

@@ -73,6 +73,18 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
     """
 
     config: BudgetConfig  # the configuration of the current epoch, as every rank must agree on it
+    config_type = BudgetConfig
+    # Its fields, read-only attributes (HoldsConfig).
+    n: int
+    num_replicas: int
+    seed: int
+    epoch: int
+    shuffle: bool
+    drop_last: bool
+    algorithm: str
+    permutation: str
+    max_tokens: int
+    window: int
 
     def __init__(
         self,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Optional, Union
+from typing import Any, Callable, ClassVar, Optional, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -157,8 +157,9 @@ class WeightedShardedSampler(ShardedSampler):
             self._draws = cached
         return cached[1]
 
-    def _take(self, current: SamplerPass, start: int, stop: int) -> list[int]:
-        return self.draws(current.epoch).take_list(current.partition, self.rank, start, stop)
+    def _take(self, current: SamplerPass) -> Callable[[int, int], list[int]]:
+        draws, part, rank = self.draws(current.epoch), current.partition, self.rank
+        return lambda start, stop: draws.take_list(part, rank, start, stop)
 
     def _agreed(self) -> list[consensus.Agreed]:
         fix = "pass the same weights (and replacement=) on every rank"

@@ -73,6 +73,7 @@ pub use mixture::{Mixture, MixtureProof, MIX_ALGORITHM, MIX_ALGORITHMS};
 pub use order::{Explicit, Identity, Order, SampleOrder};
 pub use partition::{Outside, Partition};
 pub use permutation::{simd_level, Permutation, Version, ALGORITHM, ALGORITHM_V1, ALGORITHM_V2};
+pub use plan::{next_chunk, FIRST_CHUNK, MAX_CHUNK};
 pub use pool::{worker_threads, CHUNK};
 pub use sharding::{Sharding, IDENTITY_ALGORITHM};
 pub use splitmix::splitmix64;

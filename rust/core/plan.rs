@@ -13,6 +13,13 @@ use crate::dealing::Layout;
 use crate::error::Error;
 use crate::partition::Partition;
 
+/// Items of a rank's first read of a pass: small, so the first index comes at once.
+pub const FIRST_CHUNK: u64 = 1 << 6;
+
+/// The most items a sampler reads from the core in one call while iterating (each chunk
+/// doubles the one before, up to this).
+pub const MAX_CHUNK: u64 = 1 << 13;
+
 impl Partition {
     /// Items per batch of this pass's dealing (`1` for an item sampler).
     pub fn batch_len(&self) -> u64 {
@@ -122,10 +129,33 @@ impl Partition {
         };
         Ok(self.first_local_at(rank, local + 1, end))
     }
+
+    /// One past the last local item of `rank`'s read from item `local`, at most `size`
+    /// items long: it stops at the pass's end and, with a block order's `window_len > 0`,
+    /// at the window's end, so that each window is announced before it is read.
+    pub fn chunk_end(
+        &self,
+        rank: u64,
+        local: u64,
+        size: u64,
+        window_len: u64,
+    ) -> Result<u64, Error> {
+        let end = local.saturating_add(size.max(1)).min(self.num_samples());
+        if window_len == 0 || local >= end {
+            return Ok(end);
+        }
+        Ok(end.min(self.window_end(rank, local, window_len)?))
+    }
+}
+
+/// The size of the read after one of `size` items: twice as many, up to [`MAX_CHUNK`].
+pub fn next_chunk(size: u64) -> u64 {
+    size.saturating_mul(2).clamp(1, MAX_CHUNK)
 }
 
 #[cfg(test)]
 mod tests {
+    use super::{next_chunk, FIRST_CHUNK, MAX_CHUNK};
     use crate::dealing::Dealing;
     use crate::order::{Identity, Order};
     use crate::partition::Partition;
@@ -226,5 +256,30 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn chunks_double_tile_the_ranks_items_and_stop_at_window_ends() {
+        for (n, w, start, window) in [(5000, 3, 0, 0), (50, 4, 7, 5), (30, 1, 0, 7), (9, 4, 0, 0)] {
+            let part = Partition::new(n, w, start, false, identity(n)).unwrap();
+            for rank in 0..w {
+                let (mut local, mut size, mut sizes) = (0, FIRST_CHUNK, Vec::new());
+                while local < part.num_samples() {
+                    let end = part.chunk_end(rank, local, size, window).unwrap();
+                    assert!(end > local && end - local <= size);
+                    if window > 0 {
+                        assert!(end <= part.window_end(rank, local, window).unwrap());
+                    }
+                    sizes.push(end - local);
+                    (local, size) = (end, next_chunk(size));
+                }
+                assert_eq!(sizes.iter().sum::<u64>(), part.num_samples());
+                if window == 0 && part.num_samples() > FIRST_CHUNK {
+                    assert_eq!(sizes[..2], [FIRST_CHUNK, 2 * FIRST_CHUNK]);
+                }
+                assert_eq!(part.chunk_end(rank, local, size, window).unwrap(), local);
+            }
+        }
+        assert_eq!(next_chunk(MAX_CHUNK), MAX_CHUNK);
     }
 }

@@ -13,6 +13,7 @@ mod indexed;
 mod mixture;
 mod partition;
 mod permutation;
+mod rank_pass;
 mod sharding;
 mod state;
 mod verify;
@@ -39,6 +40,8 @@ mod _core {
     #[pymodule_export]
     use super::permutation::{built_on, permutation_of, simd_level, Permutation};
     #[pymodule_export]
+    use super::rank_pass::RankPass;
+    #[pymodule_export]
     use super::sharding::Sharding;
     #[pymodule_export]
     use super::verify::{
@@ -60,6 +63,7 @@ mod _core {
         m.add("BLOCK_ALGORITHM", permshard_core::BLOCK_ALGORITHM)?;
         m.add("BUDGET_ALGORITHM", permshard_core::BUDGET_ALGORITHM)?;
         m.add("IDENTITY_ALGORITHM", permshard_core::IDENTITY_ALGORITHM)?;
+        m.add("MAX_CHUNK", permshard_core::MAX_CHUNK)?;
         m.add("WEIGHTED_ALGORITHM", permshard_core::WEIGHTED_ALGORITHM)?;
         Ok(())
     }

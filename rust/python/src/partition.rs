@@ -234,7 +234,7 @@ impl Partition {
         Ok((offsets, items))
     }
 
-    fn fill(&self, py: Python<'_>, rank: u64, start: u64, stop: u64) -> PyResult<Vec<u64>> {
+    pub fn fill(&self, py: Python<'_>, rank: u64, start: u64, stop: u64) -> PyResult<Vec<u64>> {
         let count = range_len(start, stop, self.inner.num_samples()).map_err(to_py)?;
         let mut out = alloc(count)?;
         compute(py, count, || {

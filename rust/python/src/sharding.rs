@@ -57,6 +57,22 @@ impl Sharding {
         Ok(Sharding { inner })
     }
 
+    /// The same epoch's fields with another epoch number (no field is read again).
+    fn with_epoch(&self, epoch: u64) -> Sharding {
+        Sharding {
+            inner: permshard_core::Sharding {
+                epoch,
+                ..self.inner.clone()
+            },
+        }
+    }
+
+    /// The epoch number.
+    #[getter]
+    fn epoch(&self) -> u64 {
+        self.inner.epoch
+    }
+
     /// The algorithm id of the order used.
     #[getter]
     fn algorithm(&self) -> &'static str {

@@ -104,9 +104,11 @@ class EpochConfig:
         Args:
             **changes: new values of fields, by name (``epoch=3``).
         """
-        if changes.keys() == {"epoch"}:  # every epoch's path: no other field depends on it
+        if len(changes) == 1 and "epoch" in changes:  # every epoch's path: no other field depends on it
+            fields = self.__dict__.copy()
+            fields["epoch"] = as_u64("epoch", changes["epoch"])
             again = object.__new__(type(self))
-            again.__dict__.update(self.__dict__, epoch=as_u64("epoch", changes["epoch"]))
+            object.__setattr__(again, "__dict__", fields)
             return again
         return dataclasses.replace(self, **changes)
 

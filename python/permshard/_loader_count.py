@@ -29,7 +29,7 @@ def find_loader_iterator(owners: Sequence[Any]) -> Optional[weakref.ref[Any]]:
     Args:
         owners (sequence): the objects iterating the sampler (``callers.iterating()``).
     """
-    loader_iterator = _loader_iterator_type()
+    loader_iterator = loader_iterator_type()
     if loader_iterator is None:
         _warn_once("this torch has no torch.utils.data.dataloader._BaseDataLoaderIter")
         return None
@@ -40,7 +40,7 @@ def find_loader_iterator(owners: Sequence[Any]) -> Optional[weakref.ref[Any]]:
 
 
 @functools.cache
-def _loader_iterator_type() -> Optional[type]:
+def loader_iterator_type() -> Optional[type]:
     """torch's DataLoader iterator class, looked up once (``None`` where it was renamed)."""
     try:
         from torch.utils.data.dataloader import _BaseDataLoaderIter

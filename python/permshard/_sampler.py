@@ -16,7 +16,7 @@ from ._callers import iterating
 from ._config import HoldsConfig, ShardConfig
 from ._core import ALGORITHM as permutation_default
 from ._epoch_index import wants_epoch
-from ._loader_count import find_loader_iterator
+from ._loader_count import find_loader_iterator, loader_iterator_type
 from ._mesh import MeshDim, resolve_world
 from ._plan import ShardPlan, build_plan
 from ._proven import ProvenStream
@@ -236,7 +236,7 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
         Args:
             epoch (int): epoch number, in ``[0, 2**64 - 1]``.
         """
-        self._adopt(self.config.replace(epoch=as_u64("epoch", epoch)))  # another epoch drops the resume point
+        self._adopt(self.config.replace(epoch=epoch))  # checked there; another epoch drops the resume point
 
     # -- iteration -------------------------------------------------------------------------
 
@@ -279,7 +279,7 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
         self._check_dataset_unchanged()
         self._settle()
         config = self.config  # read once: its fields are the sampler's
-        owners = iterating()  # the pass's one walk up the call stack
+        owners = iterating(until=loader_iterator_type())  # the pass's one walk up the call stack
         guards.check_not_wrapped_by_accelerate(config.num_replicas, owners)
         if self._iterated_epoch == config.epoch and self._start == 0:
             if self.auto_epoch:

@@ -21,7 +21,7 @@ from ._config import BUDGET_ALGORITHM, BudgetConfig, HoldsConfig
 from ._consensus import FIX_RESUME, Agreed, check_consensus, digest
 from ._coverage import prove_across_ranks
 from ._guards import check_not_wrapped_by_accelerate
-from ._loader_count import delivered_batches, find_loader_iterator
+from ._loader_count import delivered_batches, find_loader_iterator, loader_iterator_type
 from ._mesh import MeshDim, resolve_world
 from ._proven import ProvenStream
 from ._validation import as_int, as_lengths, as_u64
@@ -171,7 +171,7 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
             self._window_starts.append(first)
             for s in range(first.steps, plan.steps):
                 if self._handed == 0:  # the pass's one walk: who iterates this sampler
-                    owners = iterating()
+                    owners = iterating(until=loader_iterator_type())
                     check_not_wrapped_by_accelerate(self.num_replicas, owners)
                     self._loader = find_loader_iterator(owners)  # what it hands the loop is consumed
                 self._handed += 1

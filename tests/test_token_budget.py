@@ -249,6 +249,40 @@ def test_a_new_plan_every_epoch():
     assert first != second and Counter(map(tuple, first)) != Counter(map(tuple, second))
 
 
+def test_the_epoch_lifecycle_is_shardedsampler_s():
+    """Iterated again without set_epoch: a warning, or with auto_epoch the next epoch; a
+    resumed pass uses up its resume point, so the next pass of that epoch is whole."""
+    lengths = lognormal(3000, seed=5)
+
+    def sampler(**kw):
+        return TokenBudgetBatchSampler(lengths, BUDGET, 2, 0, seed=1, window=512, **kw)
+
+    epoch0 = list(sampler())
+    s = sampler()
+    assert list(s) == epoch0
+    with pytest.warns(UserWarning, match="iterated again in epoch 0 without set_epoch"):
+        assert list(s) == epoch0
+    auto = sampler(auto_epoch=True)
+    fresh = sampler()
+    fresh.set_epoch(1)
+    assert list(auto) == epoch0 and list(auto) == list(fresh) and auto.epoch == 1
+    # A state after 5 batches: the rest, then (the point used up) the whole epoch again.
+    saved = sampler()
+    it = iter(saved)
+    for _ in range(5):
+        next(it)
+    resumed = sampler()
+    resumed.load_state_dict(saved.state_dict(consumed_steps=5))
+    assert list(resumed) == epoch0[5:]
+    with pytest.warns(UserWarning, match="iterated again"):
+        assert list(resumed) == epoch0
+    # set_epoch to the same epoch keeps a loaded point that no pass has used.
+    kept = sampler()
+    kept.load_state_dict(saved.state_dict(consumed_steps=5))
+    kept.set_epoch(0)
+    assert list(kept) == epoch0[5:]
+
+
 @pytest.mark.parametrize("n, world, drop_last", [(1, 4, False), (3, 4, False), (3, 4, True), (17, 4, False)])
 def test_tiny_datasets_pad_or_drop_as_declared(n, world, drop_last):
     lengths = np.full(n, 5000)  # 3 per batch at most

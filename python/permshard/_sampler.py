@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator, Mapping, Sized
 from typing import Any, Callable, ClassVar, Optional, Union
 
@@ -12,11 +11,10 @@ from torch.utils.data import DistributedSampler
 from . import _consensus as consensus
 from . import _core
 from . import _guards as guards
-from ._callers import iterating
-from ._config import HoldsConfig, ShardConfig
+from ._config import ShardConfig
 from ._core import ALGORITHM as permutation_default
 from ._epoch_index import wants_epoch
-from ._loader_count import find_loader_iterator, loader_iterator_type
+from ._lifecycle import PassLifecycle
 from ._mesh import MeshDim, resolve_world
 from ._plan import ShardPlan, build_plan
 from ._proven import ProvenStream
@@ -48,7 +46,7 @@ def dataset_length(dataset: Any) -> int:
     return n
 
 
-class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
+class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
     r"""Sampler that restricts data loading to a subset of the dataset, in O(1) memory.
 
     A drop-in for :class:`torch.utils.data.DistributedSampler` (and a subclass of it): the
@@ -168,8 +166,7 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
         # DistributedSampler.__init__ is not called: it would compute nothing we use.
         self.dataset = dataset  # type: ignore[assignment]
         num_replicas, self.rank = resolve_world(num_replicas, rank, device_mesh, mesh_dim)
-        self.auto_epoch = bool(auto_epoch)
-        self.check_consensus = bool(check_consensus)
+        self._init_lifecycle(auto_epoch=auto_epoch, check_consensus=check_consensus)
         # The only epoch state: checked here (block_size needs shuffle and window_blocks).
         self.config = ShardConfig(
             dataset_length(dataset),
@@ -185,10 +182,6 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
         self._partitions: dict[tuple[Any, ...], _core.Partition] = {}
         self._start = 0  # global positions consumed before the next pass (a resume)
         self._pass: Optional[SamplerPass] = None
-        self._settled = True  # the last pass's first item has been accounted for
-        self._iterated_epoch: Optional[int] = None
-        self._warned_repeat = False
-        self._agreed_epoch: Optional[int] = None
         cross_rank = self.check_consensus and dist.is_available() and dist.is_initialized()
         guards.check_not_presharded(dataset, self.num_replicas, cross_rank=cross_rank)
 
@@ -197,10 +190,9 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
     def _adopt(self, config: ShardConfig) -> None:
         """Adopts ``config`` (a checked copy with another epoch): another epoch drops a loaded
         resume point, and is iterated afresh."""
-        self._settle()
+        self._epoch_set()
         if config.epoch != self.config.epoch:
             self._start = 0
-        self._iterated_epoch = None
         self.__dict__["config"] = config
 
     @property
@@ -277,32 +269,8 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
             SamplerPass: the pass's partition, rank and item counter.
         """
         self._check_dataset_unchanged()
-        self._settle()
+        loader = self._begin_pass(stacklevel=3)
         config = self.config  # read once: its fields are the sampler's
-        owners = iterating(until=loader_iterator_type())  # the pass's one walk up the call stack
-        guards.check_not_wrapped_by_accelerate(config.num_replicas, owners)
-        if self._iterated_epoch == config.epoch and self._start == 0:
-            if self.auto_epoch:
-                config = config.replace(epoch=config.epoch + 1)
-                self._adopt(config)
-            elif not self._warned_repeat:
-                self._warned_repeat = True
-                warnings.warn(
-                    f"{type(self).__name__} is iterated again in epoch {config.epoch} without "
-                    "set_epoch(): the order repeats. Call sampler.set_epoch(epoch) before each "
-                    "epoch, or pass auto_epoch=True.",
-                    UserWarning,
-                    stacklevel=3,
-                )
-        if self.check_consensus and self._agreed_epoch != config.epoch:
-            if dist.is_available() and dist.is_initialized():
-                consensus.check_consensus(
-                    config,
-                    self.rank,
-                    self.dataset,
-                    agreed=[consensus.Agreed("start", self._start, consensus.FIX_RESUME), *self._agreed()],
-                )
-            self._agreed_epoch = config.epoch
         read_by = getattr(self.dataset, "read_by", None)
         if callable(read_by):  # a dataset that checks changes against what was handed out
             read_by(self)
@@ -316,27 +284,28 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
             self.rank,
             epoch_dependent=wants_epoch(self.dataset),
             prefetch=prefetch,
-            loader=find_loader_iterator(owners),
+            loader=loader,
         )
-        self._settled = False
         return self._pass
+
+    # -- the lifecycle's questions (PassLifecycle) ------------------------------------------
+
+    def _pass_started(self) -> bool:
+        return self._pass is not None and self._pass.started
+
+    def _resuming(self) -> bool:
+        return self._start != 0
+
+    def _forget_resume_point(self) -> None:
+        self._start = 0
+
+    def _check_consensus(self) -> None:
+        agreed = [consensus.Agreed("start", self._start, consensus.FIX_RESUME), *self._agreed()]
+        consensus.check_consensus(self.config, self.rank, self.dataset, agreed=agreed)
 
     def _agreed(self) -> list[consensus.Agreed]:
         """Values beside the configuration every rank must share (a subclass's own)."""
         return []
-
-    def _settle(self) -> None:
-        """Once the last pass has handed out an item, it counts as an iteration of its
-        epoch and has used up the loaded resume point it started from (read when the
-        next pass starts or the epoch changes: loaders that create an iterator and drop
-        it unused, as torchdata's do, neither warn nor lose the point)."""
-        current = self._pass
-        if current is None or self._settled or not current.started:
-            return
-        self._settled = True
-        self._iterated_epoch = current.epoch
-        if self._start == current.start:
-            self._start = 0
 
     def _take(self, current: SamplerPass) -> Optional[Callable[[int, int], list[int]]]:
         """How this rank's items ``[start, stop)`` of ``current`` are taken, where they are
@@ -527,8 +496,7 @@ class ShardedSampler(HoldsConfig, DistributedSampler[int], ProvenStream):
         self._partitions = {}  # the order may have changed (the state's permutation)
         self._start = start
         self._pass = None
-        self._iterated_epoch = None
-        self._agreed_epoch = None  # every rank must agree on the new resume point
+        self._state_loaded()  # every rank must agree on the new resume point
 
     def __getstate__(self) -> dict[str, Any]:
         # Native partitions and a pass in progress are rebuilt on demand, not pickled.

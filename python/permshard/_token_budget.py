@@ -11,25 +11,23 @@ from typing import Any, Optional
 
 import numpy as np
 import numpy.typing as npt
-import torch.distributed as dist
 from torch.utils.data import Sampler
 
 from . import _core
-from ._callers import iterating
 from ._certificate import Certificate, PendingCertificate
-from ._config import BUDGET_ALGORITHM, BudgetConfig, HoldsConfig
+from ._config import BUDGET_ALGORITHM, BudgetConfig
 from ._consensus import FIX_RESUME, Agreed, check_consensus, digest
 from ._coverage import prove_across_ranks
-from ._guards import check_not_wrapped_by_accelerate
-from ._loader_count import delivered_batches, find_loader_iterator, loader_iterator_type
+from ._lifecycle import PassLifecycle
+from ._loader_count import delivered_batches
 from ._mesh import MeshDim, resolve_world
 from ._proven import ProvenStream
-from ._validation import as_int, as_lengths, as_u64
+from ._validation import as_int, as_lengths
 
 __all__ = ["BUDGET_ALGORITHM", "BudgetConfig", "TokenBudgetBatchSampler"]
 
 
-class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
+class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
     r"""Batches of variable-length samples under a padded token budget, the same number
     on every rank, every sample once per epoch across ranks.
 
@@ -53,6 +51,8 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
             last window instead of repeating samples. Default: ``False``.
         window (int, optional): positions planned together; larger windows pad less and
             balance better, and cost more memory and time per window. Default: ``65536``.
+        auto_epoch (bool, optional): advance the epoch by one each time the sampler is
+            iterated again without :meth:`set_epoch`. Default: ``False`` (warn instead).
         check_consensus (bool, optional): check across the group at each epoch's first
             batch that every rank has the same configuration (a small all-gather).
         as_array (bool, optional): yield each batch as one int64 ``numpy.ndarray``
@@ -97,6 +97,7 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
         shuffle: bool = True,
         drop_last: bool = False,
         window: int = 1 << 16,
+        auto_epoch: bool = False,
         check_consensus: bool = True,
         device_mesh: Any = None,
         mesh_dim: Optional[MeshDim] = None,
@@ -106,7 +107,7 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
         self.as_array = bool(as_array)
         self.lengths, self._lengths = as_lengths(lengths)  # the core reads _lengths in place
         num_replicas, self.rank = resolve_world(num_replicas, rank, device_mesh, mesh_dim)
-        self.check_consensus = bool(check_consensus)
+        self._init_lifecycle(auto_epoch=auto_epoch, check_consensus=check_consensus)
         self._set_config(
             BudgetConfig(
                 len(self.lengths),
@@ -149,7 +150,8 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
         Args:
             epoch (int): the epoch, in ``[0, 2**64 - 1]``.
         """
-        config = self.config.replace(epoch=as_u64("epoch", epoch))
+        config = self.config.replace(epoch=epoch)
+        self._epoch_set()
         if config != self.config:
             self._set_config(config)
 
@@ -160,20 +162,16 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
         return self._planner.resume(self._lengths, saved, world, self.num_replicas)
 
     def __iter__(self) -> Iterator[Any]:
-        if self.check_consensus and dist.is_available() and dist.is_initialized():
-            check_consensus(self.config, self.rank, agreed=self._agreed())
+        loader = self._begin_pass(stacklevel=2)  # at the first next(): a generator
         start, world = self._start(), self.num_replicas
         self._forget_pass()
+        self._loader = loader  # what it hands the loop is consumed
         for k in range(start.window, self._planner.windows):
             first = start if k == start.window else _core.BudgetStart(self._planner, k)
             plan = self._planner.plan(self._lengths, start, k, world)
             self._entered.append(self._handed)
             self._window_starts.append(first)
             for s in range(first.steps, plan.steps):
-                if self._handed == 0:  # the pass's one walk: who iterates this sampler
-                    owners = iterating(until=loader_iterator_type())
-                    check_not_wrapped_by_accelerate(self.num_replicas, owners)
-                    self._loader = find_loader_iterator(owners)  # what it hands the loop is consumed
                 self._handed += 1
                 batch = plan.batch(s, self.rank)
                 yield batch if self.as_array else batch.tolist()
@@ -185,6 +183,20 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
             steps = self._planner.count_steps(self._lengths, self._start(), self.num_replicas)
             self._length = (self._saved, steps)
         return self._length[1]
+
+    # -- the lifecycle's questions (PassLifecycle) ------------------------------------------
+
+    def _pass_started(self) -> bool:
+        return self._handed > 0
+
+    def _resuming(self) -> bool:
+        return self._saved[:3] != (0, b"", 0)
+
+    def _forget_resume_point(self) -> None:
+        self._saved = (0, b"", 0, self.num_replicas)
+
+    def _check_consensus(self) -> None:
+        check_consensus(self.config, self.rank, agreed=self._agreed())
 
     def _agreed(self) -> list[Agreed]:
         """What every process of the group must share beside the configuration: the resume
@@ -250,6 +262,7 @@ class TokenBudgetBatchSampler(HoldsConfig, ProvenStream, Sampler[list[int]]):
         _core.BudgetStart(planner, window, taken, steps)  # checked by the core, before any change
         self._set_config(config, planner)
         self._saved = (window, taken, steps, saved.num_replicas)
+        self._state_loaded()
 
     def _windows_proven(
         self, planner: _core.TokenBudget, start: _core.BudgetStart, first: int, stride: int

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-import dist_workers
+import integration_workers
 import pytest
 from distributed import launch
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.multiprocess
 @pytest.mark.parametrize("world, resume_world, n", [(2, 2, 1000), (4, 2, 997)])
 def test_accelerate_train_eval_resume(tmp_path, world, resume_world, n):
     steps = 5
-    first = launch(dist_workers.accelerate_train_eval_interrupt, world, n, str(tmp_path), steps)
+    first = launch(integration_workers.accelerate_train_eval_interrupt, world, n, str(tmp_path), steps)
     per_rank = -(-n // world)
     # Shards once: every rank ceil(N/W), together every sample, padding only as declared.
     assert all(len(r["epoch0"]) == per_rank for r in first)
@@ -34,7 +34,7 @@ def test_accelerate_train_eval_resume(tmp_path, world, resume_world, n):
     for r in first:
         assert "ShardingError" in r["prepare_error"] and "prepare_data_loader" in r["prepare_error"]
 
-    second = launch(dist_workers.accelerate_resume, resume_world, n, str(tmp_path))
+    second = launch(integration_workers.accelerate_resume, resume_world, n, str(tmp_path))
     assert all(r["epoch"] == 2 for r in second)
     head = [x for r in first for x in r["epoch2_head"]]
     assert len(head) == steps * 8 * world
@@ -47,7 +47,7 @@ def test_accelerate_train_eval_resume(tmp_path, world, resume_world, n):
 def test_hf_trainer_recipe_shards_once(tmp_path):
     pytest.importorskip("transformers")
     n, world = 203, 2
-    results = launch(dist_workers.hf_trainer, world, n, str(tmp_path))
+    results = launch(integration_workers.hf_trainer, world, n, str(tmp_path))
     per_epoch = results[0]["per_epoch"]
     for r in results:
         assert len(r["seen"]) == 2 * per_epoch  # two epochs, ceil(N/W) each, not 1/W²
@@ -62,7 +62,7 @@ def test_hf_trainer_recipe_shards_once(tmp_path):
 def test_lightning_uses_the_sampler_as_is():
     pytest.importorskip("lightning")
     n, world = 101, 2
-    results = launch(dist_workers.lightning_ddp, world, n)
+    results = launch(integration_workers.lightning_ddp, world, n)
     for r in results:
         assert r["sampler"] == "ShardedSampler" and r["epoch"] == 1  # not re-wrapped; set_epoch called
     for epoch in range(2):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pickle
 from collections import Counter
 
-import dist_workers
+import dataset_workers
 import numpy as np
 import pytest
 import torch
@@ -214,7 +214,7 @@ def test_shard_iterable_in_a_spawned_worker_without_a_rank_refuses_to_guess(meth
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     loader = DataLoader(
-        dist_workers.Docs(100), batch_size=None, num_workers=1, multiprocessing_context=method
+        dataset_workers.Docs(100), batch_size=None, num_workers=1, multiprocessing_context=method
     )
     with pytest.raises(ValueError, match="cannot tell which part of the data is this rank's"):
         list(loader)
@@ -229,7 +229,7 @@ def test_shard_iterable_in_a_spawned_worker_without_a_rank_refuses_to_guess(meth
 @pytest.mark.slow
 def test_shard_iterable_in_a_forked_worker_of_a_single_process():
     loader = DataLoader(
-        dist_workers.Docs(100), batch_size=None, num_workers=2, multiprocessing_context="fork"
+        dataset_workers.Docs(100), batch_size=None, num_workers=2, multiprocessing_context="fork"
     )
     assert sorted(int(x) for x in loader) == list(range(100))
 
@@ -280,7 +280,7 @@ def test_packing_single_process():
 @pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
 def test_shard_iterable_in_workers_of_every_start_method_on_two_ranks(method):
     n_docs = 10_000
-    results = launch(dist_workers.iterable_start_method, 2, n_docs, method)
+    results = launch(dataset_workers.iterable_start_method, 2, n_docs, method)
     docs = [x for r in results for x in r]
     assert len(docs) == n_docs and Counter(docs) == Counter(range(n_docs))
 
@@ -288,7 +288,7 @@ def test_shard_iterable_in_workers_of_every_start_method_on_two_ranks(method):
 @pytest.mark.multiprocess
 def test_iterable_sharding_on_two_ranks_times_three_workers():
     n_docs = 10_000
-    results = launch(dist_workers.iterable_sharding, 2, n_docs)
+    results = launch(dataset_workers.iterable_sharding, 2, n_docs)
     plain = [x for r in results for x in r["plain"]]
     assert Counter(plain) == Counter(range(n_docs))
     assert len({len(r["even"]) for r in results}) == 1

@@ -6,7 +6,10 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 
-import dist_workers
+import dataset_workers
+import integration_workers
+import mesh_workers
+import proof_workers
 import pytest
 from distributed import launch
 
@@ -17,7 +20,7 @@ pytestmark = pytest.mark.multiprocess
 
 @pytest.mark.parametrize("world, n", [(2, 1000), (4, 1009)])
 def test_proofs_on_real_ranks(world, n):
-    results = launch(dist_workers.proofs, world, n)
+    results = launch(proof_workers.proofs, world, n)
     per_rank = -(-n // world)
     for epoch_index in range(6):
         epochs = [r["good"][epoch_index] for r in results]
@@ -48,7 +51,7 @@ def test_proofs_on_real_ranks(world, n):
 @pytest.mark.parametrize("world, model_parallel", [(2, False), (4, False), (4, True)])
 def test_exact_distributed_proofs_on_real_ranks(world, model_parallel):
     n = 10_007
-    results = launch(dist_workers.exact_proofs, world, n, model_parallel)
+    results = launch(proof_workers.exact_proofs, world, n, model_parallel)
     sampler_ranks = world // 2 if model_parallel else world
     for r in results:
         for name in ("perm", "perm_drop", "block", "resumed"):
@@ -89,7 +92,7 @@ def test_exact_distributed_proofs_on_real_ranks(world, model_parallel):
 def test_accelerate_prepare_double_split_is_caught(world):
     pytest.importorskip("accelerate")
     n = 1000
-    results = launch(dist_workers.accelerate_double_split, world, n)
+    results = launch(integration_workers.accelerate_double_split, world, n)
     for out in results:
         assert out["world"] == world
         drawn, error = out["distributed"]
@@ -102,7 +105,7 @@ def test_accelerate_prepare_double_split_is_caught(world):
 @pytest.mark.parametrize("world", [2, 4])
 def test_resumed_pass_is_proven_on_real_ranks_without_pickling_collectives(world):
     n = 1000
-    results = launch(dist_workers.resumed_proofs, world, n)
+    results = launch(proof_workers.resumed_proofs, world, n)
     # The 105 positions consumed by the 3-rank run and this run's items: each sample once.
     donor = ShardedSampler(n, num_replicas=1, rank=0, seed=9)
     donor.set_epoch(2)
@@ -126,7 +129,7 @@ def test_resumed_pass_is_proven_on_real_ranks_without_pickling_collectives(world
 
 def test_model_parallel_layouts_on_four_processes():
     n = 1001
-    results = launch(dist_workers.model_parallel, 4, n)
+    results = launch(mesh_workers.model_parallel, 4, n)
     for case, dp in [("manual", 2), ("tp_only", 1), ("mesh", 2), ("mesh3", 4)]:
         streams = [r[case]["items"] for r in results]
         # Processes that share a data-parallel rank read identical data ...
@@ -147,7 +150,7 @@ def test_model_parallel_layouts_on_four_processes():
 
 def test_iterables_and_accelerate_split_by_data_parallel_rank_only():
     n = 203
-    results = launch(dist_workers.model_parallel_loaders, 4, n)
+    results = launch(mesh_workers.model_parallel_loaders, 4, n)
     assert [r["iterable_rank"] for r in results] == [(0, 2), (0, 2), (1, 2), (1, 2)]
     assert [r["accelerate_world"] for r in results] == [(2, 0), (2, 0), (2, 1), (2, 1)]
     for key in ("iterable", "accelerate"):
@@ -166,10 +169,10 @@ def test_iterables_and_accelerate_split_by_data_parallel_rank_only():
 
 def test_mixed_dataset_on_real_ranks_with_a_resume_onto_another_world_size():
     n = 1001
-    first = launch(dist_workers.mixed_dataset_run, 2, n, 20, None)
-    second = launch(dist_workers.mixed_dataset_run, 3, n, None, first[0]["state"])
+    first = launch(dataset_workers.mixed_dataset_run, 2, n, 20, None)
+    second = launch(dataset_workers.mixed_dataset_run, 3, n, None, first[0]["state"])
     read = Counter(x for r in first + second for x in r["read"])
-    expected = Counter(dist_workers._mixed(n)[p] for p in range(n))
+    expected = Counter(dataset_workers._mixed(n)[p] for p in range(n))
     # Every position of the mixture exactly once, plus the declared padding of the last run.
     assert sum(read.values()) == n + second[0]["padding"]
     assert not expected - read  # nothing missing

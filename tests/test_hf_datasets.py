@@ -10,7 +10,7 @@ import pytest
 
 datasets = pytest.importorskip("datasets", reason="datasets is not installed (pip install permshard[hf])")
 
-import dist_workers  # noqa: E402
+import dataset_workers  # noqa: E402
 from distributed import launch  # noqa: E402
 
 from permshard.data import shard_iterable  # noqa: E402
@@ -22,7 +22,7 @@ def test_datasets_on_real_ranks_with_workers(tmp_path):
     datasets.Dataset.from_dict({"id": list(range(n)), "text": [f"row {i}" for i in range(n)]}).save_to_disk(
         str(tmp_path / "ds")
     )
-    results = launch(dist_workers.hf_datasets, world, str(tmp_path / "ds"), n)
+    results = launch(dataset_workers.hf_datasets, world, str(tmp_path / "ds"), n)
     for r in results:
         assert r["files"] and all(f.startswith(str(tmp_path / "ds")) for f in r["files"])
     # Map-style: DistributedSampler's rule, padding by repeating the first positions.

@@ -15,7 +15,8 @@ import textwrap
 from collections import Counter
 from pathlib import Path
 
-import dist_workers
+import dataset_workers
+import integration_workers
 import numpy as np
 import pytest
 import reference_budget
@@ -391,7 +392,7 @@ def test_first_batch_of_a_1e8_memmap_plans_one_window(tmp_path):
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("world", [2, 4])
 def test_real_ranks_with_a_dataloader(world):
-    results = launch(dist_workers.token_budget, world, 20_000)
+    results = launch(dataset_workers.token_budget, world, 20_000)
     assert len({len(r["batches"]) for r in results}) == 1
     seen = Counter(x for r in results for b in r["batches"] for x in b)
     assert seen == Counter(range(20_000))
@@ -429,8 +430,8 @@ def test_device_mesh_gives_the_data_parallel_rank():
 @pytest.mark.multiprocess
 def test_accelerate_helper_saves_and_restores_the_position(tmp_path):
     pytest.importorskip("accelerate")
-    first = launch(dist_workers.accelerate_token_budget, 2, 6000, str(tmp_path), 12)
-    rest = launch(dist_workers.accelerate_token_budget, 2, 6000, str(tmp_path), None)
+    first = launch(integration_workers.accelerate_token_budget, 2, 6000, str(tmp_path), 12)
+    rest = launch(integration_workers.accelerate_token_budget, 2, 6000, str(tmp_path), None)
     assert Counter(x for r in first + rest for x in r) == Counter(range(6000))
 
 

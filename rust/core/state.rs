@@ -369,14 +369,47 @@ fn epoch_fields(
     ]
 }
 
-/// Refuses a resume whose order differs (`saved_algorithm` against `algorithm`), or whose
-/// resume fields differ, naming the first.
+impl Schema {
+    /// Refuses a resume of a state saved as `saved` (an epoch's fields, as written) under
+    /// the epoch of fields `now` unless both read the same order: the same algorithm,
+    /// `n`, `seed` and order fields (the epoch and the number of ranks may differ). Names
+    /// the first field that differs.
+    fn check_resumable(
+        &self,
+        saved: &[(&'static str, Value)],
+        now: &[(&'static str, Value)],
+    ) -> Result<(), Error> {
+        let value = |fields: &[(&'static str, Value)], key: &str| {
+            fields
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map(|(_, v)| v.clone())
+                .unwrap_or(Value::Int(0))
+        };
+        let pairs: Vec<(&str, Value, Value)> = ["n", "seed"]
+            .iter()
+            .chain(self.order_keys)
+            .map(|&k| (k, value(saved, k), value(now, k)))
+            .collect();
+        let (saved_algorithm, algorithm) = (value(saved, "algorithm"), value(now, "algorithm"));
+        check_resumable(
+            &repr(&saved_algorithm),
+            &repr(&algorithm),
+            saved_algorithm == algorithm,
+            &pairs,
+        )
+    }
+}
+
+/// Refuses a resume whose order differs (`saved_algorithm` against `algorithm`, Python
+/// reprs), or whose resume fields differ, naming the first.
 fn check_resumable(
     saved_algorithm: &str,
     algorithm: &str,
-    pairs: &[(&'static str, Value, Value)],
+    same_algorithm: bool,
+    pairs: &[(&str, Value, Value)],
 ) -> Result<(), Error> {
-    if saved_algorithm != algorithm {
+    if !same_algorithm {
         let because: String = pairs
             .iter()
             .filter(|(_, saved, now)| saved != now)
@@ -389,10 +422,8 @@ fn check_resumable(
             })
             .collect();
         return Err(Error::Invalid(format!(
-            "state_dict is for algorithm {}, this sampler runs {}; the saved order cannot be \
-             reproduced{because}",
-            py_str(saved_algorithm),
-            py_str(algorithm)
+            "state_dict is for algorithm {saved_algorithm}, this sampler runs {algorithm}; the \
+             saved order cannot be reproduced{because}"
         )));
     }
     if let Some((k, saved, now)) = pairs.iter().find(|(_, saved, now)| saved != now) {
@@ -407,9 +438,8 @@ fn check_resumable(
 }
 
 impl Sharding {
-    /// The state dict of this epoch after `consumed` of its global positions (with
-    /// exclusions, positions of the kept samples; the excluded ids sorted).
-    pub fn state(&self, consumed: u64) -> Vec<(&'static str, Value)> {
+    /// The fields a state dict records of this epoch, in its order.
+    pub fn values(&self) -> Vec<(&'static str, Value)> {
         let mut fields = epoch_fields(
             self.n,
             self.num_replicas,
@@ -422,8 +452,15 @@ impl Sharding {
         fields.extend([
             ("block_size", Value::Int(self.block_size.into())),
             ("window_blocks", Value::Int(self.window_blocks.into())),
-            ("consumed", Value::Int(consumed.into())),
         ]);
+        fields
+    }
+
+    /// The state dict of this epoch after `consumed` of its global positions (with
+    /// exclusions, positions of the kept samples; the excluded ids sorted).
+    pub fn state(&self, consumed: u64) -> Vec<(&'static str, Value)> {
+        let mut fields = self.values();
+        fields.push(("consumed", Value::Int(consumed.into())));
         if !self.exclusions.is_empty() {
             let ids = self.exclusions.ids().iter().map(|&id| id.into()).collect();
             fields.push(("exclude", Value::Ids(ids)));
@@ -475,35 +512,7 @@ impl Sharding {
     /// Refuses to resume a state saved under `saved` with this epoch unless both read the
     /// same order (the epoch, the number of ranks and the exclusions may differ).
     pub fn check_resumable(&self, saved: &Sharding) -> Result<(), Error> {
-        let pairs = [
-            ("n", Value::Int(saved.n.into()), Value::Int(self.n.into())),
-            (
-                "seed",
-                Value::Int(saved.seed.into()),
-                Value::Int(self.seed.into()),
-            ),
-            (
-                "shuffle",
-                Value::Bool(saved.shuffle),
-                Value::Bool(self.shuffle),
-            ),
-            (
-                "drop_last",
-                Value::Bool(saved.drop_last),
-                Value::Bool(self.drop_last),
-            ),
-            (
-                "block_size",
-                Value::Int(saved.block_size.into()),
-                Value::Int(self.block_size.into()),
-            ),
-            (
-                "window_blocks",
-                Value::Int(saved.window_blocks.into()),
-                Value::Int(self.window_blocks.into()),
-            ),
-        ];
-        check_resumable(saved.algorithm(), self.algorithm(), &pairs)
+        SHARD.check_resumable(&saved.values(), &self.values())
     }
 }
 
@@ -575,8 +584,8 @@ impl BudgetEpoch {
         self.permutation.id(&BUDGET_ALGORITHMS)
     }
 
-    /// The state dict of this epoch at `resume`.
-    pub fn state(&self, resume: &BudgetResume) -> Vec<(&'static str, Value)> {
+    /// The fields a state dict records of this epoch, in its order.
+    pub fn values(&self) -> Vec<(&'static str, Value)> {
         let mut fields = epoch_fields(
             self.n,
             self.num_replicas,
@@ -589,6 +598,14 @@ impl BudgetEpoch {
         fields.extend([
             ("max_tokens", Value::Int(self.max_tokens.into())),
             ("window", Value::Int(self.window.into())),
+        ]);
+        fields
+    }
+
+    /// The state dict of this epoch at `resume`.
+    pub fn state(&self, resume: &BudgetResume) -> Vec<(&'static str, Value)> {
+        let mut fields = self.values();
+        fields.extend([
             ("window_index", Value::Int(resume.window_index.into())),
             ("steps", Value::Int(resume.steps.into())),
             ("taken", Value::Str(base64::encode(&resume.taken))),
@@ -631,35 +648,7 @@ impl BudgetEpoch {
     /// Refuses to resume a state saved under `saved` with this epoch unless both plan the
     /// same batches (the epoch and the number of ranks may differ).
     pub fn check_resumable(&self, saved: &BudgetEpoch) -> Result<(), Error> {
-        let pairs = [
-            ("n", Value::Int(saved.n.into()), Value::Int(self.n.into())),
-            (
-                "seed",
-                Value::Int(saved.seed.into()),
-                Value::Int(self.seed.into()),
-            ),
-            (
-                "shuffle",
-                Value::Bool(saved.shuffle),
-                Value::Bool(self.shuffle),
-            ),
-            (
-                "drop_last",
-                Value::Bool(saved.drop_last),
-                Value::Bool(self.drop_last),
-            ),
-            (
-                "max_tokens",
-                Value::Int(saved.max_tokens.into()),
-                Value::Int(self.max_tokens.into()),
-            ),
-            (
-                "window",
-                Value::Int(saved.window.into()),
-                Value::Int(self.window.into()),
-            ),
-        ];
-        check_resumable(saved.algorithm(), self.algorithm(), &pairs)
+        BUDGET.check_resumable(&saved.values(), &self.values())
     }
 }
 

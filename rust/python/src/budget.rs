@@ -11,7 +11,7 @@ use permshard_core::{BudgetResume, BudgetShare, BudgetStart, Version, WindowPlan
 
 use crate::convert::{compute, field, int64_array, non_negative};
 use crate::errors::to_py;
-use crate::state::{from_mapping, to_dict};
+use crate::state::{config_fields, from_mapping, to_dict};
 use crate::verify::PyVerdict;
 
 /// Runs `$body` with `$slice` bound to the lengths as a slice of their own dtype.
@@ -275,18 +275,7 @@ impl BudgetEpoch {
 
     /// The fields a configuration is built from (`BudgetConfig(**fields)`).
     fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let e = &self.inner;
-        let dict = PyDict::new(py);
-        dict.set_item("n", e.n)?;
-        dict.set_item("num_replicas", e.num_replicas)?;
-        dict.set_item("seed", e.seed)?;
-        dict.set_item("epoch", e.epoch)?;
-        dict.set_item("shuffle", e.shuffle)?;
-        dict.set_item("drop_last", e.drop_last)?;
-        dict.set_item("permutation", e.permutation.algorithm())?;
-        dict.set_item("max_tokens", e.max_tokens)?;
-        dict.set_item("window", e.window)?;
-        Ok(dict)
+        config_fields(py, self.inner.values(), self.inner.permutation)
     }
 
     /// Refuses to resume a state saved under `saved` unless it plans the same batches.

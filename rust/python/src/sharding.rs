@@ -10,7 +10,7 @@ use crate::convert::field;
 use crate::errors::to_py;
 use crate::exclusion::Exclusions;
 use crate::partition::Partition;
-use crate::state::{from_mapping, to_dict};
+use crate::state::{config_fields, from_mapping, to_dict};
 
 #[pyclass(frozen, module = "permshard._core", name = "Sharding")]
 pub struct Sharding {
@@ -123,19 +123,10 @@ impl Sharding {
     /// aside.
     fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = &self.inner;
-        let dict = PyDict::new(py);
-        dict.set_item("n", s.n)?;
-        dict.set_item("num_replicas", s.num_replicas)?;
-        dict.set_item("seed", s.seed)?;
-        dict.set_item("epoch", s.epoch)?;
-        dict.set_item("shuffle", s.shuffle)?;
-        dict.set_item("drop_last", s.drop_last)?;
-        dict.set_item("permutation", s.permutation.algorithm())?;
-        dict.set_item("block_size", s.block_size)?;
-        dict.set_item("window_blocks", s.window_blocks)?;
         let exclude = (!s.exclusions.is_empty()).then(|| Exclusions {
             inner: s.exclusions.clone(),
         });
+        let dict = config_fields(py, s.values(), s.permutation)?;
         dict.set_item("exclude", exclude)?;
         Ok(dict)
     }

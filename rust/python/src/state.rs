@@ -5,7 +5,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyMapping, PyString, PyTuple};
 
-use permshard_core::Value;
+use permshard_core::{Value, Version};
 
 /// The items of `state`, a mapping, as the core reads them.
 pub fn from_mapping(state: &Bound<'_, PyAny>) -> PyResult<Vec<(String, Value)>> {
@@ -88,5 +88,18 @@ pub fn to_dict<'py>(
             Value::Other { repr, .. } => dict.set_item(key, repr)?,
         }
     }
+    Ok(dict)
+}
+
+/// The keyword arguments of a configuration from an epoch's saved `values`: the
+/// permutation its algorithm is built on instead of the algorithm id.
+pub fn config_fields<'py>(
+    py: Python<'py>,
+    values: Vec<(&'static str, Value)>,
+    permutation: Version,
+) -> PyResult<Bound<'py, PyDict>> {
+    let dict = to_dict(py, values)?;
+    dict.del_item("algorithm")?;
+    dict.set_item("permutation", permutation.algorithm())?;
     Ok(dict)
 }

@@ -75,8 +75,11 @@ def test_drop_remainder_gives_each_shard_n_div_k_records_like_grains_own(n, shar
         assert got == list(ShardedSampler(n, shards, s, seed=7, drop_last=True))
 
 
-@pytest.mark.parametrize("n", [1001, pytest.param(65_537, marks=pytest.mark.slow)])
-@pytest.mark.parametrize("shards", [2, 3])
+@pytest.mark.parametrize(
+    "n, shards",
+    # Past 2^16 (perm-v2's rounds rather than its table) once: grain's loader reads every record.
+    [(1001, 2), (1001, 3), pytest.param(65_537, 3, marks=pytest.mark.slow)],
+)
 def test_pad_reads_the_sharded_samplers_stream_on_every_shard(n, shards):
     everything: Counter = Counter()
     for shard in range(shards):

@@ -99,7 +99,7 @@ class ShardedBatchSampler(BatchSampler, ProvenStream):
         wrap: Callable[[Any], Any] = current.for_dataset_array if arrays else current.for_dataset
         # A rank's positions keep their round-robin local index: block windows announce.
         announce = current.announce if part.dealing == "round-robin" else None
-        per_call = max(1, _core.MAX_CHUNK // part.batch_len)  # whole batches, ~MAX_CHUNK items a call
+        per_call = part.batches_per_call  # whole batches, about the core's chunk a call
         end = 0  # local items handed out, batch after batch as the core cut them
         for first in range(0, part.num_batches, per_call):
             last = min(first + per_call, part.num_batches)

@@ -277,7 +277,7 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
         part = self._partition_of(config, self._start)
         prefetch = None
         if config.block_size and callable(getattr(self.dataset, "prefetch", None)):
-            prefetch = WindowPrefetch(self.dataset, part, self.rank, config.block_size * config.window_blocks)
+            prefetch = WindowPrefetch(self.dataset, part, self.rank, config.sharding().window_len)
         self._pass = SamplerPass(
             config.epoch,
             part,

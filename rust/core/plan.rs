@@ -26,6 +26,12 @@ impl Partition {
         self.dealing().batch_size().max(1)
     }
 
+    /// Whole batches a batch sampler reads in one call: about [`MAX_CHUNK`] items, at
+    /// least one batch.
+    pub fn batches_per_call(&self) -> u64 {
+        (MAX_CHUNK / self.batch_len()).max(1)
+    }
+
     /// Batches every rank yields: `ceil(num_samples / batch_len)`.
     pub fn num_batches(&self) -> u64 {
         self.num_samples().div_ceil(self.batch_len())

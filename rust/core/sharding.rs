@@ -130,6 +130,12 @@ impl Sharding {
         Ok(Sharding { exclusions, ..self })
     }
 
+    /// Positions per window of the block order (`0` without blocks): a window's
+    /// samples are announced to a prefetching dataset before it is read.
+    pub fn window_len(&self) -> u64 {
+        self.block_size.saturating_mul(self.window_blocks)
+    }
+
     /// Samples dealt in an epoch: `n` less the excluded.
     pub fn kept(&self) -> u64 {
         self.n - self.exclusions.len()

@@ -123,6 +123,12 @@ impl Partition {
         self.inner.batch_len()
     }
 
+    /// Whole batches a batch sampler reads in one call.
+    #[getter]
+    fn batches_per_call(&self) -> u64 {
+        self.inner.batches_per_call()
+    }
+
     /// Batches every rank yields.
     #[getter]
     fn num_batches(&self) -> u64 {

@@ -85,6 +85,12 @@ impl Sharding {
         self.inner.dealing.name()
     }
 
+    /// Positions per window of the block order (`0` without blocks).
+    #[getter]
+    fn window_len(&self) -> u64 {
+        self.inner.window_len()
+    }
+
     /// Samples an epoch deals: `n` less the excluded.
     #[getter]
     fn kept(&self) -> u64 {

@@ -41,6 +41,10 @@ def _read_then_resume(num_workers: int, context=None, persistent=False, kind="it
                 list(it)
         head += [x for batch in itertools.islice(it, READ) for x in batch.tolist()]
         states.append(sampler.state_dict())
+        # Drained, not dropped mid-stream: the workers end their own loops (a spawned
+        # worker torn down mid-prefetch on a loaded machine has aborted in torch's teardown).
+        for _ in it:
+            pass
         del it
     assert states[0] == states[1]
     assert states[0]["consumed"] == READ * B * W  # what the loops received, not the prefetch

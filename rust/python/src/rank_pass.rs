@@ -3,6 +3,8 @@
 //! handed out as list iterators so that `itertools.chain.from_iterable` yields the ints at
 //! C speed, and counted exactly, mid-chunk too.
 
+use std::sync::{Mutex, MutexGuard};
+
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
@@ -11,7 +13,7 @@ use permshard_core::{next_chunk, FIRST_CHUNK};
 use crate::errors::to_py;
 use crate::partition::Partition;
 
-#[pyclass(module = "permshard._core", name = "RankPass")]
+#[pyclass(frozen, module = "permshard._core", name = "RankPass")]
 pub struct RankPass {
     partition: Py<Partition>,
     rank: u64,
@@ -21,11 +23,25 @@ pub struct RankPass {
     /// Called with `(start, stop)` for each chunk's items instead of the partition's
     /// samples (a sampler that maps them, or tags them with the epoch).
     take: Option<Py<PyAny>>,
+    /// Where the reads stand. Locked only between calls out: a state saved from another
+    /// thread while a chunk is computed (the GIL released) reads the count before it.
+    cursor: Mutex<Cursor>,
+}
+
+struct Cursor {
     /// Local items read into chunks so far.
     read: u64,
+    /// Items of the next chunk at most.
     size: u64,
     /// The iterator over the last chunk handed out.
     current: Option<Py<PyAny>>,
+}
+
+impl RankPass {
+    fn cursor(&self) -> MutexGuard<'_, Cursor> {
+        // A panic cannot happen while the lock is held (no call out under it).
+        self.cursor.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 #[pymethods]
@@ -41,20 +57,18 @@ impl RankPass {
         announce: Option<Py<PyAny>>,
         take: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
-        partition
-            .get()
-            .inner
-            .check_slice(rank, 0, 0)
-            .map_err(to_py)?;
+        partition.get().inner.check_slice(rank, 0, 0).map_err(to_py)?;
         Ok(RankPass {
             partition: partition.unbind(),
             rank,
             window_len,
             announce,
             take,
-            read: 0,
-            size: FIRST_CHUNK,
-            current: None,
+            cursor: Mutex::new(Cursor {
+                read: 0,
+                size: FIRST_CHUNK,
+                current: None,
+            }),
         })
     }
 
@@ -64,12 +78,15 @@ impl RankPass {
 
     /// An iterator over the next chunk's items (the GIL released while a large one is
     /// computed), or the end of the pass.
-    fn __next__(&mut self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
         let partition = self.partition.get();
-        let (start, rank) = (self.read, self.rank);
+        let (start, size) = {
+            let cursor = self.cursor();
+            (cursor.read, cursor.size)
+        };
         let end = partition
             .inner
-            .chunk_end(rank, start, self.size, self.window_len)
+            .chunk_end(self.rank, start, size, self.window_len)
             .map_err(to_py)?;
         if end == start {
             return Ok(None);
@@ -79,12 +96,13 @@ impl RankPass {
         }
         let items = match &self.take {
             Some(take) => take.bind(py).call1((start, end))?,
-            None => PyList::new(py, partition.fill(py, rank, start, end)?)?.into_any(),
+            None => PyList::new(py, partition.fill(py, self.rank, start, end)?)?.into_any(),
         };
         let chunk = items.try_iter()?.into_any().unbind();
-        self.read = end;
-        self.size = next_chunk(self.size);
-        self.current = Some(chunk.clone_ref(py));
+        let mut cursor = self.cursor();
+        cursor.read = end;
+        cursor.size = next_chunk(size);
+        cursor.current = Some(chunk.clone_ref(py));
         Ok(Some(chunk))
     }
 
@@ -92,18 +110,22 @@ impl RankPass {
     /// far as it was iterated.
     #[getter]
     fn yielded(&self, py: Python<'_>) -> PyResult<u64> {
-        let Some(current) = &self.current else {
-            return Ok(0);
+        let (read, current) = {
+            let cursor = self.cursor();
+            match &cursor.current {
+                None => return Ok(0),
+                Some(current) => (cursor.read, current.clone_ref(py)),
+            }
         };
         // A list iterator's __length_hint__ is what it has left (the limited API has no
         // PyObject_LengthHint).
         let left: u64 = current.call_method0(py, "__length_hint__")?.extract(py)?;
-        Ok(self.read.saturating_sub(left))
+        Ok(read.saturating_sub(left))
     }
 
     /// Whether the pass has handed out a chunk (its first item among them).
     #[getter]
     fn started(&self) -> bool {
-        self.current.is_some()
+        self.cursor().current.is_some()
     }
 }

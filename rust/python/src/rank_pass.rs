@@ -40,7 +40,9 @@ struct Cursor {
 impl RankPass {
     fn cursor(&self) -> MutexGuard<'_, Cursor> {
         // A panic cannot happen while the lock is held (no call out under it).
-        self.cursor.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.cursor
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -57,7 +59,11 @@ impl RankPass {
         announce: Option<Py<PyAny>>,
         take: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
-        partition.get().inner.check_slice(rank, 0, 0).map_err(to_py)?;
+        partition
+            .get()
+            .inner
+            .check_slice(rank, 0, 0)
+            .map_err(to_py)?;
         Ok(RankPass {
             partition: partition.unbind(),
             rank,

@@ -2,7 +2,7 @@
 
 1. One epoch of one rank (set_epoch, then the whole iteration) for n = 10 ... 10^7
    (10^8 with ``--large``): DistributedSampler, ShardedSampler on perm-v1 and on perm-v2,
-   and the ratios. Each epoch is a new one, so perm-v2's table (n <= 2^16) is built in it.
+   epochs interleaved, medians and the ratios. Each epoch is a new one, so perm-v2's table (n <= 2^16) is built in it.
 2. ``Permutation.take`` per index on every SIMD level this CPU has (``PERMSHARD_SIMD``,
    a fresh process per level), perm-v1 against perm-v2.
 3. One rank's share of the exact proof (ns per item per core), perm-v1 against perm-v2.
@@ -26,24 +26,30 @@ import time
 W = 8
 
 
-def epoch_cost(n: int, kind: str, epochs: int) -> float:
-    """Median seconds of set_epoch + one epoch of rank 0."""
+def epoch_costs(n: int, epochs: int, kinds: tuple[str, ...]) -> dict[str, float]:
+    """Median seconds of set_epoch + one epoch of rank 0, for each sampler of ``kinds``
+    (``"DistributedSampler"``, ``"perm-v1"``, ``"perm-v2"``), epochs interleaved (one of
+    each in turn): every sampler meets the machine in the same state, so a slow stretch
+    of a shared machine does not fall on one of them."""
     from torch.utils.data import DistributedSampler
 
     from permshard import ShardedSampler
 
-    if kind == "DistributedSampler":
-        sampler = DistributedSampler(range(n), num_replicas=W, rank=0)
-    else:
-        sampler = ShardedSampler(n, num_replicas=W, rank=0, algorithm=kind)
-    times = []
+    samplers = {
+        kind: DistributedSampler(range(n), num_replicas=W, rank=0)
+        if kind == "DistributedSampler"
+        else ShardedSampler(n, num_replicas=W, rank=0, algorithm=kind)
+        for kind in kinds
+    }
+    times: dict[str, list[float]] = {kind: [] for kind in kinds}
     for epoch in range(epochs):
-        began = time.perf_counter()
-        sampler.set_epoch(epoch + 1)
-        count = sum(1 for _ in sampler)
-        times.append(time.perf_counter() - began)
-        assert count == -(-n // W)
-    return statistics.median(times)
+        for kind, sampler in samplers.items():
+            began = time.perf_counter()
+            sampler.set_epoch(epoch + 1)
+            count = sum(1 for _ in sampler)
+            times[kind].append(time.perf_counter() - began)
+            assert count == -(-n // W)
+    return {kind: statistics.median(t) for kind, t in times.items()}
 
 
 def take_per_index(level: str) -> dict[str, float]:
@@ -115,10 +121,14 @@ def main() -> int:
     ]
     sizes = [10, 100, 1000, 10**4, 10**5, 10**6, 10**7] + ([10**8] if args.large else [])
     for n in sizes:
-        epochs = 31 if n <= 10**5 else 5 if n <= 10**6 else 3
-        ds, v1, v2 = (epoch_cost(n, kind, epochs) for kind in ("DistributedSampler", "perm-v1", "perm-v2"))
+        # Many epochs where one costs microseconds: the median of a few is the machine's noise.
+        epochs = 2001 if n <= 1000 else 31 if n <= 10**5 else 5 if n <= 10**6 else 3
+        # Each order beside DistributedSampler alone: perm-v1's large small-n tables would
+        # evict the caches of whatever runs between its epochs.
+        ds, v2 = epoch_costs(n, epochs, ("DistributedSampler", "perm-v2")).values()
+        ds1, v1 = epoch_costs(n, epochs, ("DistributedSampler", "perm-v1")).values()
         lines.append(
-            f"| {n:,} | {ds * 1e6:,.1f} µs | {v1 * 1e6:,.1f} µs | {v2 * 1e6:,.1f} µs | {v1 / ds:.2f}× | {v2 / ds:.2f}× |"
+            f"| {n:,} | {ds * 1e6:,.1f} µs | {v1 * 1e6:,.1f} µs | {v2 * 1e6:,.1f} µs | {v1 / ds1:.2f}× | {v2 / ds:.2f}× |"
         )
     lines += ["", "`Permutation.take` per index at n = 10^7 (best of 7, 2^21 indices):", ""]
     lines += ["| SIMD level | perm-v1 | perm-v2 | perm-v2 / perm-v1 |", "|---|---|---|---|"]

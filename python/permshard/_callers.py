@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any, Optional
 
 #: permshard's own frames (a sampler's ``__iter__``, a batch sampler's) hold neither a
@@ -19,7 +19,8 @@ def iterating(depth: int = 16, until: Optional[type] = None) -> tuple[Any, ...]:
     DataLoader count.
 
     Only frames whose code names a ``self`` build their locals (``f_locals`` costs a
-    dict per frame; a pass starts every epoch).
+    dict per frame; a pass starts every epoch), and which code does is decided once per
+    code object.
 
     Args:
         depth (int, optional): frames to look through. Default: ``16``.
@@ -32,9 +33,10 @@ def iterating(depth: int = 16, until: Optional[type] = None) -> tuple[Any, ...]:
         if frame is None:
             break
         code = frame.f_code
-        if ("self" in code.co_varnames or "self" in code.co_freevars) and not code.co_filename.startswith(
-            _OWN_FILES
-        ):
+        has_owner = _HAS_OWNER.get(code)
+        if has_owner is None:
+            has_owner = _HAS_OWNER[code] = _names_an_owner(code)
+        if has_owner:
             owner = frame.f_locals.get("self")
             if owner is not None:
                 owners.append(owner)
@@ -42,3 +44,14 @@ def iterating(depth: int = 16, until: Optional[type] = None) -> tuple[Any, ...]:
                     break
         frame = frame.f_back
     return tuple(owners)
+
+
+#: Whether a code object's frames may hold an owner, by code object (a program has few).
+_HAS_OWNER: dict[CodeType, bool] = {}
+
+
+def _names_an_owner(code: CodeType) -> bool:
+    """Whether frames of ``code`` hold a ``self`` worth reading: a method's, outside
+    permshard."""
+    named = "self" in code.co_varnames or "self" in code.co_freevars
+    return named and not code.co_filename.startswith(_OWN_FILES)

@@ -13,7 +13,7 @@ import torch.distributed as dist
 from . import _guards as guards
 from ._callers import iterating
 from ._config import HoldsConfig
-from ._loader_count import find_loader_iterator, loader_iterator_type
+from ._loader_count import LOADER_ITERATOR, find_loader_iterator
 
 
 class PassLifecycle(HoldsConfig):
@@ -74,7 +74,8 @@ class PassLifecycle(HoldsConfig):
     def _epoch_set(self) -> None:
         """Call before a ``set_epoch`` takes effect: the last pass is settled, and the
         epoch set is iterated afresh (no repeat warning)."""
-        self._settle()
+        if not self._settled:
+            self._settle()
         self._iterated_epoch = None
 
     def _state_loaded(self) -> None:
@@ -84,7 +85,7 @@ class PassLifecycle(HoldsConfig):
         self._settled = True
 
     def _settle(self) -> None:
-        if self._settled or not self._pass_started():
+        if self._settled or not self._pass_started():  # callers skip the call when settled
             return
         self._settled = True
         self._iterated_epoch = self._pass_epoch
@@ -101,27 +102,32 @@ class PassLifecycle(HoldsConfig):
             stacklevel (int): the repeated-epoch warning's ``stacklevel`` as the caller
                 would pass it (``2``: the caller's caller).
         """
-        self._settle()
-        owners = iterating(until=loader_iterator_type())  # the pass's one walk up the call stack
-        guards.check_not_wrapped_by_accelerate(self.num_replicas, owners)
-        if self._iterated_epoch == self.epoch and not self._resuming():
+        if not self._settled:
+            self._settle()
+        owners = iterating(until=LOADER_ITERATOR)  # the pass's one walk up the call stack
+        config = self.config  # its fields read once
+        if owners:
+            guards.check_not_wrapped_by_accelerate(config.num_replicas, owners)
+        epoch = config.epoch
+        if self._iterated_epoch == epoch and not self._resuming():
             if self.auto_epoch:
-                self.set_epoch(self.epoch + 1)
+                epoch += 1
+                self.set_epoch(epoch)
             elif not self._warned_repeat:
                 self._warned_repeat = True
                 warnings.warn(
-                    f"{type(self).__name__} is iterated again in epoch {self.epoch} without "
+                    f"{type(self).__name__} is iterated again in epoch {epoch} without "
                     "set_epoch(): the order repeats. Call sampler.set_epoch(epoch) before each "
                     "epoch, or pass auto_epoch=True.",
                     UserWarning,
                     stacklevel=stacklevel + 1,
                 )
-        if self.check_consensus and self._agreed_epoch != self.epoch:
+        if self.check_consensus and self._agreed_epoch != epoch:
             if dist.is_available() and dist.is_initialized():
                 self._check_consensus()
-            self._agreed_epoch = self.epoch
-        self._pass_epoch, self._settled = self.epoch, False
-        return find_loader_iterator(owners)
+            self._agreed_epoch = epoch
+        self._pass_epoch, self._settled = epoch, False
+        return find_loader_iterator(owners) if owners else None
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch (a subclass adopts its configuration of ``epoch``)."""

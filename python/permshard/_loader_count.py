@@ -10,7 +10,6 @@ on the call stack where the pass starts, and reads the count when a state is sav
 
 from __future__ import annotations
 
-import functools
 import warnings
 import weakref
 from collections.abc import Sequence
@@ -29,24 +28,26 @@ def find_loader_iterator(owners: Sequence[Any]) -> Optional[weakref.ref[Any]]:
     Args:
         owners (sequence): the objects iterating the sampler (``callers.iterating()``).
     """
-    loader_iterator = loader_iterator_type()
-    if loader_iterator is None:
+    if LOADER_ITERATOR is None:
         _warn_once("this torch has no torch.utils.data.dataloader._BaseDataLoaderIter")
         return None
     for owner in owners:
-        if isinstance(owner, loader_iterator):
+        if isinstance(owner, LOADER_ITERATOR):
             return weakref.ref(owner)
     return None
 
 
-@functools.cache
-def loader_iterator_type() -> Optional[type]:
-    """torch's DataLoader iterator class, looked up once (``None`` where it was renamed)."""
+def _loader_iterator_type() -> Optional[type]:
+    """torch's DataLoader iterator class (``None`` where it was renamed)."""
     try:
         from torch.utils.data.dataloader import _BaseDataLoaderIter
     except ImportError:
         return None
     return _BaseDataLoaderIter
+
+
+#: torch's DataLoader iterator class, looked up once, or ``None``.
+LOADER_ITERATOR: Optional[type] = _loader_iterator_type()
 
 
 def counting(loader: Optional[weakref.ref[Any]]) -> Any:

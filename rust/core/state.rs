@@ -348,25 +348,22 @@ fn typed_repr(value: &Value) -> String {
     format!("{type_name} {}", repr(value))
 }
 
-/// The fields every epoch writes, beside its family's own.
-fn epoch_fields(
-    n: u64,
-    num_replicas: u64,
-    seed: u64,
-    epoch: u64,
-    shuffle: bool,
-    drop_last: bool,
-    algorithm: &str,
-) -> Vec<(&'static str, Value)> {
-    vec![
-        ("n", Value::Int(n.into())),
-        ("num_replicas", Value::Int(num_replicas.into())),
-        ("seed", Value::Int(seed.into())),
-        ("epoch", Value::Int(epoch.into())),
-        ("shuffle", Value::Bool(shuffle)),
-        ("drop_last", Value::Bool(drop_last)),
-        ("algorithm", Value::Str(algorithm.into())),
-    ]
+/// The fields a state dict records of `$epoch` (a [`Sharding`] or a [`BudgetEpoch`]: the
+/// same field names), those of every epoch first, then its family's own.
+macro_rules! saved_values {
+    ($epoch:expr, $($key:literal => $value:expr),* $(,)?) => {{
+        let e = $epoch;
+        vec![
+            ("n", Value::Int(e.n.into())),
+            ("num_replicas", Value::Int(e.num_replicas.into())),
+            ("seed", Value::Int(e.seed.into())),
+            ("epoch", Value::Int(e.epoch.into())),
+            ("shuffle", Value::Bool(e.shuffle)),
+            ("drop_last", Value::Bool(e.drop_last)),
+            ("algorithm", Value::Str(e.algorithm().into())),
+            $(($key, $value)),*
+        ]
+    }};
 }
 
 impl Schema {
@@ -440,20 +437,10 @@ fn check_resumable(
 impl Sharding {
     /// The fields a state dict records of this epoch, in its order.
     pub fn values(&self) -> Vec<(&'static str, Value)> {
-        let mut fields = epoch_fields(
-            self.n,
-            self.num_replicas,
-            self.seed,
-            self.epoch,
-            self.shuffle,
-            self.drop_last,
-            self.algorithm(),
-        );
-        fields.extend([
-            ("block_size", Value::Int(self.block_size.into())),
-            ("window_blocks", Value::Int(self.window_blocks.into())),
-        ]);
-        fields
+        saved_values!(self,
+            "block_size" => Value::Int(self.block_size.into()),
+            "window_blocks" => Value::Int(self.window_blocks.into()),
+        )
     }
 
     /// The state dict of this epoch after `consumed` of its global positions (with
@@ -586,20 +573,10 @@ impl BudgetEpoch {
 
     /// The fields a state dict records of this epoch, in its order.
     pub fn values(&self) -> Vec<(&'static str, Value)> {
-        let mut fields = epoch_fields(
-            self.n,
-            self.num_replicas,
-            self.seed,
-            self.epoch,
-            self.shuffle,
-            self.drop_last,
-            self.algorithm(),
-        );
-        fields.extend([
-            ("max_tokens", Value::Int(self.max_tokens.into())),
-            ("window", Value::Int(self.window.into())),
-        ]);
-        fields
+        saved_values!(self,
+            "max_tokens" => Value::Int(self.max_tokens.into()),
+            "window" => Value::Int(self.window.into()),
+        )
     }
 
     /// The state dict of this epoch at `resume`.

@@ -280,3 +280,15 @@ def test_device_mesh_gives_the_data_parallel_size_and_rank():
         ShardedSampler(100, num_replicas=2, rank=0, mesh_dim="tp")
     with pytest.raises(TypeError, match="DeviceMesh"):
         ShardedSampler(100, device_mesh=object(), mesh_dim="dp")
+
+
+def test_a_copy_taken_mid_pass_does_not_resume_that_pass_again():
+    full = list(ShardedSampler(100, num_replicas=2, rank=0, seed=3))
+    saved = ShardedSampler(100, num_replicas=2, rank=0, seed=3)
+    saved.load_state_dict({**saved.state_dict(), "consumed": 20})
+    it = iter(saved)
+    assert next(it) == full[10]
+    copy = pickle.loads(pickle.dumps(saved))  # the resumed pass has started: its point is used up
+    with pytest.warns(UserWarning, match="iterated again"):
+        assert list(copy) == full
+    assert list(it) == full[11:]  # the original pass goes on

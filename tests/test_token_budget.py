@@ -464,8 +464,8 @@ def test_the_configuration_is_the_only_epoch_state():
     s.set_epoch(1)
     assert s.config.epoch == 1 and list(s) != first
     s.set_epoch(0)
+    clone = pickle.loads(pickle.dumps(s))  # before the epoch is iterated: the copy iterates it too
     assert list(s) == first
-    clone = pickle.loads(pickle.dumps(s))
     assert list(clone) == first and clone.config == s.config
 
 
@@ -476,3 +476,20 @@ def test_accelerates_second_split_of_a_budget_sampler_is_refused():
     with pytest.raises(ShardingError, match="BatchSamplerShard.*prepare_data_loader"):
         next(iter(shard))
     assert next(iter(s))  # alone, the same sampler iterates
+
+
+def test_a_copy_taken_mid_pass_does_not_resume_that_pass_again():
+    lengths = lognormal(3000, seed=5)
+    make = lambda: TokenBudgetBatchSampler(lengths, BUDGET, 2, 0, seed=1, window=512)  # noqa: E731
+    full = list(make())
+    saved = make()
+    it = iter(saved)
+    for _ in range(5):
+        next(it)
+    resumed = make()
+    resumed.load_state_dict(saved.state_dict(consumed_steps=5))
+    rest = iter(resumed)
+    assert next(rest) == full[5]
+    copy = pickle.loads(pickle.dumps(resumed))  # the resumed pass has started: its point is used up
+    with pytest.warns(UserWarning, match="iterated again"):
+        assert list(copy) == full

@@ -85,6 +85,8 @@ class PassLifecycle(HoldsConfig):
         self._settled = True
 
     def _settle(self) -> None:
+        """Accounts for the last pass once it has handed out an item: its epoch counts as
+        iterated, and a resume point it started from is used up."""
         if self._settled or not self._pass_started():  # callers skip the call when settled
             return
         self._settled = True

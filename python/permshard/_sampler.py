@@ -499,7 +499,10 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
         self._state_loaded()  # every rank must agree on the new resume point
 
     def __getstate__(self) -> dict[str, Any]:
-        # Native partitions and a pass in progress are rebuilt on demand, not pickled.
+        # Native partitions and a pass in progress are rebuilt on demand, not pickled; a
+        # started pass is accounted for first (a copy does not resume it again).
+        if not self._settled:
+            self._settle()
         state = dict(self.__dict__)
         state["_partitions"] = {}
         state["_pass"] = None

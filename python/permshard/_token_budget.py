@@ -137,6 +137,8 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
         self._loader: Any = None  # the DataLoader iterator pulling the batches, if any
 
     def __getstate__(self) -> dict[str, Any]:
+        if not self._settled:  # a started pass is accounted for first (a copy does not resume it again)
+            self._settle()
         unpicklable = ("_planner", "_window_starts", "_entered", "_loader")
         return {k: v for k, v in self.__dict__.items() if k not in unpicklable}
 

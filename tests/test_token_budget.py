@@ -250,6 +250,14 @@ def test_a_new_plan_every_epoch():
     assert first != second and Counter(map(tuple, first)) != Counter(map(tuple, second))
 
 
+def state_after(sampler: TokenBudgetBatchSampler, steps: int) -> dict:
+    """``sampler``'s state after its first ``steps`` batches of the pass."""
+    it = iter(sampler)
+    for _ in range(steps):
+        next(it)
+    return sampler.state_dict(consumed_steps=steps)
+
+
 def test_the_epoch_lifecycle_is_shardedsampler_s():
     """Iterated again without set_epoch: a warning, or with auto_epoch the next epoch; a
     resumed pass uses up its resume point, so the next pass of that epoch is whole."""
@@ -268,18 +276,15 @@ def test_the_epoch_lifecycle_is_shardedsampler_s():
     fresh.set_epoch(1)
     assert list(auto) == epoch0 and list(auto) == list(fresh) and auto.epoch == 1
     # A state after 5 batches: the rest, then (the point used up) the whole epoch again.
-    saved = sampler()
-    it = iter(saved)
-    for _ in range(5):
-        next(it)
+    state = state_after(sampler(), 5)
     resumed = sampler()
-    resumed.load_state_dict(saved.state_dict(consumed_steps=5))
+    resumed.load_state_dict(state)
     assert list(resumed) == epoch0[5:]
     with pytest.warns(UserWarning, match="iterated again"):
         assert list(resumed) == epoch0
     # set_epoch to the same epoch keeps a loaded point that no pass has used.
     kept = sampler()
-    kept.load_state_dict(saved.state_dict(consumed_steps=5))
+    kept.load_state_dict(state)
     kept.set_epoch(0)
     assert list(kept) == epoch0[5:]
 
@@ -482,12 +487,8 @@ def test_a_copy_taken_mid_pass_does_not_resume_that_pass_again():
     lengths = lognormal(3000, seed=5)
     make = lambda: TokenBudgetBatchSampler(lengths, BUDGET, 2, 0, seed=1, window=512)  # noqa: E731
     full = list(make())
-    saved = make()
-    it = iter(saved)
-    for _ in range(5):
-        next(it)
     resumed = make()
-    resumed.load_state_dict(saved.state_dict(consumed_steps=5))
+    resumed.load_state_dict(state_after(make(), 5))
     rest = iter(resumed)
     assert next(rest) == full[5]
     copy = pickle.loads(pickle.dumps(resumed))  # the resumed pass has started: its point is used up

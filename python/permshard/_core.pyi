@@ -44,8 +44,6 @@ __all__ = [
     "verify",
     "verify_inverse",
     "simd_level",
-    "permutation_of",
-    "built_on",
     "EpochDraws",
     "Exclusions",
     "WEIGHTED_ALGORITHM",
@@ -63,8 +61,6 @@ WEIGHTED_ALGORITHM: str
 class ShardingError(ValueError): ...
 
 def simd_level() -> str: ...
-def permutation_of(algorithm: str) -> str | None: ...
-def built_on(family: str, permutation: str) -> str: ...
 
 @final
 class Permutation:

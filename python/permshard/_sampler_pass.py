@@ -122,7 +122,7 @@ class SamplerPass:
         """
         if self._epoch_dependent:
             own = take or (lambda start, stop: self.partition.take_list(self.rank, start, stop))
-            take = lambda start, stop: tag(own(start, stop), self.epoch)  # noqa: E731
+            take = lambda start, stop: self.for_dataset(own(start, stop))  # noqa: E731
         prefetch = self._prefetch
         self._items = _core.RankPass(
             self.partition,

@@ -389,49 +389,34 @@ impl Schema {
             .map(|&k| (k, value(saved, k), value(now, k)))
             .collect();
         let (saved_algorithm, algorithm) = (value(saved, "algorithm"), value(now, "algorithm"));
-        check_resumable(
-            &repr(&saved_algorithm),
-            &repr(&algorithm),
-            saved_algorithm == algorithm,
-            &pairs,
-        )
+        let mut differ = pairs.iter().filter(|(_, saved, now)| saved != now);
+        if saved_algorithm != algorithm {
+            let because: String = differ
+                .map(|(k, saved, now)| {
+                    format!(
+                        "; state_dict has {k}={}, this sampler {}",
+                        repr(saved),
+                        repr(now)
+                    )
+                })
+                .collect();
+            return Err(Error::Invalid(format!(
+                "state_dict is for algorithm {}, this sampler runs {}; the saved order cannot \
+                 be reproduced{because}",
+                repr(&saved_algorithm),
+                repr(&algorithm)
+            )));
+        }
+        if let Some((k, saved, now)) = differ.next() {
+            return Err(Error::Invalid(format!(
+                "state_dict has {k}={} but this sampler has {k}={}; build the sampler with \
+                 the same {k} to resume",
+                repr(saved),
+                repr(now)
+            )));
+        }
+        Ok(())
     }
-}
-
-/// Refuses a resume whose order differs (`saved_algorithm` against `algorithm`, Python
-/// reprs), or whose resume fields differ, naming the first.
-fn check_resumable(
-    saved_algorithm: &str,
-    algorithm: &str,
-    same_algorithm: bool,
-    pairs: &[(&str, Value, Value)],
-) -> Result<(), Error> {
-    if !same_algorithm {
-        let because: String = pairs
-            .iter()
-            .filter(|(_, saved, now)| saved != now)
-            .map(|(k, saved, now)| {
-                format!(
-                    "; state_dict has {k}={}, this sampler {}",
-                    repr(saved),
-                    repr(now)
-                )
-            })
-            .collect();
-        return Err(Error::Invalid(format!(
-            "state_dict is for algorithm {saved_algorithm}, this sampler runs {algorithm}; the \
-             saved order cannot be reproduced{because}"
-        )));
-    }
-    if let Some((k, saved, now)) = pairs.iter().find(|(_, saved, now)| saved != now) {
-        return Err(Error::Invalid(format!(
-            "state_dict has {k}={} but this sampler has {k}={}; build the sampler with the \
-             same {k} to resume",
-            repr(saved),
-            repr(now)
-        )));
-    }
-    Ok(())
 }
 
 impl Sharding {

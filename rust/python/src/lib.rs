@@ -38,7 +38,7 @@ mod _core {
     #[pymodule_export]
     use super::partition::Partition;
     #[pymodule_export]
-    use super::permutation::{built_on, permutation_of, simd_level, Permutation};
+    use super::permutation::{simd_level, Permutation};
     #[pymodule_export]
     use super::rank_pass::RankPass;
     #[pymodule_export]

@@ -1,5 +1,4 @@
-//! `_core.Permutation`: perm-v1 or perm-v2 over `[0, n)`; `simd_level()`; the algorithm ids
-//! built on a permutation (`permutation_of()`, `built_on()`).
+//! `_core.Permutation`: perm-v1 or perm-v2 over `[0, n)`; `simd_level()`.
 
 use numpy::PyArray1;
 use pyo3::prelude::*;
@@ -76,24 +75,4 @@ impl Permutation {
 #[pyfunction]
 pub fn simd_level() -> PyResult<&'static str> {
     permshard_core::simd_level().map_err(to_py)
-}
-
-/// The permutation an order's algorithm id is built on (`"perm-v1"` for `"block-v1"`, ...),
-/// `None` for the identity's or an unknown id.
-#[pyfunction]
-pub fn permutation_of(algorithm: &str) -> Option<&'static str> {
-    Version::of_order(algorithm).map(Version::algorithm)
-}
-
-/// The id of the order of `family` (`"perm"`, `"block"`, `"mix"` or `"budget"`) built on
-/// `permutation` (`"perm-v1"`, `"perm-v2"`): `built_on("budget", "perm-v2") == "budget-v2"`.
-#[pyfunction]
-pub fn built_on(family: &str, permutation: &str) -> PyResult<&'static str> {
-    let version = Version::named(permutation).map_err(to_py)?;
-    let ids = Version::family(family).ok_or_else(|| {
-        pyo3::exceptions::PyValueError::new_err(format!(
-            "unknown family {family:?}: use \"perm\", \"block\", \"mix\" or \"budget\""
-        ))
-    })?;
-    Ok(version.id(&ids))
 }

@@ -23,6 +23,7 @@
 //! source's occurrences, hence its passes, continue across stages.
 
 mod cursor;
+mod grouping;
 mod passes;
 mod proof;
 mod tree;
@@ -34,6 +35,7 @@ use crate::error::{check_below, Error};
 use crate::permutation::{Permutation, Version};
 use crate::splitmix::chain;
 use cursor::Cursor;
+use grouping::by_source_and_pass;
 use passes::Passes;
 use tree::Tree;
 use weights::integer_weights;
@@ -70,39 +72,6 @@ pub struct Mixture {
     version: Version,
     /// The small sources' latest pass orders (perm-v2's are tables).
     passes: Passes,
-}
-
-/// Sorts the slots `group` by their pass: a counting sort when the passes span a range
-/// not much wider than the group (random positions of a mixture that repeats its sources:
-/// a few passes each), a comparison sort otherwise.
-fn sort_by_pass(group: &mut [usize], passes: &[u64]) {
-    let (lo, hi) = group.iter().fold((u64::MAX, 0), |(lo, hi), &i| {
-        (lo.min(passes[i]), hi.max(passes[i]))
-    });
-    let span = hi - lo + 1;
-    if span > 4 * group.len() as u64 {
-        group.sort_unstable_by_key(|&i| passes[i]);
-        return;
-    }
-    counting_sort(group, span as usize, |i| (passes[i] - lo) as usize);
-}
-
-/// Sorts `slots` by `key(slot)` (below `keys`), stably: O(slots + keys).
-fn counting_sort(slots: &mut [usize], keys: usize, key: impl Fn(usize) -> usize) {
-    let mut next = vec![0usize; keys + 1];
-    for &i in slots.iter() {
-        next[key(i) + 1] += 1;
-    }
-    for k in 0..keys {
-        next[k + 1] += next[k];
-    }
-    let mut sorted = vec![0usize; slots.len()];
-    for &i in slots.iter() {
-        let k = key(i);
-        sorted[next[k]] = i;
-        next[k] += 1;
-    }
-    slots.copy_from_slice(&sorted);
 }
 
 impl Mixture {
@@ -427,26 +396,13 @@ impl Mixture {
         values: &mut [u64],
         apply: impl Fn(&Permutation, &mut [u64]),
     ) {
-        let pass_of = |i: usize| passes[i];
-        let mut order: Vec<usize> = (0..sources.len()).collect();
-        if sources.len() <= 4 * self.sizes.len() {
-            order.sort_unstable_by_key(|&i| (sources[i], pass_of(i)));
-        } else {
-            // Many slots: a counting sort by source, stable, so a source's slots keep
-            // their order (consecutive positions: passes already increasing).
-            counting_sort(&mut order, self.sizes.len(), |i| sources[i] as usize);
-            for group in order.chunk_by_mut(|&a, &b| sources[a] == sources[b]) {
-                if !group.windows(2).all(|w| pass_of(w[0]) <= pass_of(w[1])) {
-                    sort_by_pass(group, passes); // slots are written back by index
-                }
-            }
-        }
+        let order = by_source_and_pass(sources, passes, self.sizes.len());
         let mut batch: Vec<u64> = Vec::new();
         let mut a = 0;
         while a < order.len() {
-            let (s, pass) = (sources[order[a]], pass_of(order[a]));
+            let (s, pass) = (sources[order[a]], passes[order[a]]);
             let mut b = a + 1;
-            while b < order.len() && sources[order[b]] == s && pass_of(order[b]) == pass {
+            while b < order.len() && sources[order[b]] == s && passes[order[b]] == pass {
                 b += 1;
             }
             batch.clear();

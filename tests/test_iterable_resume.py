@@ -104,6 +104,15 @@ def test_the_state_is_small_and_checked():
     bad = dict(state, layers=[dict(state["layers"][0], workers=0)])
     with pytest.raises(ValueError, match="workers"):
         dataset(0, 1, True).load_state_dict(bad)
+    with pytest.raises(TypeError, match=r"\['batches'\] must be an integer"):
+        dataset(0, 1, True).load_state_dict(dict(state, layers=[dict(state["layers"][0], batches="2")]))
+    with pytest.raises(ValueError, match="does not save: \\['extra'\\]"):
+        dataset(0, 1, True).load_state_dict(dict(state, layers=[dict(state["layers"][0], extra=1)]))
+    with pytest.raises(ValueError, match="dealt must be"):
+        dataset(0, 1, True).load_state_dict(dict(state, layers=[dict(state["layers"][0], dealt="rows")]))
+    edited = dict(state, layers=[state["layers"][1], state["layers"][0]])  # shards after stride
+    with pytest.raises(ValueError, match="only the first run"):
+        dataset(0, 1, True, edited)
     loader = DataLoader(dataset(0, 1, False), batch_size=2)
     with pytest.raises(ValueError, match="consumed_batches"):
         dataset(0, 1, False).state_dict(loader)

@@ -24,6 +24,8 @@
 //! * [`Weights`] — weighted-v1: one stream of weighted draws per `(seed, epoch)`, with
 //!   or without replacement, position → sample id ([`EpochDraws`]).
 //! * [`Exclusions`] — sample ids never to read; [`Excluding`] an order without them.
+//! * [`Consumer`], [`Layer`] — an iterable dealt to ranks × DataLoader workers, and what
+//!   each run before a resume took of it.
 //! * [`Fingerprint`] — an O(1)-memory summary of a multiset of sample ids.
 //! * [`gather_records`], [`gather_windows`] — a batch out of a memory map, windows cast to
 //!   int64 in the same pass.
@@ -41,6 +43,7 @@ mod fingerprint;
 mod gather;
 mod indexed;
 mod inverse_proof;
+mod iterable;
 mod mixture;
 mod order;
 mod partition;
@@ -69,6 +72,7 @@ pub use indexed::{check_document_indices, check_sequence_layout};
 pub use inverse_proof::{
     judge, judge_alone, prove_against, prove_ranks, verify_inverse, Dealt, Failure, Share, OUTSIDE,
 };
+pub use iterable::{check_layers, Consumer, Layer, Left, Spread};
 pub use mixture::{Mixture, MixtureProof, MIX_ALGORITHM, MIX_ALGORITHMS};
 pub use order::{Explicit, Identity, Order, SampleOrder};
 pub use partition::{Outside, Partition};
@@ -77,6 +81,6 @@ pub use plan::{next_chunk, FIRST_CHUNK, MAX_CHUNK};
 pub use pool::{worker_threads, CHUNK};
 pub use sharding::{Sharding, IDENTITY_ALGORITHM};
 pub use splitmix::splitmix64;
-pub use state::{BudgetEpoch, BudgetResume, Value, BUDGET, SHARD};
+pub use state::{BudgetEpoch, BudgetResume, Value, BUDGET, LAYER, SHARD};
 pub use verdict::Verdict;
 pub use weighted::{AliasTable, EpochDraws, Weights, WEIGHTED_ALGORITHM};

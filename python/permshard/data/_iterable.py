@@ -3,6 +3,7 @@ consumer (rank, worker)."""
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import sys
@@ -12,9 +13,10 @@ from typing import Any, Callable, Generic, Optional, TypeVar
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
+from .. import _core
 from .._mesh import MeshDim, from_mesh
 from .._validation import as_int
-from ._iterable_resume import check_layer, left_over, loader_layer
+from ._iterable_resume import left_over, loader_layer, read_layers
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -88,9 +90,9 @@ def rank_and_world(rank: Optional[int] = None, world_size: Optional[int] = None)
     return rank, world_size
 
 
-def consumer(rank: Optional[int] = None, world_size: Optional[int] = None) -> tuple[int, int]:
-    """``(index, count)`` of this (rank, DataLoader worker) among all of them; the worker
-    comes from ``torch.utils.data.get_worker_info()``.
+def consumer(rank: Optional[int] = None, world_size: Optional[int] = None) -> _core.Consumer:
+    """This (rank, DataLoader worker) among all of them (``index`` of ``count``); the
+    worker comes from ``torch.utils.data.get_worker_info()``.
 
     Args:
         rank (int, optional): this process's data-parallel rank.
@@ -98,29 +100,24 @@ def consumer(rank: Optional[int] = None, world_size: Optional[int] = None) -> tu
     """
     rank, world_size = rank_and_world(rank, world_size)
     info = get_worker_info()
-    workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
-    return rank * workers + worker, world_size * workers
+    worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+    return _core.Consumer(rank, world_size, worker, workers)
 
 
 def _stride(elements: Iterable[T], me: int, count: int, even: bool) -> Iterator[T]:
-    """Element k goes to consumer k mod count. With ``even``, an element is released only
-    once its round of ``count`` elements is complete, so every consumer yields the same
-    number (an incomplete last round is dropped)."""
-    held: Optional[tuple[T]] = None
-    k = -1
-    for k, element in enumerate(elements):
-        position = k % count
-        if position == me:
-            if not even:
-                yield element
-            else:
-                held = (element,)
-        if even and position == count - 1 and held is not None:
-            yield held[0]
-            held = None
-    if even and k + 1 < count:
+    """Element k goes to consumer k mod count. With ``even``, only complete rounds of
+    ``count`` elements are dealt, so every consumer yields the same number (an incomplete
+    last round is dropped)."""
+    if not even:
+        yield from itertools.islice(elements, me, None, count)
+        return
+    dealt = False
+    for whole in zip(*[iter(elements)] * count):  # complete rounds only
+        dealt = True
+        yield whole[me]
+    if not dealt:
         raise ValueError(
-            f"even=True, but the source has {k + 1} elements for {count} consumers "
+            f"even=True, but the source has fewer elements than its {count} consumers "
             "(ranks x DataLoader workers): every consumer would get nothing. Use fewer "
             "workers or ranks, or even=False"
         )
@@ -186,24 +183,22 @@ def shard_iterable(
     if open_shard is None and _is_hf_iterable(source):
         yield from _hf_part(source, rank, world_size, even)
         return
-    me, count = consumer(rank, world_size)
+    me = consumer(rank, world_size)
     if resumed:
         shards = [source] if open_shard is None else [open_shard(shard) for shard in _shard_list(source)]
-        yield from _stride(left_over(shards, resumed), me, count, even)
+        yield from _stride(left_over(shards, resumed), me.index, me.count, even)
         return
     if open_shard is None:
-        yield from _stride(source, me, count, even)
+        yield from _stride(source, me.index, me.count, even)
         return
     shards = _shard_list(source)
-    info = get_worker_info()
-    workers = info.num_workers if info is not None else 1
-    world = count // workers
-    if deals_whole_shards(len(shards), world, even):
-        mine = (element for shard in shards[me // workers :: world] for element in open_shard(shard))
-        yield from _stride(mine, me % workers, workers, even=False)
+    if _core.fresh_spread(len(shards), me.ranks, even) == "shards":
+        # This rank opens only its own shards; its workers stride over their elements.
+        mine = (element for shard in shards[me.rank :: me.ranks] for element in open_shard(shard))
+        yield from _stride(mine, me.worker, me.workers, even=False)
         return
     elements = (element for shard in shards for element in open_shard(shard))
-    yield from _stride(elements, me, count, even)
+    yield from _stride(elements, me.index, me.count, even)
 
 
 def _shard_list(source: Iterable[Any]) -> list[Any]:
@@ -211,18 +206,6 @@ def _shard_list(source: Iterable[Any]) -> list[Any]:
     if not shards:
         raise ValueError("source is an empty list of shards")
     return shards
-
-
-def deals_whole_shards(shards: int, ranks: int, even: bool) -> bool:
-    """Whether a fresh run deals whole shards to the ranks (each rank opens only its own,
-    its workers stride over them): when they divide the ranks, and counts need not be even.
-
-    Args:
-        shards (int): the source's shards.
-        ranks (int): the data-parallel ranks.
-        even (bool): every consumer yields as many elements.
-    """
-    return shards % ranks == 0 and not even
 
 
 def _is_hf_iterable(source: Any) -> bool:
@@ -321,12 +304,8 @@ class ShardedIterable(IterableDataset[T], Generic[T]):
                 "(datasets >= 2.18) instead of ShardedIterable.state_dict()"
             )
         shards = self._num_shards() if self.open_shard is not None else None
-        whole = (
-            not self._resumed
-            and shards is not None
-            and deals_whole_shards(shards, self.world_size, self.even)
-        )
-        layer = loader_layer(loader, "shards" if whole else "stride", self.world_size, consumed_batches)
+        dealt = "stride" if self._resumed else _core.fresh_spread(shards, self.world_size, self.even)
+        layer = loader_layer(loader, dealt, self.world_size, consumed_batches)
         return {
             "dealt_by": "ShardedIterable",
             "shards": shards,
@@ -352,7 +331,7 @@ class ShardedIterable(IterableDataset[T], Generic[T]):
         layers = state.get("layers")
         if not isinstance(layers, (list, tuple)):
             raise ValueError("state_dict['layers'] must be a list: pass a dict saved by state_dict()")
-        self._resumed = tuple(check_layer(layer) for layer in layers)
+        self._resumed = tuple(layer.state() for layer in read_layers(layers))
 
     def _num_shards(self) -> int:
         if not isinstance(self.source, Sized):

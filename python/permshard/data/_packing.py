@@ -104,11 +104,11 @@ class PackedDataset(IterableDataset[torch.Tensor]):
                 yield self.documents[k]
 
     def __iter__(self) -> Iterator[torch.Tensor]:
-        me, count = consumer(self.rank, self.world_size)
+        me = consumer(self.rank, self.world_size)
         buffer: list[int] = []
         epoch = self.epoch
         while True:
-            for document in self._documents(epoch, me, count):
+            for document in self._documents(epoch, me.index, me.count):
                 buffer.extend(self._tokens(document))
                 buffer.append(self.eos_id)
                 while len(buffer) >= self.seq_len:

@@ -120,6 +120,19 @@ pub const BUDGET: Schema = Schema {
     order_keys: &["shuffle", "drop_last", "max_tokens", "window"],
 };
 
+/// One layer of an iterable's state: a run before a resume ([`crate::Layer`]).
+pub const LAYER: Schema = Schema {
+    name: "ShardedIterable layer",
+    keys: &[
+        key("dealt", Kind::Str, Presence::Always),
+        key("ranks", Kind::Int, Presence::Always),
+        key("workers", Kind::Int, Presence::Always),
+        key("batch_size", Kind::Int, Presence::Always),
+        key("batches", Kind::Int, Presence::Always),
+    ],
+    order_keys: &[],
+};
+
 /// A state dict read against its schema: every key present (or its default) and of its
 /// type. Ranges are checked as each value is taken out.
 pub struct Saved {

@@ -10,6 +10,7 @@ mod errors;
 mod exclusion;
 mod gather;
 mod indexed;
+mod iterable;
 mod mixture;
 mod partition;
 mod permutation;
@@ -33,6 +34,8 @@ mod _core {
     use super::gather::{gather_records, gather_windows};
     #[pymodule_export]
     use super::indexed::{check_document_indices, check_sequence_layout};
+    #[pymodule_export]
+    use super::iterable::{check_layers, fresh_spread, Consumer, Layer};
     #[pymodule_export]
     use super::mixture::Mixture;
     #[pymodule_export]

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Optional
 
 import numpy as np
 from torch.utils.data import Subset
 
+from . import _core
 from ._collectives import all_gather_u64
 from ._config import EpochConfig
 from ._core import ShardingError
@@ -199,23 +199,14 @@ def check_consensus(
 def check_layout(ranks: list[int], num_replicas: int) -> None:
     """Each sampler rank ``0..num_replicas-1`` must appear equally often among the
     processes: once each in pure data parallelism, ``world / num_replicas`` times when
-    model-parallel peers (tensor, pipeline, context) share a data-parallel rank.
+    model-parallel peers (tensor, pipeline, context) share a data-parallel rank (the
+    core's rule; a ShardingError names every process's rank).
 
     Args:
         ranks (list of int): every process's sampler rank, in process order.
         num_replicas (int): the data-parallel ranks.
     """
-    world = len(ranks)
-    counts = Counter(ranks)
-    if world % num_replicas or any(counts[r] != world // num_replicas for r in range(num_replicas)):
-        per_process = ", ".join(f"process {p}: rank {r}" for p, r in enumerate(ranks))
-        raise ShardingError(
-            f"the {world} processes of the group use sampler ranks {sorted(ranks)} with "
-            f"num_replicas={num_replicas} ({per_process}): every rank 0..{num_replicas - 1} "
-            f"must appear equally often ({world} / {num_replicas} processes each). In pure data "
-            "parallelism leave num_replicas and rank unset; with model parallelism pass the "
-            "data-parallel size and rank (or device_mesh=..., mesh_dim=...)"
-        )
+    _core.check_rank_layout(ranks, num_replicas)
 
 
 def _as_python(key: str, value: int) -> Any:

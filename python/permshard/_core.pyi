@@ -50,6 +50,7 @@ __all__ = [
     "Consumer",
     "Layer",
     "check_layers",
+    "check_rank_layout",
     "fresh_spread",
     "Weights",
 ]
@@ -237,6 +238,7 @@ def prove_ranks(
 ) -> Share: ...
 def judge(partition: Partition, shares: list[Share]) -> Verdict: ...
 def judge_alone(partition: Partition, share: Share) -> Verdict: ...
+def check_rank_layout(ranks: list[int], num_replicas: int) -> None: ...
 
 MIX_ALGORITHM: str
 

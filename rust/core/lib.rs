@@ -20,7 +20,8 @@
 //! * [`Mixture`] — mix-v1: weighted sources, position → (source, index), no build step.
 //! * [`verify_inverse`], [`prove_ranks`], [`judge`] — the exact proof by the inverse, in
 //!   O(1) memory, split across ranks; [`verify`] — the same by a bitmap of `n` bits;
-//!   [`judge_coverage`] — the distributed fingerprint proof; each gives a [`Verdict`].
+//!   [`judge_coverage`] — the distributed fingerprint proof; each gives a [`Verdict`];
+//!   [`check_rank_layout`] — every data-parallel rank used equally often.
 //! * [`Weights`] — weighted-v1: one stream of weighted draws per `(seed, epoch)`, with
 //!   or without replacement, position → sample id ([`EpochDraws`]).
 //! * [`Exclusions`] — sample ids never to read; [`Excluding`] an order without them.
@@ -50,6 +51,7 @@ mod partition;
 mod permutation;
 mod plan;
 mod pool;
+mod rank_layout;
 mod sharding;
 mod splitmix;
 mod state;
@@ -79,6 +81,7 @@ pub use partition::{Outside, Partition};
 pub use permutation::{simd_level, Permutation, Version, ALGORITHM, ALGORITHM_V1, ALGORITHM_V2};
 pub use plan::{next_chunk, FIRST_CHUNK, MAX_CHUNK};
 pub use pool::{worker_threads, CHUNK};
+pub use rank_layout::check_rank_layout;
 pub use sharding::{Sharding, IDENTITY_ALGORITHM};
 pub use splitmix::splitmix64;
 pub use state::{BudgetEpoch, BudgetResume, Value, BUDGET, LAYER, SHARD};

@@ -261,3 +261,10 @@ pub fn judge_coverage(
         .map_err(to_py)?
         .into())
 }
+
+/// Refuses (ShardingError) a group whose processes use the sampler ranks `ranks` (in
+/// process order) unless each of `0..num_replicas` appears equally often.
+#[pyfunction]
+pub fn check_rank_layout(ranks: Vec<u64>, num_replicas: u64) -> PyResult<()> {
+    permshard_core::check_rank_layout(&ranks, num_replicas).map_err(to_py)
+}

@@ -494,3 +494,51 @@ def test_a_copy_taken_mid_pass_does_not_resume_that_pass_again():
     copy = pickle.loads(pickle.dumps(resumed))  # the resumed pass has started: its point is used up
     with pytest.warns(UserWarning, match="iterated again"):
         assert list(copy) == full
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_plan_and_locate_say_what_every_rank_yields(drop_last):
+    """plan()'s sums and every answer of locate() match the batches every rank's sampler
+    yields: fresh, resumed on the same world size mid-window, resumed onto another."""
+    # Every sample fills a batch alone: steps are filled by repeats or drops.
+    lengths = BUDGET // 2 + 1 + lognormal(1500, seed=4) % (BUDGET // 2)
+    kwargs = dict(seed=5, window=256, drop_last=drop_last)
+
+    def make(world, rank, state=None, epoch=0):
+        s = TokenBudgetBatchSampler(lengths, BUDGET, world, rank, **kwargs)
+        s.set_epoch(epoch)
+        if state is not None:
+            s.load_state_dict(state)
+        return s
+
+    def every_rank(world, state=None, epoch=0, steps=None):
+        """{sample: [(rank, step), ...]} of the pass, and each rank's step count."""
+        where: dict[int, list[tuple[int, int]]] = {}
+        counts = []
+        for rank in range(world):
+            batches = list(make(world, rank, state, epoch))[:steps]
+            counts.append(len(batches))
+            for step, batch in enumerate(batches):
+                for sample in batch:
+                    where.setdefault(sample, []).append((rank, step))
+        return where, counts
+
+    before, _ = every_rank(3, steps=5)
+    state = state_after(make(3, 1), 5)
+    assert state["window_index"] == 0 and state["steps"] == 5  # mid-window
+    for world, resumed in [(3, None), (3, state), (4, state)]:
+        where, counts = every_rank(world, resumed)
+        earlier = set() if resumed is None else set(before)
+        s = make(world, 0, resumed)
+        plan = s.plan()
+        assert counts == [plan.steps] * world == [len(s)] * world
+        assert plan.padding == sum(len(h) for h in where.values()) - len(set(where) - earlier)
+        assert plan.dropped == len(lengths) - len(set(where) | earlier)
+        assert plan.padding + plan.dropped > 0 and plan.first_window == 0
+        for sample in range(len(lengths)):
+            assert s.locate(sample) == where.get(sample, []), (world, sample)
+    where, _ = every_rank(2, epoch=1)
+    s = make(2, 0, state)  # resumed in epoch 0; epoch 1 is read from its start
+    assert [s.locate(x, epoch=1) for x in range(0, 1500, 7)] == [where.get(x, []) for x in range(0, 1500, 7)]
+    with pytest.raises(ValueError, match=r"not in range\(1500\)"):
+        s.locate(1500)

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from ._epoch_index import EpochIndex
     from ._mixture import Mixture
     from ._permutation import Permutation
-    from ._plan import ShardPlan
+    from ._plan import BudgetPlan, ShardPlan
     from ._proofs import check_loader, verify
     from ._sampler import ShardedSampler
     from ._token_budget import TokenBudgetBatchSampler
@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 #: Public name -> the module that defines it.
 _LAZY = {
     "BlockPermutation": "._block",
+    "BudgetPlan": "._plan",
     "Certificate": "._certificate",
     "EpochIndex": "._epoch_index",
     "Mixture": "._mixture",
@@ -86,6 +87,7 @@ __all__ = [
     "BLOCK_ALGORITHM",
     "BUDGET_ALGORITHM",
     "BlockPermutation",
+    "BudgetPlan",
     "Certificate",
     "EpochIndex",
     "IDENTITY_ALGORITHM",

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from . import _core
-from ._config import Configured, ShardConfig
+from ._config import BudgetConfig, Configured, ShardConfig
 from ._validation import as_positive
 
 
@@ -130,3 +130,41 @@ def build_plan(part: _core.Partition, config: ShardConfig, rank: int) -> ShardPl
         padding_samples=tuple(part.sample_at(p) for p in padding_positions),
         dropped_samples=tuple(part.sample_at(p) for p in dropped_positions),
     )
+
+
+@dataclass(frozen=True)
+class BudgetPlan(Configured):
+    """What every rank yields in one pass of a token-budget epoch, in sum.
+
+    Attributes:
+        config: the configuration planned; its fields (``n``, ``num_replicas``,
+            ``max_tokens``, ``window``, ...) read as attributes too.
+        rank: the rank this plan was made on.
+        first_window: the window the pass starts in (non-zero after a resume).
+        steps: batches every rank yields (one a step; every rank as many).
+        padding: samples repeated so that each window's batches fill whole steps.
+        dropped: samples no rank yields this epoch (``drop_last``).
+
+    Example::
+
+        >>> lengths = np.full(1000, 100)  # 4 samples a batch
+        >>> budget = permshard.TokenBudgetBatchSampler(lengths, max_tokens=400, num_replicas=3, rank=0)
+        >>> plan = budget.plan()
+        >>> plan.steps, plan.padding, plan.dropped
+        (84, 0, 0)
+    """
+
+    config: BudgetConfig
+    rank: int
+    first_window: int
+    steps: int
+    padding: int
+    dropped: int
+
+    def __str__(self) -> str:
+        return (
+            f"BudgetPlan: n={self.n:,} num_replicas={self.num_replicas} epoch={self.epoch} "
+            f"seed={self.seed} max_tokens={self.max_tokens:,} window={self.window:,}"
+            + (f" resumed in window {self.first_window:,}" if self.first_window else "")
+            + f"\nsteps={self.steps:,} per rank  padding={self.padding:,}  dropped={self.dropped:,}"
+        )

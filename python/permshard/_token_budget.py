@@ -21,8 +21,9 @@ from ._coverage import prove_across_ranks
 from ._lifecycle import PassLifecycle
 from ._loader_count import delivered_batches
 from ._mesh import MeshDim, resolve_world
+from ._plan import BudgetPlan
 from ._proven import ProvenStream
-from ._validation import as_int, as_lengths
+from ._validation import as_int, as_lengths, as_u64
 
 __all__ = ["BUDGET_ALGORITHM", "BudgetConfig", "TokenBudgetBatchSampler"]
 
@@ -185,6 +186,34 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
             steps = self._planner.count_steps(self._lengths, self._start(), self.num_replicas)
             self._length = (self._saved, steps)
         return self._length[1]
+
+    def plan(self) -> BudgetPlan:
+        """The pass from the resume point (or the epoch's start), in sum: its steps per
+        rank, padding and drops. The core plans every window on all cores (GIL released),
+        O(window) memory per core."""
+        start = self._start()
+        steps, padding, dropped = self._planner.summary(self._lengths, start, self.num_replicas)
+        return BudgetPlan(self.config, self.rank, start.window, steps, padding, dropped)
+
+    def locate(self, sample: int, epoch: Optional[int] = None) -> list[tuple[int, int]]:
+        """Every ``(rank, step)`` whose batch holds ``sample`` in ``epoch`` (steps counted
+        from the pass's first, as the sampler yields them): empty when the sample is
+        dropped or was taken before a resume, several entries when padding repeats it.
+        The core plans the windows up to the sample's (all cores, GIL released).
+
+        Args:
+            sample (int): a dataset index in ``range(len(lengths))``.
+            epoch (int, optional): the epoch to look in (from its start, unless it is the
+                current one). Default: the current epoch, from its resume point.
+        """
+        sample = as_int("sample", sample)
+        if not 0 <= sample < self.n:
+            raise ValueError(f"sample {sample} is not in range({self.n})")
+        planner, start = self._planner, self._start()
+        if epoch is not None and as_u64("epoch", epoch) != self.epoch:
+            planner = self.config.replace(epoch=epoch).planner()
+            start = _core.BudgetStart(planner)
+        return planner.locate(self._lengths, start, self.num_replicas, sample)
 
     # -- the lifecycle's questions (PassLifecycle) ------------------------------------------
 

@@ -15,19 +15,19 @@
 //! core at a time. O(window) memory per core at any `n`.
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::error::{check_below, Error};
 use crate::order::{Identity, Order};
 use crate::permutation::{Permutation, Version};
-use crate::pool;
 
 mod proof;
 mod start;
+mod summary;
 
 pub use proof::{BudgetShare, WindowProof};
 pub use start::BudgetStart;
+pub use summary::BudgetSummary;
 
 pub use crate::algorithm::BUDGET_ALGORITHMS;
 
@@ -312,32 +312,5 @@ impl TokenBudget {
             padding,
             dropped,
         })
-    }
-
-    /// Steps per rank from `start` to the epoch's end, planning the windows on `threads`
-    /// threads (`0`: all cores): the error of the first window that fails, if any.
-    pub fn count_steps<L: Lengths + ?Sized>(
-        &self,
-        lengths: &L,
-        start: &BudgetStart,
-        world: u64,
-        threads: usize,
-    ) -> Result<u64, Error> {
-        self.check_lengths(lengths, world)?;
-        let first = start.window();
-        let total = AtomicU64::new(0);
-        pool::run(
-            threads,
-            self.windows().saturating_sub(first),
-            || (),
-            |_, t| {
-                let k = first + t;
-                let plan = self.plan(lengths, k, start.taken_in(k), world)?;
-                let steps = plan.steps(world).saturating_sub(start.first_step_in(k));
-                total.fetch_add(steps, Ordering::Relaxed);
-                Ok(())
-            },
-        )?;
-        Ok(total.into_inner())
     }
 }

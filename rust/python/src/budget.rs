@@ -364,6 +364,38 @@ impl TokenBudget {
         with_lengths!(lengths, l => py.detach(|| inner.count_steps(l, &start.inner, world, threads)).map_err(to_py))
     }
 
+    /// `(steps, padding, dropped)` of the pass from `start`: steps per rank, samples
+    /// repeated and samples left out (every window planned, GIL released).
+    #[pyo3(signature = (lengths, start, world, threads = 0))]
+    fn summary(
+        &self,
+        py: Python<'_>,
+        lengths: &Bound<'_, PyAny>,
+        start: &PyBudgetStart,
+        world: u64,
+        threads: usize,
+    ) -> PyResult<(u64, u64, u64)> {
+        let inner = &self.inner;
+        let sum = with_lengths!(lengths, l => py.detach(|| inner.summary(l, &start.inner, world, threads)).map_err(to_py))?;
+        Ok((sum.steps, sum.padding, sum.dropped))
+    }
+
+    /// Every `(rank, step)` of the pass from `start` whose batch holds `sample` (the
+    /// windows before it planned, GIL released).
+    #[pyo3(signature = (lengths, start, world, sample, threads = 0))]
+    fn locate(
+        &self,
+        py: Python<'_>,
+        lengths: &Bound<'_, PyAny>,
+        start: &PyBudgetStart,
+        world: u64,
+        sample: u64,
+        threads: usize,
+    ) -> PyResult<Vec<(u64, u64)>> {
+        let inner = &self.inner;
+        with_lengths!(lengths, l => py.detach(|| inner.locate(l, &start.inner, world, sample, threads)).map_err(to_py))
+    }
+
     /// Proves `plan`, as handed out, a plan of window `k` in the pass from `start`;
     /// ShardingError with the counter-example.
     fn prove(

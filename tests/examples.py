@@ -18,10 +18,13 @@ import permshard
 from permshard.data import write_indexed
 
 
-def documents(count: int, seed: int) -> list[np.ndarray]:
-    """``count`` documents of 1 to 600 tokens in [1, 50000), each ending with EOD (0)."""
+def documents(
+    count: int, seed: int = 0, *, max_len: int = 600, vocab: int = 50_000, min_len: int = 1
+) -> list[np.ndarray]:
+    """``count`` documents of ``min_len`` to ``max_len - 1`` tokens in ``[1, vocab)``, each
+    followed by EOD (0)."""
     rng = np.random.default_rng(seed)
-    return [np.append(rng.integers(1, 50_000, rng.integers(1, 600)), 0) for _ in range(count)]
+    return [np.append(rng.integers(1, vocab, rng.integers(min_len, max_len)), 0) for _ in range(count)]
 
 
 def example_files(root: pathlib.Path) -> pathlib.Path:

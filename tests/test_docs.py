@@ -12,7 +12,7 @@ import re
 import pytest
 import torch.distributed as dist
 
-from examples import example_files, group_of_one, namespace
+from examples import namespace
 
 ROOT = pathlib.Path(__file__).parent.parent
 PAGES = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
@@ -32,15 +32,10 @@ def _blocks() -> list[tuple[str, str, str]]:
 BLOCKS = _blocks()
 
 
-@pytest.fixture(scope="module")
-def files(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    return example_files(tmp_path_factory.mktemp("docs"))
-
-
 # The guides pin memory for GPUs; this machine may have none.
 @pytest.mark.filterwarnings("ignore:'pin_memory' argument is set as true:UserWarning")
 @pytest.mark.parametrize("name, code, why", BLOCKS, ids=[b[0] for b in BLOCKS])
-def test_the_block_runs(name, code, why, files, monkeypatch):
+def test_the_block_runs(name, code, why, example_root, monkeypatch, group_of_one):
     if why:
         pytest.skip(why)
     for package in OPTIONAL:
@@ -49,11 +44,10 @@ def test_the_block_runs(name, code, why, files, monkeypatch):
             and importlib.util.find_spec(package) is None
         ):
             pytest.skip(f"{package} is not installed")
-    monkeypatch.chdir(files)
-    with group_of_one():
-        # A block written for a launched rank joins the group that torchrun would have made.
-        monkeypatch.setattr(dist, "init_process_group", lambda *args, **kwargs: None)
-        exec(compile(code, name, "exec"), namespace(files))  # noqa: S102
+    monkeypatch.chdir(example_root)
+    # A block written for a launched rank joins the group that torchrun would have made.
+    monkeypatch.setattr(dist, "init_process_group", lambda *args, **kwargs: None)
+    exec(compile(code, name, "exec"), namespace(example_root))  # noqa: S102
 
 
 def test_every_page_with_code_is_collected_and_every_skip_says_why():

@@ -14,7 +14,7 @@ import pkgutil
 import pytest
 
 import permshard
-from examples import example_files, group_of_one, namespace
+from examples import namespace
 
 
 def _examples() -> list[doctest.DocTest]:
@@ -31,14 +31,12 @@ def _examples() -> list[doctest.DocTest]:
 EXAMPLES = _examples()
 
 
-@pytest.fixture(scope="module")
-def files(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    return example_files(tmp_path_factory.mktemp("examples"))
-
-
 @pytest.mark.parametrize("test", EXAMPLES, ids=lambda t: t.name)
 def test_the_example_runs(
-    test: doctest.DocTest, files: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+    test: doctest.DocTest,
+    example_root: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    group_of_one: None,
 ) -> None:
     for needed in ("grain", "accelerate"):
         try:
@@ -46,12 +44,11 @@ def test_the_example_runs(
         except ImportError:
             if needed in "".join(e.source for e in test.examples):
                 pytest.skip(f"{needed} is not installed")
-    monkeypatch.chdir(files)
+    monkeypatch.chdir(example_root)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     out: list[str] = []
-    with group_of_one():
-        test.globs = {**test.globs, **namespace(files)}  # samplers of the group's world
-        result = runner.run(test, out=out.append)
+    test.globs = {**test.globs, **namespace(example_root)}  # samplers of the group's world
+    result = runner.run(test, out=out.append)
     assert result.failed == 0, "".join(out)
 
 

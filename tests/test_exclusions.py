@@ -16,8 +16,12 @@ from torch.utils.data import DataLoader
 from permshard import ShardedBatchSampler, ShardedSampler, StepBatchSampler
 
 
-def ranks(n, world, **kwargs) -> list[list[int]]:
-    return [list(ShardedSampler(n, num_replicas=world, rank=r, **kwargs)) for r in range(world)]
+@pytest.fixture
+def ranks(rank_streams):
+    """``ranks(n, world, **kwargs)``: every rank's items of ``ShardedSampler(n, ...)``."""
+    return lambda n, world, **kwargs: rank_streams(
+        lambda r: ShardedSampler(n, num_replicas=world, rank=r, **kwargs), world
+    )
 
 
 def kept_order(n, exclude, **kwargs) -> list[int]:
@@ -36,7 +40,7 @@ def dealt(order: list[int], world: int, drop_last: bool) -> list[list[int]]:
 
 @pytest.mark.parametrize("shuffle", [True, False])
 @pytest.mark.parametrize("drop_last", [False, True])
-def test_ranks_deal_the_kept_samples_in_their_order(shuffle, drop_last):
+def test_ranks_deal_the_kept_samples_in_their_order(shuffle, drop_last, ranks):
     rng = random.Random(1)
     for n in (7, 100, 70_001):
         exclude = rng.sample(range(n), max(1, n // 10)) + [0]
@@ -46,7 +50,7 @@ def test_ranks_deal_the_kept_samples_in_their_order(shuffle, drop_last):
             assert got == dealt(order, world, drop_last), (n, world)
 
 
-def test_block_orders_and_perm_v1_exclude_alike():
+def test_block_orders_and_perm_v1_exclude_alike(ranks):
     exclude = list(range(0, 5000, 3))
     for kwargs in ({"block_size": 64, "window_blocks": 4}, {"algorithm": "perm-v1"}):
         assert ranks(5000, 2, exclude=exclude, **kwargs) == dealt(
@@ -54,18 +58,16 @@ def test_block_orders_and_perm_v1_exclude_alike():
         )
 
 
-def test_proofs_locate_and_plans_cover_the_kept_samples():
+def test_proofs_locate_and_plans_cover_the_kept_samples(ranks, where):
     n, exclude = 1000, list(range(5, 1000, 10))
     s = ShardedSampler(n, num_replicas=3, rank=1, exclude=exclude)
     for method in ("inverse", "bitmap"):
         cert = s.verify(method=method)
         assert cert.covered == 900 and cert.padding == 0 and cert.lengths == (300,) * 3
     assert all(s.locate(e) == [] for e in exclude)
-    everyone = ranks(n, 3, exclude=exclude)
+    found = where(ranks(n, 3, exclude=exclude))
     for sample in (0, 1, 999):
-        assert s.locate(sample) == [
-            (r, k) for r in range(3) for k, x in enumerate(everyone[r]) if x == sample
-        ]
+        assert s.locate(sample) == found[sample]
     plan = s.plan()
     assert plan.total_size == 900 and plan.num_samples == 300 and "excluded: 100" in str(plan)
     padded = ShardedSampler(n, num_replicas=7, rank=0, exclude=exclude).plan()
@@ -147,7 +149,7 @@ def test_bad_exclusions_name_the_fix():
 
 
 @pytest.mark.multiprocess
-def test_loaders_with_workers_and_processes_agree():
+def test_loaders_with_workers_and_processes_agree(ranks):
     n, exclude = 203, [0, 5, 77, 202]
     s = ShardedSampler(n, num_replicas=1, rank=0, exclude=exclude)
     expected = list(s)

@@ -21,9 +21,8 @@ from megatron.core.datasets.utils import Split  # noqa: E402
 EOD = 0
 
 
-def documents(n, seed=0, max_len=200, vocab=500):
-    rng = np.random.default_rng(seed)
-    return [np.append(rng.integers(1, vocab, int(rng.integers(0, max_len))), EOD) for _ in range(n)]
+#: The documents of these tests: short, a small vocabulary, some empty (EOD alone).
+SMALL = dict(max_len=200, vocab=500, min_len=0)
 
 
 def megatron_write(prefix, docs, dtype, multimodal=False):
@@ -38,8 +37,8 @@ def megatron_write(prefix, docs, dtype, multimodal=False):
 
 
 @pytest.mark.parametrize("dtype", [np.uint16, np.int32])
-def test_files_written_by_megatron_read_the_same(tmp_path, dtype):
-    docs = documents(500, vocab=30000)
+def test_files_written_by_megatron_read_the_same(tmp_path, dtype, documents):
+    docs = documents(500, **{**SMALL, "vocab": 30000})
     megatron_write(str(tmp_path / "m"), docs, dtype)
     write_indexed(tmp_path / "p", docs, dtype=dtype)
     # Our writer's files are byte for byte Megatron's.
@@ -58,8 +57,8 @@ def test_files_written_by_megatron_read_the_same(tmp_path, dtype):
     assert np.array_equal(whole, np.stack([flat[i * 64 : i * 64 + 65] for i in range(len(ds))]))
 
 
-def test_a_multimodal_index_from_megatron_is_refused(tmp_path):
-    megatron_write(str(tmp_path / "mm"), documents(20), np.uint16, multimodal=True)
+def test_a_multimodal_index_from_megatron_is_refused(tmp_path, documents):
+    megatron_write(str(tmp_path / "mm"), documents(20, **SMALL), np.uint16, multimodal=True)
     indexed_dataset.IndexedDataset(str(tmp_path / "mm"), multimodal=True)  # Megatron reads it
     with pytest.raises(ValueError, match="multimodal index"):
         TokenWindows(tmp_path / "mm", 8)
@@ -95,9 +94,9 @@ class _Tokenizer:
 
 
 @pytest.mark.parametrize("flags", [(True, True, True), (False, False, False), (True, False, True)])
-def test_gpt_dataset_samples_and_masks_are_ours(tmp_path, flags):
+def test_gpt_dataset_samples_and_masks_are_ours(tmp_path, flags, documents):
     reset_position_ids, reset_attention_mask, eod_mask_loss = flags
-    docs = documents(300, seed=4, max_len=120)
+    docs = documents(300, 4, **{**SMALL, "max_len": 120})
     prefix = str(tmp_path / "c")
     megatron_write(prefix, docs, np.uint16)
     seq = 64
@@ -139,8 +138,8 @@ def test_gpt_dataset_samples_and_masks_are_ours(tmp_path, flags):
         assert torch.equal(batch["attention_mask"][i], sample["attention_mask"])
 
 
-def test_masks_match_get_ltor_masks_and_position_ids(tmp_path):
-    write_indexed(tmp_path / "c", documents(400, seed=7, max_len=50))
+def test_masks_match_get_ltor_masks_and_position_ids(tmp_path, documents):
+    write_indexed(tmp_path / "c", documents(400, 7, **{**SMALL, "max_len": 50}))
     seq = 128
     for flags in [(a, b, c) for a in (False, True) for b in (False, True) for c in (False, True)]:
         ds = TokenWindows(

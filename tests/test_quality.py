@@ -9,6 +9,9 @@ import pytest
 
 from permshard import Permutation
 
+# One pytest worker builds the batteries' results (every shuffle's, ~45 s) for all the tests.
+pytestmark = pytest.mark.xdist_group("quality")
+
 #: A p-value below this fails a test. Deterministic seeds: no flakiness, and the
 #: Fisher–Yates reference run shows the threshold is not too strict.
 ALPHA = 1e-4

@@ -15,11 +15,6 @@ from torch.utils.data import BatchSampler, DistributedSampler
 
 from permshard import ShardedBatchSampler, ShardedSampler
 
-
-def all_ranks(n, w, **kw):
-    return [list(ShardedSampler(n, num_replicas=w, rank=r, **kw)) for r in range(w)]
-
-
 GRID = [(n, w) for n in (1, 2, 3, 7, 10, 64, 101, 1000) for w in (1, 2, 3, 4, 8, 13)]
 
 
@@ -171,13 +166,12 @@ def test_plan_is_exact_and_readable():
     assert plan.steps(2) == 2 and plan.steps(2, drop_last=True) == 1
 
 
-def test_locate_matches_iteration():
+def test_locate_matches_iteration(rank_streams, where):
     n, w = 103, 4
     samplers = [ShardedSampler(n, num_replicas=w, rank=r, seed=9) for r in range(w)]
-    streams = [list(s) for s in samplers]
+    found = where(rank_streams(lambda r: samplers[r], w))
     for sample in range(n):
-        want = sorted((r, k) for r in range(w) for k, x in enumerate(streams[r]) if x == sample)
-        assert sorted(samplers[0].locate(sample)) == want
+        assert sorted(samplers[0].locate(sample)) == found.get(sample, [])
     later = samplers[0].locate(5, epoch=3)
     ref = ShardedSampler(n, num_replicas=w, rank=0, seed=9)
     ref.set_epoch(3)

@@ -65,13 +65,6 @@ def lognormal(n: int, seed: int = 0) -> np.ndarray:
     return np.clip(rng.lognormal(5.5, 0.8, size=n), 1, 4096).astype(np.int64)
 
 
-def run_ranks(lengths, world, **kwargs) -> list[list[list[int]]]:
-    out = []
-    for rank in range(world):
-        out.append(list(TokenBudgetBatchSampler(lengths, BUDGET, world, rank, **kwargs)))
-    return out
-
-
 @pytest.mark.parametrize(
     "n, world, kwargs",
     [
@@ -149,9 +142,9 @@ def test_a_state_dict_of_0_2_loads_and_continues_its_plan():
     assert set(s.state_dict()) == fields | {"window_index", "steps", "taken"}
 
 
-def test_verify_returns_a_certificate_of_the_pass():
+def test_verify_returns_a_certificate_of_the_pass(rank_streams):
     lengths = lognormal(6000, seed=4)
-    ranks = run_ranks(lengths, 3, seed=2, window=1000)
+    ranks = rank_streams(lambda r: TokenBudgetBatchSampler(lengths, BUDGET, 3, r, seed=2, window=1000), 3)
     s = TokenBudgetBatchSampler(lengths, BUDGET, 3, 0, seed=2, window=1000)
     cert = s.verify()
     assert isinstance(cert, Certificate) and cert.algorithm == BUDGET_ALGORITHM == s.state_dict()["algorithm"]
@@ -222,9 +215,11 @@ def test_state_dicts_are_checked_as_shardedsampler_s():
 
 
 @pytest.mark.parametrize("world", [1, 2, 4])
-def test_every_property_on_lognormal_lengths(world):
+def test_every_property_on_lognormal_lengths(world, rank_streams):
     lengths = lognormal(150_000)
-    ranks = run_ranks(lengths, world, seed=3, window=1 << 14)
+    ranks = rank_streams(
+        lambda r: TokenBudgetBatchSampler(lengths, BUDGET, world, r, seed=3, window=1 << 14), world
+    )
     assert len({len(r) for r in ranks}) == 1  # every rank the same number of batches
     assert len(ranks[0]) == len(TokenBudgetBatchSampler(lengths, BUDGET, world, 0, seed=3, window=1 << 14))
     counts = Counter(x for r in ranks for b in r for x in b)
@@ -290,9 +285,11 @@ def test_the_epoch_lifecycle_is_shardedsampler_s():
 
 
 @pytest.mark.parametrize("n, world, drop_last", [(1, 4, False), (3, 4, False), (3, 4, True), (17, 4, False)])
-def test_tiny_datasets_pad_or_drop_as_declared(n, world, drop_last):
+def test_tiny_datasets_pad_or_drop_as_declared(n, world, drop_last, rank_streams):
     lengths = np.full(n, 5000)  # 3 per batch at most
-    ranks = run_ranks(lengths, world, drop_last=drop_last)
+    ranks = rank_streams(
+        lambda r: TokenBudgetBatchSampler(lengths, BUDGET, world, r, drop_last=drop_last), world
+    )
     assert len({len(r) for r in ranks}) == 1
     cert = TokenBudgetBatchSampler(lengths, BUDGET, world, 0, drop_last=drop_last).verify()
     seen = Counter(x for r in ranks for b in r for x in b)
@@ -497,7 +494,7 @@ def test_a_copy_taken_mid_pass_does_not_resume_that_pass_again():
 
 
 @pytest.mark.parametrize("drop_last", [False, True])
-def test_plan_and_locate_say_what_every_rank_yields(drop_last):
+def test_plan_and_locate_say_what_every_rank_yields(drop_last, rank_streams, where):
     """plan()'s sums and every answer of locate() match the batches every rank's sampler
     yields: fresh, resumed on the same world size mid-window, resumed onto another."""
     # Every sample fills a batch alone: steps are filled by repeats or drops.
@@ -511,34 +508,22 @@ def test_plan_and_locate_say_what_every_rank_yields(drop_last):
             s.load_state_dict(state)
         return s
 
-    def every_rank(world, state=None, epoch=0, steps=None):
-        """{sample: [(rank, step), ...]} of the pass, and each rank's step count."""
-        where: dict[int, list[tuple[int, int]]] = {}
-        counts = []
-        for rank in range(world):
-            batches = list(make(world, rank, state, epoch))[:steps]
-            counts.append(len(batches))
-            for step, batch in enumerate(batches):
-                for sample in batch:
-                    where.setdefault(sample, []).append((rank, step))
-        return where, counts
-
-    before, _ = every_rank(3, steps=5)
+    before = where([batches[:5] for batches in rank_streams(lambda r: make(3, r), 3)])
     state = state_after(make(3, 1), 5)
     assert state["window_index"] == 0 and state["steps"] == 5  # mid-window
     for world, resumed in [(3, None), (3, state), (4, state)]:
-        where, counts = every_rank(world, resumed)
-        earlier = set() if resumed is None else set(before)
+        streams = rank_streams(lambda r, w=world, at=resumed: make(w, r, at), world)
+        found, earlier = where(streams), set() if resumed is None else set(before)
         s = make(world, 0, resumed)
         plan = s.plan()
-        assert counts == [plan.steps] * world == [len(s)] * world
-        assert plan.padding == sum(len(h) for h in where.values()) - len(set(where) - earlier)
-        assert plan.dropped == len(lengths) - len(set(where) | earlier)
+        assert [len(batches) for batches in streams] == [plan.steps] * world == [len(s)] * world
+        assert plan.padding == sum(len(h) for h in found.values()) - len(set(found) - earlier)
+        assert plan.dropped == len(lengths) - len(set(found) | earlier)
         assert plan.padding + plan.dropped > 0 and plan.first_window == 0
         for sample in range(len(lengths)):
-            assert s.locate(sample) == where.get(sample, []), (world, sample)
-    where, _ = every_rank(2, epoch=1)
+            assert s.locate(sample) == found.get(sample, []), (world, sample)
+    found = where(rank_streams(lambda r: make(2, r, epoch=1), 2))
     s = make(2, 0, state)  # resumed in epoch 0; epoch 1 is read from its start
-    assert [s.locate(x, epoch=1) for x in range(0, 1500, 7)] == [where.get(x, []) for x in range(0, 1500, 7)]
+    assert [s.locate(x, epoch=1) for x in range(0, 1500, 7)] == [found.get(x, []) for x in range(0, 1500, 7)]
     with pytest.raises(ValueError, match=r"not in range\(1500\)"):
         s.locate(1500)

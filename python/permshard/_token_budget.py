@@ -183,7 +183,7 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
         """Batches per rank in this epoch (from the resume point): the core plans every
         window on all cores (GIL released), once per resume point, O(window) per core."""
         if self._length is None or self._length[0] is not self._saved:
-            steps = self._planner.count_steps(self._lengths, self._start(), self.num_replicas)
+            steps = self._planner.summary(self._lengths, self._start(), self.num_replicas)[0]
             self._length = (self._saved, steps)
         return self._length[1]
 

@@ -89,6 +89,17 @@ impl Spread {
         }
     }
 
+    /// The spread named `name` in a state dict: `"stride"` or `"shards"`.
+    pub fn of_name(name: &str) -> Result<Spread, Error> {
+        match name {
+            "stride" => Ok(Spread::Stride),
+            "shards" => Ok(Spread::Shards),
+            other => Err(Error::Invalid(format!(
+                "a layer's dealt must be 'stride' or 'shards', got {other:?}"
+            ))),
+        }
+    }
+
     /// Its name in a state dict.
     pub fn name(self) -> &'static str {
         match self {
@@ -213,15 +224,7 @@ impl Layer {
     /// The layer a state dict records, checked ([`LAYER`]).
     pub fn from_state(state: &[(String, Value)]) -> Result<Layer, Error> {
         let saved = LAYER.read(state, true)?;
-        let spread = match saved.text("dealt") {
-            "stride" => Spread::Stride,
-            "shards" => Spread::Shards,
-            other => {
-                return Err(Error::Invalid(format!(
-                    "a layer's dealt must be 'stride' or 'shards', got '{other}'"
-                )))
-            }
-        };
+        let spread = Spread::of_name(saved.text("dealt"))?;
         Layer::new(
             spread,
             saved.int("ranks")?,

@@ -350,20 +350,6 @@ impl TokenBudget {
         Ok(PyBudgetStart { inner: start })
     }
 
-    /// Steps per rank from `start` to the epoch's end (every window planned, GIL released).
-    #[pyo3(signature = (lengths, start, world, threads = 0))]
-    fn count_steps(
-        &self,
-        py: Python<'_>,
-        lengths: &Bound<'_, PyAny>,
-        start: &PyBudgetStart,
-        world: u64,
-        threads: usize,
-    ) -> PyResult<u64> {
-        let inner = &self.inner;
-        with_lengths!(lengths, l => py.detach(|| inner.count_steps(l, &start.inner, world, threads)).map_err(to_py))
-    }
-
     /// `(steps, padding, dropped)` of the pass from `start`: steps per rank, samples
     /// repeated and samples left out (every window planned, GIL released).
     #[pyo3(signature = (lengths, start, world, threads = 0))]

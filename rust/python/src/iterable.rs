@@ -1,7 +1,6 @@
 //! `_core.Consumer`, `_core.Layer`: an iterable dealt to ranks × DataLoader workers, and
 //! what a run before a resume took of it.
 
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -92,15 +91,7 @@ impl Layer {
     /// consumers, whose loops took `batches` batches of `batch_size` on every rank.
     #[new]
     fn new(dealt: &str, ranks: u64, workers: u64, batch_size: u64, batches: u64) -> PyResult<Self> {
-        let spread = match dealt {
-            "stride" => Spread::Stride,
-            "shards" => Spread::Shards,
-            _ => {
-                return Err(PyValueError::new_err(format!(
-                    "dealt must be 'stride' or 'shards', got {dealt:?}"
-                )))
-            }
-        };
+        let spread = Spread::of_name(dealt).map_err(to_py)?;
         let inner = permshard_core::Layer::new(spread, ranks, workers, batch_size, batches)
             .map_err(to_py)?;
         Ok(Layer::of(inner))

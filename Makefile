@@ -18,18 +18,22 @@ PYTEST_WORKERS ?= auto
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
+# pip builds the extension with every editable install; on the fast profile here (the
+# tests' build): the release build (fat LTO) is `make build`'s, for the demo and benchmarks.
+INSTALL := MATURIN_PEP517_ARGS="--profile fast" $(PY) -m pip install -q
+
 # What the demo needs: torch, numpy and the CLI.
 $(VENV)/.base: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[cli]"
+	$(INSTALL) -e ".[cli]"
 	touch $@
 
 # What the tests and linters add: the integrations, pytest, mypy, ruff.
 # megatron-core is a test reference only, without its dependencies (its dataset code
 # needs only torch and numpy); its comparison tests skip where it cannot be installed.
 $(VENV)/.dev: $(VENV)/.base
-	$(PY) -m pip install -q -e ".[dev]"
+	$(INSTALL) -e ".[dev]"
 	$(PY) -m pip install -q --no-deps megatron-core==0.16.1 || echo "megatron-core not installed: tests/test_megatron.py will skip"
 	$(PY) -m pip install -q grain || echo "grain not installed: tests/test_grain.py will skip"
 	$(PY) -m pip install -q "ray[train]" || echo "ray[train] not installed: tests/test_ray.py will skip"

@@ -118,9 +118,10 @@ def token_budget(rank: int, world: int, n: int) -> dict:
 
 
 def hf_datasets(rank: int, world: int, path: str, n: int) -> dict:
-    """A memory-mapped ``datasets.Dataset`` (``load_from_disk``) under ShardedSampler and
-    ShardedBatchSampler with spawn workers, and a sharded ``datasets.IterableDataset``
-    through ShardedIterable: the row ids each rank's loaders delivered."""
+    """A memory-mapped ``datasets.Dataset`` (``load_from_disk``) under ShardedSampler (spawn
+    workers) and ShardedBatchSampler (fork), and a sharded ``datasets.IterableDataset``
+    through ShardedIterable (2 spawn workers, 3 fork): the row ids each rank's loaders
+    delivered. (Spawn once each: a spawned worker imports torch and datasets afresh.)"""
     import datasets
 
     from permshard import ShardedBatchSampler
@@ -133,7 +134,7 @@ def hf_datasets(rank: int, world: int, path: str, n: int) -> dict:
     loader = DataLoader(ds, batch_size=7, sampler=sampler, num_workers=2, multiprocessing_context="spawn")
     out["sampler"] = [int(i) for batch in loader for i in batch["id"]]
     batches = ShardedBatchSampler(ShardedSampler(ds, seed=6), 8)
-    loader = DataLoader(ds, batch_sampler=batches, num_workers=2, multiprocessing_context="spawn")
+    loader = DataLoader(ds, batch_sampler=batches, num_workers=2, multiprocessing_context="fork")
     out["batch_sampler"] = [int(i) for batch in loader for i in batch["id"]]
     stream = datasets.Dataset.from_dict({"id": list(range(n))}).to_iterable_dataset(num_shards=6)
     for workers in (2, 3):
@@ -141,7 +142,7 @@ def hf_datasets(rank: int, world: int, path: str, n: int) -> dict:
             ShardedIterable(stream),
             batch_size=None,
             num_workers=workers,
-            multiprocessing_context="spawn" if workers else None,
+            multiprocessing_context="spawn" if workers == 2 else "fork",
         )
         out[f"iterable_{workers}"] = [int(row["id"]) for row in loader]
     return out

@@ -287,7 +287,7 @@ def test_shard_iterable_in_workers_of_every_start_method_on_two_ranks(method):
 
 @pytest.mark.multiprocess
 def test_iterable_sharding_on_two_ranks_times_three_workers():
-    n_docs = 10_000
+    n_docs = 3_000
     results = launch(dataset_workers.iterable_sharding, 2, n_docs)
     plain = [x for r in results for x in r["plain"]]
     assert Counter(plain) == Counter(range(n_docs))

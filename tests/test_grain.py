@@ -140,9 +140,9 @@ def test_grains_own_errors_and_rngs():
 
 @pytest.mark.multiprocess
 def test_two_workers_read_the_same_streams():
-    for shard in range(2):
-        assert read(1001, 2, shard, workers=2, pad=True) == list(ShardedSampler(1001, 2, shard, seed=7))
-        assert read(1001, 2, shard, workers=2) == list(ShardedSampler(1001, 1, 0, seed=7))[shard::2][:500]
+    # Each shard in one mode (grain's workers are processes of their own: ~8 s a loader).
+    assert read(1001, 2, 0, workers=2, pad=True) == list(ShardedSampler(1001, 2, 0, seed=7))
+    assert read(1001, 2, 1, workers=2) == list(ShardedSampler(1001, 1, 0, seed=7))[1::2][:500]
 
 
 def test_a_million_records_over_three_shards_is_proven_and_matches():

@@ -25,7 +25,7 @@ def perm_v2(n: int, seed: int, epoch: int) -> np.ndarray:
     return Permutation(n, seed, epoch, algorithm="perm-v2").take(0, n)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once per pytest worker, whatever runs between
 def results() -> dict[str, dict[str, float]]:
     return {
         "perm-v1": battery.run(perm_v1),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import multiprocessing
 import os
 import socket
 import traceback
@@ -35,6 +36,9 @@ def _entry(
     args: tuple[Any, ...],
     results: Any,
 ) -> None:
+    # mp.spawn leaves its start method as this process's default; a rank torchrun starts
+    # has the platform's (fork on Linux), and so must its DataLoader workers here.
+    multiprocessing.set_start_method(None, force=True)
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),

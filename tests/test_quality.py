@@ -3,14 +3,13 @@ battery has the power to flag an affine map and a 4-round Feistel."""
 
 from __future__ import annotations
 
+import functools
+
 import battery
 import numpy as np
 import pytest
 
 from permshard import Permutation
-
-# One pytest worker builds the batteries' results (every shuffle's, ~45 s) for all the tests.
-pytestmark = pytest.mark.xdist_group("quality")
 
 #: A p-value below this fails a test. Deterministic seeds: no flakiness, and the
 #: Fisher–Yates reference run shows the threshold is not too strict.
@@ -25,15 +24,22 @@ def perm_v2(n: int, seed: int, epoch: int) -> np.ndarray:
     return Permutation(n, seed, epoch, algorithm="perm-v2").take(0, n)
 
 
-@pytest.fixture(scope="session")  # built once per pytest worker, whatever runs between
-def results() -> dict[str, dict[str, float]]:
-    return {
-        "perm-v1": battery.run(perm_v1),
-        "perm-v2": battery.run(perm_v2),
-        "fisher-yates": battery.run(battery.fisher_yates),
-        "affine": battery.run(battery.affine),
-        "simon-4": battery.run(battery.simon_feistel(4), small_n=False),
-    }
+#: The shuffles the battery runs on (the 4-round control skips the tiny-n tests).
+SHUFFLES = {
+    "perm-v1": (perm_v1, True),
+    "perm-v2": (perm_v2, True),
+    "fisher-yates": (battery.fisher_yates, True),
+    "affine": (battery.affine, True),
+    "simon-4": (battery.simon_feistel(4), False),
+}
+
+
+@functools.cache
+def battery_of(name: str) -> dict[str, float]:
+    """The battery's p-values for one shuffle (~9 s), once per pytest worker: each test
+    runs only the shuffles it judges."""
+    shuffle, small_n = SHUFFLES[name]
+    return battery.run(shuffle, small_n=small_n)
 
 
 def test_numpy_feistel_with_8_rounds_is_perm_v1():
@@ -42,15 +48,15 @@ def test_numpy_feistel_with_8_rounds_is_perm_v1():
 
 
 @pytest.mark.slow
-def test_reference_passes(results):
-    failed = {k: p for k, p in results["fisher-yates"].items() if p < ALPHA}
+def test_reference_passes():
+    failed = {k: p for k, p in battery_of("fisher-yates").items() if p < ALPHA}
     assert not failed, f"the threshold is too strict for a true shuffle: {failed}"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["perm-v1", "perm-v2"])
-def test_the_permutations_pass_every_test(results, algorithm):
-    failed = {k: p for k, p in results[algorithm].items() if p < ALPHA}
+def test_the_permutations_pass_every_test(algorithm):
+    failed = {k: p for k, p in battery_of(algorithm).items() if p < ALPHA}
     assert not failed, f"{algorithm} fails: {failed}"
 
 
@@ -73,9 +79,9 @@ def test_perm_v2_passes_at_its_smallest_feistel_domains(n):
 
 
 @pytest.mark.parametrize("control", ["affine", "simon-4"])
-def test_battery_flags_bad_shuffles(results, control):
-    failed = {k: p for k, p in results[control].items() if p < ALPHA}
-    assert failed, f"the battery cannot tell {control} from a shuffle: {results[control]}"
+def test_battery_flags_bad_shuffles(control):
+    failed = {k: p for k, p in battery_of(control).items() if p < ALPHA}
+    assert failed, f"the battery cannot tell {control} from a shuffle: {battery_of(control)}"
 
 
 def report(results: dict[str, dict[str, float]]) -> str:
@@ -89,10 +95,12 @@ def report(results: dict[str, dict[str, float]]) -> str:
     return "\n".join(rows)
 
 
-def test_the_report_lists_every_test_and_perm_v1_sides_with_fisher_yates(results):
+@pytest.mark.slow
+def test_the_report_lists_every_test_and_perm_v1_sides_with_fisher_yates():
     """The p-values, for the record (printed with pytest -s): every test ran on every
     shuffle (the 4-round control skips the tiny-n tests), each value a probability, and
     perm-v1 passes exactly the tests Fisher-Yates passes."""
+    results = {name: battery_of(name) for name in SHUFFLES}
     table = report(results)
     print("\n" + table)
     names = list(results["perm-v1"])

@@ -17,12 +17,7 @@ ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'ray[
 pytest.importorskip("ray.train.torch", reason="ray[train] is not installed")
 
 # Ray and its dependencies warn of their own deprecations at import and start.
-# One pytest worker starts Ray once for the module's tests.
-pytestmark = [
-    pytest.mark.multiprocess,
-    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-    pytest.mark.xdist_group("ray"),
-]
+pytestmark = [pytest.mark.multiprocess, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 N = 1001
 

@@ -88,6 +88,8 @@ def test_two_torchrun_agents_as_two_nodes(tmp_path):
         "2",
         "--workers",
         "1",
+        "--start-method",
+        "fork",  # the rendezvous is what this test is about; the mesh test spawns its workers
     ]
     finish(torchrun(*agent), torchrun(*agent))
     ranks = results(tmp_path, "", 4)

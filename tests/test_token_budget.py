@@ -520,6 +520,7 @@ def test_plan_and_locate_say_what_every_rank_yields(drop_last, rank_streams, whe
         assert plan.padding == sum(len(h) for h in found.values()) - len(set(found) - earlier)
         assert plan.dropped == len(lengths) - len(set(found) | earlier)
         assert plan.padding + plan.dropped > 0 and plan.first_window == 0
+        assert f"steps={plan.steps:,} per rank  padding={plan.padding:,}" in str(plan)
         for sample in range(len(lengths)):
             assert s.locate(sample) == found.get(sample, []), (world, sample)
     found = where(rank_streams(lambda r: make(2, r, epoch=1), 2))

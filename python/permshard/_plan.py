@@ -142,7 +142,8 @@ class BudgetPlan(Configured):
         rank: the rank this plan was made on.
         first_window: the window the pass starts in (non-zero after a resume).
         steps: batches every rank yields (one a step; every rank as many).
-        padding: samples repeated so that each window's batches fill whole steps.
+        padding: items the pass yields that repeat a sample it yields (each window's
+            batches filled to whole steps).
         dropped: samples no rank yields this epoch (``drop_last``).
 
     Example::

@@ -220,46 +220,59 @@ impl Mixture {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::permutation::Version;
+
+    /// Three sources, one of a single sample (a pass a position), a stage change at a
+    /// quarter of the `n` positions.
+    fn mixture_of(version: Version, n: u64) -> Mixture {
+        let stages = vec![(0, vec![3.0, 1.0, 0.5]), (n / 4, vec![1.0, 1.0, 1.0])];
+        (Mixture::scheduled(&[700, 45, 1], &stages, Some(n), 11).unwrap()).with_version(version)
+    }
 
     fn mixture() -> Mixture {
-        let stages = vec![(0, vec![3.0, 1.0, 0.5]), (5000, vec![1.0, 1.0, 1.0])];
-        Mixture::scheduled(&[700, 45, 1], &stages, Some(20_000), 11).unwrap()
+        mixture_of(Version::V1, 20_000)
     }
 
     #[test]
     fn ranges_and_passes_are_proven() {
-        let m = mixture();
-        let whole = m.prove_range(0, m.num_samples()).unwrap();
-        assert_eq!(whole.positions, 20_000);
-        assert_eq!(whole.per_source, m.counts(20_000));
-        let passes: Vec<u64> = m
-            .counts(20_000)
-            .iter()
-            .zip(m.sizes())
-            .map(|(c, s)| c / s)
-            .collect();
-        assert_eq!(whole.complete_passes, passes);
-        // Any range: the passes wholly inside it.
-        let part = m.prove_range(3333, 17_001).unwrap();
-        assert_eq!(part.positions, 17_001 - 3333);
-        for s in 0..3 {
-            let pass = m.prove_pass(s, 2).unwrap();
-            assert_eq!(pass.per_source[s], m.sizes()[s]);
-            assert_eq!(pass.complete_passes[s], 1);
+        // mix-v1 on fewer positions: its order of a 1-sample source walks 2^16 steps a
+        // position (the order of a frozen id); the proof is the same code for both.
+        for m in [
+            mixture_of(Version::V2, 20_000),
+            mixture_of(Version::V1, 3000),
+        ] {
+            let n = m.num_samples();
+            let whole = m.prove_range(0, n).unwrap();
+            assert_eq!(whole.positions, n);
+            assert_eq!(whole.per_source, m.counts(n));
+            let passes: Vec<u64> = (m.counts(n).iter().zip(m.sizes()))
+                .map(|(c, s)| c / s)
+                .collect();
+            assert_eq!(whole.complete_passes, passes);
+            // Any range: the passes wholly inside it.
+            let part = m.prove_range(n / 6, n - n / 7).unwrap();
+            assert_eq!(part.positions, n - n / 7 - n / 6);
+            for s in 0..3 {
+                let last_complete = m.counts(n)[s] / m.sizes()[s] - 1;
+                let pass = m.prove_pass(s, last_complete).unwrap();
+                assert_eq!(pass.per_source[s], m.sizes()[s]);
+                assert_eq!(pass.complete_passes[s], 1);
+            }
+            // The last pass of source 0 is cut short by the end of the mixture.
+            let last = (m.counts(n)[0] - 1) / 700;
+            assert!(m.counts(n)[0] % 700 != 0);
+            let partial = m.prove_pass(0, last).unwrap();
+            assert_eq!(
+                (partial.per_source[0], partial.complete_passes[0]),
+                (m.counts(n)[0] % 700, 0)
+            );
+            assert!(m
+                .prove_pass(0, last + 1)
+                .unwrap_err()
+                .to_string()
+                .contains("never reached"));
+            assert!(m.prove_pass(3, 0).is_err());
         }
-        // The last pass of source 0 is cut short by the end of the mixture.
-        let last = (m.counts(20_000)[0] - 1) / 700;
-        let partial = m.prove_pass(0, last).unwrap();
-        assert_eq!(
-            (partial.per_source[0], partial.complete_passes[0]),
-            (m.counts(20_000)[0] % 700, 0)
-        );
-        assert!(m
-            .prove_pass(0, last + 1)
-            .unwrap_err()
-            .to_string()
-            .contains("never reached"));
-        assert!(m.prove_pass(3, 0).is_err());
     }
 
     #[test]

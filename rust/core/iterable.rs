@@ -173,9 +173,9 @@ impl Layer {
             batch_size,
             batches,
         };
-        layer
-            .taken(0)
-            .checked_mul(ranks.saturating_mul(workers))
+        // Worker 0 took the most; every count below fits when its count times the consumers does.
+        (batch_size.checked_mul(batches.div_ceil(workers)))
+            .and_then(|most| most.checked_mul(ranks.checked_mul(workers)?))
             .ok_or_else(|| {
                 Error::Invalid(format!(
                     "a layer of {batches} batches of {batch_size} over {ranks} x {workers} \
@@ -323,6 +323,8 @@ mod tests {
         bad[0].1 = Value::Str("rows".into());
         assert!(Layer::from_state(&bad).is_err());
         assert!(Layer::new(Spread::Stride, 4, 4, u64::MAX / 2, 100).is_err());
+        assert!(Layer::new(Spread::Stride, 1, 1, u64::MAX / 2, 3).is_err()); // one consumer too
+        assert!(Layer::new(Spread::Stride, 1, 1, u64::MAX / 2, 2).is_ok());
         assert!(check_layers(&[layer, layer]).is_err());
         assert!(check_layers(&[
             layer,

@@ -126,7 +126,7 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
         """A new epoch's configuration and its planner, from the epoch's start."""
         self.config, self._planner = config, planner if planner is not None else config.planner()
         self._saved = (0, b"", 0, config.num_replicas)  # resume point: window, taken, steps, world
-        self._length: Optional[tuple[Any, int]] = None
+        self._summary: Optional[tuple[Any, tuple[int, int, int]]] = None  # (resume point, sums)
         self._forget_pass()
 
     def _forget_pass(self) -> None:  # the steps handed out in the pass being run
@@ -182,18 +182,22 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
     def __len__(self) -> int:
         """Batches per rank in this epoch (from the resume point): the core plans every
         window on all cores (GIL released), once per resume point, O(window) per core."""
-        if self._length is None or self._length[0] is not self._saved:
-            steps = self._planner.summary(self._lengths, self._start(), self.num_replicas)[0]
-            self._length = (self._saved, steps)
-        return self._length[1]
+        return self._sums()[0]
+
+    def _sums(self) -> tuple[int, int, int]:
+        """``(steps, padding, dropped)`` of the pass from the resume point: the core plans
+        every window, once per resume point (``len()`` and :meth:`plan` share it)."""
+        if self._summary is None or self._summary[0] is not self._saved:
+            sums = self._planner.summary(self._lengths, self._start(), self.num_replicas)
+            self._summary = (self._saved, sums)
+        return self._summary[1]
 
     def plan(self) -> BudgetPlan:
         """The pass from the resume point (or the epoch's start), in sum: its steps per
         rank, padding and drops. The core plans every window on all cores (GIL released),
         O(window) memory per core."""
-        start = self._start()
-        steps, padding, dropped = self._planner.summary(self._lengths, start, self.num_replicas)
-        return BudgetPlan(self.config, self.rank, start.window, steps, padding, dropped)
+        steps, padding, dropped = self._sums()
+        return BudgetPlan(self.config, self.rank, self._start().window, steps, padding, dropped)
 
     def locate(self, sample: int, epoch: Optional[int] = None) -> list[tuple[int, int]]:
         """Every ``(rank, step)`` whose batch holds ``sample`` in ``epoch`` (steps counted

@@ -35,10 +35,11 @@ def read_layers(layers: Sequence[Any]) -> list[_core.Layer]:
 
 def _left_by_stride(elements: Iterator[T], layer: _core.Layer) -> Iterator[T]:
     """The elements a stride layer did not take, in order."""
+    taken_below, kept_from = layer.taken_below, layer.kept_from
     # Every element before taken_below was taken: skipped at C speed.
-    rest = itertools.islice(elements, layer.taken_below, None)
-    for i, element in enumerate(rest, start=layer.taken_below):
-        if i >= layer.kept_from:
+    rest = itertools.islice(elements, taken_below, None)
+    for i, element in enumerate(rest, start=taken_below):
+        if i >= kept_from:
             yield element
             yield from rest
             return

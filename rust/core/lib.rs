@@ -15,6 +15,9 @@
 //! * [`Dealing`] — how a pass's positions go to (rank, local index): round-robin, step.
 //! * [`Partition`] — which global positions (and samples) each rank takes, with padding,
 //!   `drop_last` and resume from a consumed prefix.
+//! * [`PassPlan`] — one interface for every dealing's pass (a [`Partition`], a
+//!   [`BudgetPass`]): steps, batches, where a sample is, the pass after some steps, the
+//!   proof's shares and their judgement.
 //! * [`TokenBudget`] — budget-v1: batches under a padded token budget, planned and proven
 //!   a window of the order at a time.
 //! * [`Mixture`] — mix-v1: weighted sources, position → (source, index), no build step.
@@ -48,6 +51,7 @@ mod iterable;
 mod mixture;
 mod order;
 mod partition;
+mod pass_plan;
 mod permutation;
 mod plan;
 mod pool;
@@ -78,6 +82,7 @@ pub use iterable::{check_layers, Consumer, Layer, Left, Spread};
 pub use mixture::{Mixture, MixtureProof, MIX_ALGORITHM, MIX_ALGORITHMS};
 pub use order::{Explicit, Identity, Order, SampleOrder};
 pub use partition::{Outside, Partition};
+pub use pass_plan::{BudgetPass, PassPlan};
 pub use permutation::{simd_level, Permutation, Version, ALGORITHM, ALGORITHM_V1, ALGORITHM_V2};
 pub use plan::{next_chunk, FIRST_CHUNK, MAX_CHUNK};
 pub use pool::{worker_threads, CHUNK};

@@ -377,7 +377,7 @@ mod tests {
         assert!(part.batch(0, 4).is_err());
         assert!(part.after(5).is_err());
         assert!(part.prove_share(3, 1).is_err());
-        let lengths = vec![4u8; 10];
+        let lengths = [4u8; 10];
         let budget = TokenBudget::new(Version::V2, 10, 8, 10, 0, 0, true, false).unwrap();
         let pass = BudgetPass::new(&budget, &lengths[..], BudgetStart::default(), 2).unwrap();
         let steps = pass.steps().unwrap();

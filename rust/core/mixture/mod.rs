@@ -302,14 +302,27 @@ impl Mixture {
     /// The permutation of source `s` in pass `pass`: perm-v1's without its table (O(1) to
     /// build), perm-v2's kept for small sources (their table is O(size) to build).
     fn pass_order(&self, s: usize, pass: u64) -> Arc<Permutation> {
-        let (size, key, stream) = (self.sizes[s], chain(MIX_TAG, &[self.seed]), s as u64);
+        self.pass_orders(&[(s, pass)]).remove(0)
+    }
+
+    /// [`Mixture::pass_order`] of each `(source, pass)` of `keys`, the kept ones looked up
+    /// together.
+    fn pass_orders(&self, keys: &[(usize, u64)]) -> Vec<Arc<Permutation>> {
+        let key = chain(MIX_TAG, &[self.seed]);
+        let build = |s: usize, pass: u64| {
+            Permutation::of_version(self.version, self.sizes[s], key, pass, s as u64)
+                .expect("size >= 1")
+        };
         match self.version {
-            Version::V1 => {
-                Arc::new(Permutation::untabled(size, key, pass, stream).expect("size >= 1"))
-            }
-            Version::V2 => self.passes.get(s, pass, || {
-                Permutation::of_version(Version::V2, size, key, pass, stream).expect("size >= 1")
-            }),
+            Version::V1 => (keys.iter())
+                .map(|&(s, pass)| {
+                    Arc::new(
+                        Permutation::untabled(self.sizes[s], key, pass, s as u64)
+                            .expect("size >= 1"),
+                    )
+                })
+                .collect(),
+            Version::V2 => self.passes.get_all(keys, build),
         }
     }
 
@@ -358,12 +371,18 @@ impl Mixture {
         for &p in positions {
             self.check_position(p)?;
         }
-        for (&p, (source, occurrence)) in positions
-            .iter()
-            .zip(sources.iter_mut().zip(indices.iter_mut()))
-        {
-            let (s, o) = self.occurrence(p);
-            (*source, *occurrence) = (s as u64, o);
+        if let [stage] = &self.stages[..] {
+            // One tree: the positions descend it together.
+            indices.copy_from_slice(positions);
+            stage.tree.occurrences(indices, sources);
+        } else {
+            for (&p, (source, occurrence)) in positions
+                .iter()
+                .zip(sources.iter_mut().zip(indices.iter_mut()))
+            {
+                let (s, o) = self.occurrence(p);
+                (*source, *occurrence) = (s as u64, o);
+            }
         }
         self.map_occurrences(sources, indices);
         Ok(())
@@ -397,21 +416,21 @@ impl Mixture {
         apply: impl Fn(&Permutation, &mut [u64]),
     ) {
         let order = by_source_and_pass(sources, passes, self.sizes.len());
+        // The runs of slots of one (source, pass), and their orders fetched together.
+        let runs: Vec<&[usize]> = order
+            .chunk_by(|&a, &b| sources[a] == sources[b] && passes[a] == passes[b])
+            .collect();
+        let keys: Vec<(usize, u64)> = (runs.iter())
+            .map(|run| (sources[run[0]] as usize, passes[run[0]]))
+            .collect();
         let mut batch: Vec<u64> = Vec::new();
-        let mut a = 0;
-        while a < order.len() {
-            let (s, pass) = (sources[order[a]], passes[order[a]]);
-            let mut b = a + 1;
-            while b < order.len() && sources[order[b]] == s && passes[order[b]] == pass {
-                b += 1;
-            }
+        for (run, pass_order) in runs.iter().zip(self.pass_orders(&keys)) {
             batch.clear();
-            batch.extend(order[a..b].iter().map(|&i| values[i]));
-            apply(&self.pass_order(s as usize, pass), &mut batch);
-            for (&i, &v) in order[a..b].iter().zip(&batch) {
+            batch.extend(run.iter().map(|&i| values[i]));
+            apply(&pass_order, &mut batch);
+            for (&i, &v) in run.iter().zip(&batch) {
                 values[i] = v;
             }
-            a = b;
         }
     }
 

@@ -10,9 +10,11 @@
 //! however small the budget.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex};
 
 use crate::permutation::Permutation;
+use crate::splitmix::splitmix64;
 
 /// Table entries kept over all sources (2 bytes each: 32 MiB, the inverses aside).
 const CACHED_ENTRIES: u64 = 1 << 24;
@@ -26,10 +28,35 @@ const KEPT_OVERHEAD: u64 = 64;
 /// `(source, pass)`.
 type Key = (usize, u64);
 
+/// Hashes a key's two words by splitmix64: a random batch looks up an order per pass it
+/// touches, and the standard SipHash was a fifth of the lookup.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, word: u64) {
+        self.0 = splitmix64(self.0 ^ word);
+    }
+
+    fn write_usize(&mut self, word: usize) {
+        self.write_u64(word as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 #[derive(Debug, Default)]
 struct Kept {
     /// Each kept order and when it was last used.
-    orders: HashMap<Key, (Arc<Permutation>, u64)>,
+    orders: HashMap<Key, (Arc<Permutation>, u64), BuildHasherDefault<KeyHasher>>,
     /// Uses so far (the clock of the last uses).
     clock: u64,
     /// Entries (and overheads) of the kept orders.
@@ -82,6 +109,26 @@ impl Passes {
             kept.insert((s, pass), Arc::clone(&order), cost, self.budget);
         }
         order
+    }
+
+    /// The orders of `keys` (`(source, pass)`): those kept, looked up under one lock, and
+    /// the others built by `build` (then kept), one at a time outside it.
+    pub(super) fn get_all(
+        &self,
+        keys: &[Key],
+        mut build: impl FnMut(usize, u64) -> Permutation,
+    ) -> Vec<Arc<Permutation>> {
+        let found: Vec<Option<Arc<Permutation>>> = {
+            let mut kept = self.lock();
+            (keys.iter())
+                .map(|&key| self.costs[key.0].and_then(|_| kept.touch(key)))
+                .collect()
+        };
+        (found.into_iter().zip(keys))
+            .map(|(order, &(s, pass))| {
+                order.unwrap_or_else(|| self.get(s, pass, || build(s, pass)))
+            })
+            .collect()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
@@ -181,6 +228,19 @@ mod tests {
         }
         assert!(Arc::ptr_eq(&first, &get(0, 3)));
         assert_eq!(built, 2 * 5); // passes 0, 1, 3, 7, 9 of each source
+                                  // Many at once: the kept ones as they are, the others built once.
+        let mut built = Vec::new();
+        let keys = [(0, 3), (1, 11), (0, 9), (1, 11), (0, 12)];
+        let all = passes.get_all(&keys, |s, pass| {
+            built.push((s, pass));
+            order(10 * (s as u64 + 1), pass, s)
+        });
+        assert_eq!(built, [(1, 11), (0, 12)]);
+        assert!(Arc::ptr_eq(&all[0], &first) && Arc::ptr_eq(&all[1], &all[3]));
+        for (got, &(s, pass)) in all.iter().zip(&keys) {
+            let want = order(10 * (s as u64 + 1), pass, s);
+            assert!((0..want.len()).all(|i| got.forward(i).unwrap() == want.forward(i).unwrap()));
+        }
     }
 
     #[test]

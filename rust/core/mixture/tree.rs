@@ -141,6 +141,54 @@ pub(super) struct Tree {
     pub(super) root: Child,
     /// For each source with a weight, the path from the root: `(node, went_left)`.
     paths: Vec<Vec<(usize, bool)>>,
+    /// The tree for positions that descend together (see [`Tree::occurrences`]).
+    levels: Levels,
+}
+
+/// The tree as a table every position descends the same number of levels of: the nodes,
+/// then one entry per source, a split whose every position goes "left" to itself (left
+/// weight = total: `f(m) = m`). No branch depends on the depth a position stops at, so
+/// the divisions of many random positions overlap instead of waiting on mispredictions.
+#[derive(Clone, Debug)]
+struct Levels {
+    entries: Vec<(Split, [u32; 2])>,
+    root: u32,
+    depth: u32,
+}
+
+impl Levels {
+    fn new(nodes: &[Split], root: Child, sources: usize) -> Levels {
+        let index = |child: Child| match child {
+            Child::Node(i) => i as u32,
+            Child::Source(s) => (nodes.len() + s) as u32,
+        };
+        let mut entries: Vec<(Split, [u32; 2])> = nodes
+            .iter()
+            .map(|split| (*split, [index(split.right), index(split.left)]))
+            .collect();
+        // A source's entry: the root's total as its own (its divisions take the same
+        // path as the nodes' where they can), every position going to itself.
+        let total = match root {
+            Child::Node(i) => nodes[i].total,
+            Child::Source(_) => 1,
+        };
+        for s in 0..sources {
+            let me = (nodes.len() + s) as u32;
+            let leaf = Split::new(total, total, Child::Source(s), Child::Source(s));
+            entries.push((leaf, [me, me]));
+        }
+        fn depth(nodes: &[Split], child: Child) -> u32 {
+            match child {
+                Child::Source(_) => 0,
+                Child::Node(i) => 1 + depth(nodes, nodes[i].left).max(depth(nodes, nodes[i].right)),
+            }
+        }
+        Levels {
+            entries,
+            root: index(root),
+            depth: depth(nodes, root),
+        }
+    }
 }
 
 impl Tree {
@@ -158,7 +206,13 @@ impl Tree {
         let root = build(&order, q, &mut nodes);
         let mut paths = vec![Vec::new(); q.len()];
         record_paths(root, &nodes, &mut Vec::new(), &mut paths);
-        Ok(Tree { nodes, root, paths })
+        let levels = Levels::new(&nodes, root, q.len());
+        Ok(Tree {
+            nodes,
+            root,
+            paths,
+            levels,
+        })
     }
 
     /// Adds to `out[s]` how many of the tree's positions `[0, n)` source `s` takes.
@@ -190,6 +244,31 @@ impl Tree {
                     let (left, local) = split.side(q);
                     (child, q) = (split.child(left), local);
                 }
+            }
+        }
+    }
+
+    /// [`Tree::occurrence`] of many positions: `sources[i], qs[i]` become the source of
+    /// tree position `qs[i]` and its occurrence. Every position descends `depth` levels,
+    /// a batch of them a level at a time (independent divisions the CPU overlaps).
+    pub(super) fn occurrences(&self, qs: &mut [u64], sources: &mut [u64]) {
+        const LANES: usize = 8;
+        let Levels {
+            entries,
+            root,
+            depth,
+        } = &self.levels;
+        for (qs, sources) in qs.chunks_mut(LANES).zip(sources.chunks_mut(LANES)) {
+            let mut at = [*root; LANES];
+            for _ in 0..*depth {
+                for (q, at) in qs.iter_mut().zip(at.iter_mut()) {
+                    let (split, children) = &entries[*at as usize];
+                    let (left, local) = split.side(*q);
+                    (*q, *at) = (local, children[left as usize]);
+                }
+            }
+            for (source, &at) in sources.iter_mut().zip(&at) {
+                *source = at as u64 - self.nodes.len() as u64;
             }
         }
     }
@@ -344,6 +423,9 @@ mod tests {
             let mut counts = vec![0u64; weights.len()];
             tree.add_counts(q, &mut counts);
             prop_assert_eq!(counts[s], local); // positions before q that went to s
+            let (mut qs, mut sources) = (vec![q; 11], vec![0; 11]);
+            tree.occurrences(&mut qs, &mut sources);
+            prop_assert!(qs.iter().zip(&sources).all(|(&o, &src)| (src as usize, o) == (s, local)));
         }
 
         #[test]

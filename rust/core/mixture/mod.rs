@@ -376,16 +376,34 @@ impl Mixture {
             indices.copy_from_slice(positions);
             stage.tree.occurrences(indices, sources);
         } else {
-            for (&p, (source, occurrence)) in positions
-                .iter()
-                .zip(sources.iter_mut().zip(indices.iter_mut()))
-            {
-                let (s, o) = self.occurrence(p);
-                (*source, *occurrence) = (s as u64, o);
-            }
+            self.occurrences_by_stage(positions, sources, indices);
         }
         self.map_occurrences(sources, indices);
         Ok(())
+    }
+
+    /// `sources[i], occurrences[i]` of `positions[i]` under a schedule: each stage's
+    /// positions descend its tree together.
+    fn occurrences_by_stage(
+        &self,
+        positions: &[u64],
+        sources: &mut [u64],
+        occurrences: &mut [u64],
+    ) {
+        let stage_index = |p: u64| self.stages.partition_point(|st| st.start <= p) - 1;
+        let mut slots: Vec<usize> = (0..positions.len()).collect();
+        slots.sort_by_cached_key(|&i| stage_index(positions[i]));
+        let (mut qs, mut found) = (Vec::new(), Vec::new());
+        for run in slots.chunk_by(|&a, &b| stage_index(positions[a]) == stage_index(positions[b])) {
+            let stage = &self.stages[stage_index(positions[run[0]])];
+            qs.clear();
+            qs.extend(run.iter().map(|&i| positions[i] - stage.start));
+            found.resize(run.len(), 0);
+            stage.tree.occurrences(&mut qs, &mut found);
+            for ((&i, &q), &s) in run.iter().zip(&qs).zip(&found) {
+                (sources[i], occurrences[i]) = (s, stage.before[s as usize] + q);
+            }
+        }
     }
 
     /// Replaces each `occurrences[i]` of source `sources[i]` by the sample it reads.
@@ -703,6 +721,20 @@ mod tests {
             (400, vec![0.1, 0.1, 0.8]),
         ];
         Mixture::scheduled(&[9, 13, 5], &stages, Some(700), 4).unwrap()
+    }
+
+    #[test]
+    fn a_schedule_fills_random_positions_as_one_at_a_time() {
+        for m in [schedule(), schedule().with_version(Version::V2)] {
+            // Every stage, in any order, repeats included.
+            let positions: Vec<u64> = (0..1_000u64).map(|k| (k * 389 + 7) % 700).collect();
+            let (mut sources, mut indices) = (vec![0u64; 1_000], vec![0u64; 1_000]);
+            m.fill_at(&positions, &mut sources, &mut indices).unwrap();
+            for (k, &p) in positions.iter().enumerate() {
+                let (s, i) = m.at(p).unwrap();
+                assert_eq!((sources[k], indices[k]), (s as u64, i), "position {p}");
+            }
+        }
     }
 
     #[test]

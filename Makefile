@@ -60,7 +60,7 @@ lint: lint-rust lint-py  ## Everything below
 
 lint-rust:  ## rustfmt and clippy (needs no Python environment)
 	cargo fmt --all --check
-	cargo clippy --workspace --all-targets --profile fast -- -D warnings
+	+cargo clippy --workspace --all-targets --profile fast -- -D warnings
 
 lint-py: build-fast  ## ruff (format and check), mypy --strict, stubtest
 	$(PY) -m ruff format --check .
@@ -69,7 +69,7 @@ lint-py: build-fast  ## ruff (format and check), mypy --strict, stubtest
 	$(PY) -m mypy.stubtest permshard._core
 
 rust-test:  ## Rust unit, property and golden tests
-	cargo test --profile fast -p permshard-core
+	+cargo test --profile fast -p permshard-core
 
 py-test: build-fast  ## Python tests (real multi-process runs included), over every core
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --durations=30

@@ -8,9 +8,10 @@ reference measured in the same run on the same machine.
    same loader) against a plain memcpy of as many bytes (out of cache) and nanoGPT's
    ``get_batch``.
 3. Blends: a mixture's map at random positions against consecutive ones, read in
-   batches of the same size (64 and 1,024) (3 sources of 15,625 windows, up-sampled to 10^6 positions; and a Megatron-style blend of 8
-   sources, 10^8 positions, two with ~100 passes), mix-v2 against mix-v1; a blend's
-   ``__getitems__`` against its source's per item.
+   batches of the same size (64 and 1,024), on 3 sources of 15,625 windows up-sampled to
+   10^6 positions and on a Megatron-style blend of 8 sources, 10^8 positions, two with
+   ~100 passes; mix-v2 against mix-v1; a blend's ``__getitems__`` against its source's
+   per item.
 4. perm-v2's ``take`` per index against perm-v1's at n = 10^9, on every SIMD level this
    CPU has (a fresh process per level, ``PERMSHARD_SIMD``).
 5. One rank's share of the exact proof (n = 10^10 over 64 ranks) per item against a
@@ -172,7 +173,7 @@ def blends(folder: str, seconds: float) -> list[tuple[str, float, str]]:
                 consecutive, shuffled = map_rates(m, batch, seconds)
                 out.append((group, consecutive, f"{algorithm}, consecutive positions"))
                 out.append((group, shuffled, f"{algorithm}, random positions"))
-# A blend's __getitems__ against its source's, on up-sampled token windows.
+    # A blend's __getitems__ against its source's, on up-sampled token windows.
     path = os.path.join(folder, "blend.bin")
     np.random.default_rng(3).integers(0, 50_000, 15_625 * 64 + 1, dtype=np.uint16).tofile(path)
     source = TokenWindows(path, 64)

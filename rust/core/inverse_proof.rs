@@ -141,6 +141,9 @@ impl Failure {
     }
 }
 
+/// Items checked together within a task: three buffers of them fit in a core's L2.
+const IN_CACHE: usize = 1 << 12;
+
 /// What a proof of some ranks' streams checked.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Share {
@@ -295,6 +298,21 @@ pub fn prove_against(
         part.samples_of(samples);
         inverse.copy_from_slice(samples);
         order_inverse(order.as_ref(), inverse);
+        // The common case first, without a branch per item: every item dealt from its
+        // own position and inverted back to it (padding: to its position mod n).
+        let clean =
+            (inverse.iter().zip(dealt.iter()).enumerate()).fold(true, |ok, (k, (&found, &p))| {
+                let back = if p < n { p } else { p % n };
+                ok & dealing.owns(&pass, p, rank, lo + k as u64) & (found == back)
+            });
+        if clean {
+            let real = dealt.iter().filter(|&&p| p < n).count() as u64;
+            tally.real.fetch_add(real, Ordering::Relaxed);
+            tally
+                .padding
+                .fetch_add(dealt.len() as u64 - real, Ordering::Relaxed);
+            return Ok(());
+        }
         let (mut real, mut padding) = (0u64, 0u64);
         for (k, ((&sample, &found), &p)) in samples
             .iter()
@@ -365,12 +383,29 @@ pub fn prove_against(
             let (rank, chunk) = (ranks.start + task % proved, task / proved);
             let lo = chunk * CHUNK;
             let len = CHUNK.min(per_rank - lo) as usize;
-            check_items(rank, lo, [&mut a[..len], &mut b[..len], &mut c[..len]])?;
+            // A task's items in cache-sized runs: the six passes over the buffers stay in
+            // L1/L2 instead of streaming 1.5 MiB through the cache each time.
+            for at in (0..len).step_by(IN_CACHE) {
+                let end = (at + IN_CACHE).min(len);
+                check_items(
+                    rank,
+                    lo + at as u64,
+                    [&mut a[at..end], &mut b[at..end], &mut c[at..end]],
+                )?;
+            }
             len
         } else {
             let lo = out_lo + (task - item_tasks) * CHUNK;
             let len = CHUNK.min(out_hi - lo) as usize;
-            check_outside(lo, &mut a[..len], &mut b[..len], &mut c[..len]);
+            for at in (0..len).step_by(IN_CACHE) {
+                let end = (at + IN_CACHE).min(len);
+                check_outside(
+                    lo + at as u64,
+                    &mut a[at..end],
+                    &mut b[at..end],
+                    &mut c[at..end],
+                );
+            }
             len
         };
         progress.fetch_add(len as u64, Ordering::Relaxed);

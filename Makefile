@@ -12,6 +12,10 @@ endif
 
 # What the extension is built from: a build runs again only when one of them changed.
 SOURCES := Cargo.toml Cargo.lock pyproject.toml $(shell find rust -name '*.rs' -o -name Cargo.toml)
+# cargo (and maturin's cargo) schedule their own jobs: under `make -j` they run without
+# make's jobserver flags, which they would try, and fail, to join.
+NOJOBS := env -u MAKEFLAGS -u MFLAGS
+CARGO := $(NOJOBS) cargo
 # pytest over every core (pytest-xdist); override with make test PYTEST_WORKERS=1.
 PYTEST_WORKERS ?= auto
 
@@ -20,7 +24,7 @@ help:  ## List the targets
 
 # pip builds the extension with every editable install; on the fast profile here (the
 # tests' build): the release build (fat LTO) is `make build`'s, for the demo and benchmarks.
-INSTALL := MATURIN_PEP517_ARGS="--profile fast" $(PY) -m pip install -q
+INSTALL := $(NOJOBS) MATURIN_PEP517_ARGS="--profile fast" $(PY) -m pip install -q
 
 # What the demo needs: torch, numpy and the CLI.
 $(VENV)/.base: pyproject.toml
@@ -42,14 +46,14 @@ $(VENV)/.dev: $(VENV)/.base
 build: $(VENV)/.build-release  ## Build the Rust extension into the virtualenv (release, fat LTO)
 
 $(VENV)/.build-release: $(VENV)/.base $(SOURCES)
-	$(PY) -m pip install -q --no-deps -e .
+	$(NOJOBS) $(PY) -m pip install -q --no-deps -e .
 	rm -f $(VENV)/.build-fast
 	touch $@
 
 build-fast: $(VENV)/.build-fast  ## The same, without fat LTO, rebuilt incrementally (what the tests run on)
 
 $(VENV)/.build-fast: $(VENV)/.dev $(SOURCES)
-	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop -q --profile fast
+	$(NOJOBS) VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop -q --profile fast
 	rm -f $(VENV)/.build-release
 	touch $@
 
@@ -60,7 +64,7 @@ lint: lint-rust lint-py  ## Everything below
 
 lint-rust:  ## rustfmt and clippy (needs no Python environment)
 	cargo fmt --all --check
-	+cargo clippy --workspace --all-targets --profile fast -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --profile fast -- -D warnings
 
 lint-py: build-fast  ## ruff (format and check), mypy --strict, stubtest
 	$(PY) -m ruff format --check .
@@ -69,7 +73,7 @@ lint-py: build-fast  ## ruff (format and check), mypy --strict, stubtest
 	$(PY) -m mypy.stubtest permshard._core
 
 rust-test:  ## Rust unit, property and golden tests
-	+cargo test --profile fast -p permshard-core
+	$(CARGO) test --profile fast -p permshard-core
 
 py-test: build-fast  ## Python tests (real multi-process runs included), over every core
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --durations=30

@@ -8,6 +8,8 @@
 //! * [`SampleOrder`] — the order of an epoch (perm-v1, identity, explicit): position ↔ sample.
 //! * [`BlockPermutation`] — block-v1: blocks permuted, samples shuffled within windows of
 //!   blocks (locality for datasets bigger than RAM).
+//! * [`EpochSpec`] — the fields every epoch has (samples, ranks, seed, epoch, shuffle,
+//!   `drop_last`, the permutation), whichever sampler deals it.
 //! * [`Sharding`] — what an epoch is: the fields, the order they imply and its algorithm
 //!   id, the dealing, the partition at a resume point, the resume limit.
 //! * [`Value`], [`BudgetEpoch`] — what a state dict of an epoch holds ([`SHARD`],
@@ -41,6 +43,7 @@ mod block;
 mod budget;
 mod coverage;
 mod dealing;
+mod epoch;
 mod error;
 mod exclusion;
 mod fingerprint;
@@ -70,6 +73,7 @@ pub use budget::{
 };
 pub use coverage::{judge_coverage, CoverageShare};
 pub use dealing::{Dealing, Layout, Pass};
+pub use epoch::EpochSpec;
 pub use error::{range_len, Error};
 pub use exclusion::{Excluding, Exclusions};
 pub use fingerprint::Fingerprint;

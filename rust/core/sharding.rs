@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::block::{BlockPermutation, BLOCK_ALGORITHMS};
 use crate::dealing::Dealing;
+use crate::epoch::EpochSpec;
 use crate::error::Error;
 use crate::exclusion::{Excluding, Exclusions};
 use crate::order::{Identity, Order};
@@ -18,24 +19,15 @@ pub const IDENTITY_ALGORITHM: &str = "identity";
 /// One epoch's sharding: `n` samples over `num_replicas` ranks.
 ///
 /// The order is the identity without `shuffle`, else the keyed permutation of
-/// [`Sharding::permutation`] (perm-v2 unless set by [`Sharding::with_permutation`]), or
+/// [`EpochSpec::permutation`] (perm-v2 unless set by [`Sharding::with_permutation`]), or
 /// with `block_size > 0` the block order built on it (block-v2, block-v1);
 /// [`Sharding::algorithm`] names the one used, and is what state dicts, certificates,
 /// plans and partitions record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sharding {
-    /// Dataset length, `>= 1`.
-    pub n: u64,
-    /// Data-parallel ranks, `>= 1`.
-    pub num_replicas: u64,
-    /// Shuffle seed.
-    pub seed: u64,
-    /// Epoch.
-    pub epoch: u64,
-    /// A shuffled order (else the identity).
-    pub shuffle: bool,
-    /// Drop the tail that does not fill a round of ranks (else pad it).
-    pub drop_last: bool,
+    /// The fields every epoch has: samples, ranks, seed, epoch, shuffle, `drop_last` (the
+    /// tail that does not fill a round of ranks), the permutation.
+    pub spec: EpochSpec,
     /// Samples per block of the block order (`0`: no blocks).
     pub block_size: u64,
     /// Blocks shuffled together in the block order (`0` without blocks).
@@ -43,15 +35,13 @@ pub struct Sharding {
     /// How a pass's positions go to (rank, local index): round-robin unless set by
     /// [`Sharding::with_dealing`].
     pub dealing: Dealing,
-    /// The keyed permutation of a shuffled epoch (and of its blocks): perm-v2 unless set
-    /// by [`Sharding::with_permutation`].
-    pub permutation: Version,
     /// Samples never to read: the order is dealt without them ([`Exclusions::apply`]).
     pub exclusions: Exclusions,
 }
 
 impl Sharding {
-    /// Checks the fields together.
+    /// Checks the fields together (an epoch shuffled by perm-v2; see
+    /// [`Sharding::with_permutation`]).
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         n: u64,
@@ -63,12 +53,14 @@ impl Sharding {
         block_size: u64,
         window_blocks: u64,
     ) -> Result<Self, Error> {
-        if n == 0 {
-            return Err(Error::EmptyDomain);
-        }
-        if num_replicas == 0 {
-            return Err(Error::InvalidReplicas { num_replicas });
-        }
+        let spec = EpochSpec::new(n, num_replicas, seed, epoch, shuffle, drop_last)?;
+        Sharding::of_spec(spec, block_size, window_blocks)
+    }
+
+    /// The epoch of `spec` in a block order of `block_size` samples per block,
+    /// `window_blocks` blocks shuffled together (`0`, `0`: no blocks): checked together.
+    pub fn of_spec(spec: EpochSpec, block_size: u64, window_blocks: u64) -> Result<Self, Error> {
+        let (spec, shuffle) = (spec.checked()?, spec.shuffle);
         if block_size > 0 && !shuffle {
             return Err(Error::Invalid(
                 "block_size=... orders blocks for a shuffle: it needs shuffle=True".into(),
@@ -86,16 +78,10 @@ impl Sharding {
             ));
         }
         Ok(Sharding {
-            n,
-            num_replicas,
-            seed,
-            epoch,
-            shuffle,
-            drop_last,
+            spec,
             block_size,
             window_blocks,
             dealing: Dealing::ROUND_ROBIN,
-            permutation: Version::DEFAULT,
             exclusions: Exclusions::default(),
         })
     }
@@ -106,25 +92,23 @@ impl Sharding {
     }
 
     /// This epoch shuffled by `permutation`'s construction (its blocks too).
-    pub fn with_permutation(self, permutation: Version) -> Self {
-        Sharding {
-            permutation,
-            ..self
-        }
+    pub fn with_permutation(mut self, permutation: Version) -> Self {
+        self.spec.permutation = permutation;
+        self
     }
 
     /// This epoch without the samples of `exclusions` (all below `n`).
     pub fn with_exclusions(self, exclusions: Exclusions) -> Result<Self, Error> {
-        if let Some(&bad) = exclusions.ids().last().filter(|&&id| id >= self.n) {
+        if let Some(&bad) = exclusions.ids().last().filter(|&&id| id >= self.spec.n) {
             return Err(Error::Invalid(format!(
                 "excluded sample {bad} is out of range for n={}",
-                self.n
+                self.spec.n
             )));
         }
-        if exclusions.len() >= self.n {
+        if exclusions.len() >= self.spec.n {
             return Err(Error::Invalid(format!(
                 "every one of the {} samples is excluded: nothing is left to read",
-                self.n
+                self.spec.n
             )));
         }
         Ok(Sharding { exclusions, ..self })
@@ -138,22 +122,22 @@ impl Sharding {
 
     /// Samples dealt in an epoch: `n` less the excluded.
     pub fn kept(&self) -> u64 {
-        self.n - self.exclusions.len()
+        self.spec.n - self.exclusions.len()
     }
 
     /// The algorithm id of the order this epoch uses.
     pub fn algorithm(&self) -> &'static str {
-        match (self.shuffle, self.block_size) {
+        match (self.spec.shuffle, self.block_size) {
             (false, _) => IDENTITY_ALGORITHM,
-            (true, 0) => self.permutation.algorithm(),
-            (true, _) => self.permutation.id(&BLOCK_ALGORITHMS),
+            (true, 0) => self.spec.permutation.algorithm(),
+            (true, _) => self.spec.permutation.id(&BLOCK_ALGORITHMS),
         }
     }
 
     /// Whether a state saved under `algorithm` (as recorded) resumes with this order.
     /// Before identity had its own id, an unshuffled epoch was recorded as perm-v1.
     pub fn accepts_algorithm(&self, algorithm: &str) -> bool {
-        algorithm == self.algorithm() || (!self.shuffle && algorithm == ALGORITHM_V1)
+        algorithm == self.algorithm() || (!self.spec.shuffle && algorithm == ALGORITHM_V1)
     }
 
     /// The order of this epoch, without the excluded samples.
@@ -163,22 +147,22 @@ impl Sharding {
 
     /// The order of this epoch over all `n` samples.
     fn full_order(&self) -> Result<Order, Error> {
-        Ok(match (self.shuffle, self.block_size) {
-            (false, _) => Arc::new(Identity::new(self.n)?),
+        Ok(match (self.spec.shuffle, self.block_size) {
+            (false, _) => Arc::new(Identity::new(self.spec.n)?),
             (true, 0) => Arc::new(Permutation::of_version(
-                self.permutation,
-                self.n,
-                self.seed,
-                self.epoch,
+                self.spec.permutation,
+                self.spec.n,
+                self.spec.seed,
+                self.spec.epoch,
                 0,
             )?),
             (true, _) => Arc::new(BlockPermutation::of_version(
-                self.permutation,
-                self.n,
+                self.spec.permutation,
+                self.spec.n,
                 self.block_size,
                 self.window_blocks,
-                self.seed,
-                self.epoch,
+                self.spec.seed,
+                self.spec.epoch,
             )?),
         })
     }
@@ -189,9 +173,9 @@ impl Sharding {
     pub fn partition(&self, start: u64) -> Result<Partition, Error> {
         Partition::dealt(
             self.kept(),
-            self.num_replicas,
+            self.spec.num_replicas,
             start,
-            self.drop_last,
+            self.spec.drop_last,
             self.order()?,
             self.dealing,
         )
@@ -200,10 +184,10 @@ impl Sharding {
     /// The most global positions an epoch can consume: `n`, plus less than one round of
     /// ranks of padding without `drop_last`.
     pub fn max_consumed(&self) -> u64 {
-        if self.drop_last {
+        if self.spec.drop_last {
             self.kept()
         } else {
-            self.kept().saturating_add(self.num_replicas - 1)
+            self.kept().saturating_add(self.spec.num_replicas - 1)
         }
     }
 
@@ -214,9 +198,17 @@ impl Sharding {
     /// Refuses a `saved` set that is not part of this one (a sample no longer excluded
     /// may have been passed over unread).
     pub fn resume_from(&self, saved: &Sharding, consumed: u64) -> Result<u64, Error> {
-        if (saved.n, saved.seed, saved.epoch, saved.algorithm())
-            != (self.n, self.seed, self.epoch, self.algorithm())
-        {
+        if (
+            saved.spec.n,
+            saved.spec.seed,
+            saved.spec.epoch,
+            saved.algorithm(),
+        ) != (
+            self.spec.n,
+            self.spec.seed,
+            self.spec.epoch,
+            self.algorithm(),
+        ) {
             return Err(Error::Invalid(
                 "the state was saved for another order (n, seed, epoch or algorithm differ)".into(),
             ));
@@ -407,7 +399,10 @@ mod tests {
         assert!(now
             .resume_from(
                 &Sharding {
-                    seed: 8,
+                    spec: EpochSpec {
+                        seed: 8,
+                        ..saved.spec
+                    },
                     ..saved.clone()
                 },
                 0

@@ -2,26 +2,16 @@
 
 use super::{base64, Value, BUDGET};
 use crate::algorithm::{Version, BUDGET_ALGORITHMS};
+use crate::epoch::EpochSpec;
 use crate::error::Error;
 
 /// What decides a token-budget epoch (the plan itself is [`crate::TokenBudget`]): the
 /// epoch's fields, the permutation its samples and steps are ordered by, the budget.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BudgetEpoch {
-    /// Dataset length, `>= 1`.
-    pub n: u64,
-    /// Data-parallel ranks, `>= 1`.
-    pub num_replicas: u64,
-    /// Shuffle seed.
-    pub seed: u64,
-    /// Epoch.
-    pub epoch: u64,
-    /// A shuffled order (else the identity).
-    pub shuffle: bool,
-    /// Drop a last step that not every rank can fill (else pad it).
-    pub drop_last: bool,
-    /// The permutation of the order and of each window's steps.
-    pub permutation: Version,
+    /// The fields every epoch has; `drop_last` drops a last step that not every rank can
+    /// fill (else pads it); the permutation orders the samples and each window's steps.
+    pub spec: EpochSpec,
     /// The padded token budget of a batch, `>= 1`.
     pub max_tokens: u64,
     /// Positions planned together, `>= num_replicas`.
@@ -43,24 +33,17 @@ pub struct BudgetResume {
 impl BudgetEpoch {
     /// Checks the fields together.
     pub fn new(epoch: BudgetEpoch) -> Result<BudgetEpoch, Error> {
-        if epoch.n == 0 {
-            return Err(Error::EmptyDomain);
-        }
-        if epoch.num_replicas == 0 {
-            return Err(Error::InvalidReplicas {
-                num_replicas: epoch.num_replicas,
-            });
-        }
+        epoch.spec.checked()?;
         if epoch.max_tokens == 0 || epoch.window == 0 {
             return Err(Error::Invalid(format!(
                 "max_tokens ({}) and window ({}) must be at least 1",
                 epoch.max_tokens, epoch.window
             )));
         }
-        if epoch.window < epoch.num_replicas {
+        if epoch.window < epoch.spec.num_replicas {
             return Err(Error::Invalid(format!(
                 "window ({}) must be at least num_replicas ({})",
-                epoch.window, epoch.num_replicas
+                epoch.window, epoch.spec.num_replicas
             )));
         }
         Ok(epoch)
@@ -69,15 +52,17 @@ impl BudgetEpoch {
     /// The algorithm id of the plan (budget-v1, budget-v2 by the permutation): its order
     /// and its dealing.
     pub fn algorithm(&self) -> &'static str {
-        self.permutation.id(&BUDGET_ALGORITHMS)
+        self.spec.permutation.id(&BUDGET_ALGORITHMS)
     }
 
     /// The fields a state dict records of this epoch, in its order.
     pub fn values(&self) -> Vec<(&'static str, Value)> {
-        saved_values!(self,
-            "max_tokens" => Value::Int(self.max_tokens.into()),
-            "window" => Value::Int(self.window.into()),
-        )
+        let mut fields = self.spec.values(self.algorithm());
+        fields.extend([
+            ("max_tokens", Value::Int(self.max_tokens.into())),
+            ("window", Value::Int(self.window.into())),
+        ]);
+        fields
     }
 
     /// The state dict of this epoch at `resume`.
@@ -101,13 +86,15 @@ impl BudgetEpoch {
         let saved = BUDGET.read(state, strict)?;
         let algorithm = saved.text("algorithm");
         let epoch = BudgetEpoch::new(BudgetEpoch {
-            n: saved.int("n")?,
-            num_replicas: saved.int("num_replicas")?,
-            seed: saved.int("seed")?,
-            epoch: saved.int("epoch")?,
-            shuffle: saved.flag("shuffle"),
-            drop_last: saved.flag("drop_last"),
-            permutation: Version::of_order(algorithm).unwrap_or(Version::DEFAULT),
+            spec: EpochSpec {
+                n: saved.int("n")?,
+                num_replicas: saved.int("num_replicas")?,
+                seed: saved.int("seed")?,
+                epoch: saved.int("epoch")?,
+                shuffle: saved.flag("shuffle"),
+                drop_last: saved.flag("drop_last"),
+                permutation: Version::of_order(algorithm).unwrap_or(Version::DEFAULT),
+            },
             max_tokens: saved.int("max_tokens")?,
             window: saved.int("window")?,
         })?;
@@ -141,13 +128,15 @@ mod tests {
 
     fn budget() -> BudgetEpoch {
         BudgetEpoch::new(BudgetEpoch {
-            n: 100,
-            num_replicas: 2,
-            seed: 1,
-            epoch: 0,
-            shuffle: true,
-            drop_last: false,
-            permutation: Version::V2,
+            spec: EpochSpec {
+                n: 100,
+                num_replicas: 2,
+                seed: 1,
+                epoch: 0,
+                shuffle: true,
+                drop_last: false,
+                permutation: Version::V2,
+            },
             max_tokens: 64,
             window: 16,
         })

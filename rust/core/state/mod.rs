@@ -358,24 +358,6 @@ fn typed_repr(value: &Value) -> String {
     format!("{type_name} {}", repr(value))
 }
 
-/// The fields a state dict records of `$epoch` (a [`Sharding`] or a [`BudgetEpoch`]: the
-/// same field names), those of every epoch first, then its family's own.
-macro_rules! saved_values {
-    ($epoch:expr, $($key:literal => $value:expr),* $(,)?) => {{
-        let e = $epoch;
-        vec![
-            ("n", Value::Int(e.n.into())),
-            ("num_replicas", Value::Int(e.num_replicas.into())),
-            ("seed", Value::Int(e.seed.into())),
-            ("epoch", Value::Int(e.epoch.into())),
-            ("shuffle", Value::Bool(e.shuffle)),
-            ("drop_last", Value::Bool(e.drop_last)),
-            ("algorithm", Value::Str(e.algorithm().into())),
-            $(($key, $value)),*
-        ]
-    }};
-}
-
 impl Schema {
     /// Refuses a resume of a state saved as `saved` (an epoch's fields, as written) under
     /// the epoch of fields `now` unless both read the same order: the same algorithm,

@@ -9,10 +9,12 @@ use crate::sharding::Sharding;
 impl Sharding {
     /// The fields a state dict records of this epoch, in its order.
     pub fn values(&self) -> Vec<(&'static str, Value)> {
-        saved_values!(self,
-            "block_size" => Value::Int(self.block_size.into()),
-            "window_blocks" => Value::Int(self.window_blocks.into()),
-        )
+        let mut fields = self.spec.values(self.algorithm());
+        fields.extend([
+            ("block_size", Value::Int(self.block_size.into())),
+            ("window_blocks", Value::Int(self.window_blocks.into())),
+        ]);
+        fields
     }
 
     /// The state dict of this epoch after `consumed` of its global positions (with
@@ -47,7 +49,7 @@ impl Sharding {
         .with_permutation(Version::of_order(algorithm).unwrap_or(Version::DEFAULT));
         let ids = saved.ids("exclude")?;
         if !ids.is_empty() {
-            let exclusions = Exclusions::new(ids, sharding.n)?;
+            let exclusions = Exclusions::new(ids, sharding.spec.n)?;
             sharding = sharding.with_exclusions(exclusions)?;
         }
         SHARD.check_algorithm(
@@ -62,7 +64,7 @@ impl Sharding {
                 "state_dict['consumed'] must be in [0, {limit}] (global positions of an epoch \
                  of n={} over num_replicas={}), got {consumed}: the state was not saved by \
                  this sampler's state_dict()",
-                sharding.n, sharding.num_replicas
+                sharding.spec.n, sharding.spec.num_replicas
             )));
         }
         Ok((sharding, consumed as u64))
@@ -78,6 +80,7 @@ impl Sharding {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::epoch::EpochSpec;
 
     fn owned(state: Vec<(&'static str, Value)>) -> Vec<(String, Value)> {
         state.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
@@ -188,8 +191,11 @@ mod tests {
         );
         assert!(sharding()
             .check_resumable(&Sharding {
-                epoch: 9,
-                num_replicas: 2,
+                spec: EpochSpec {
+                    epoch: 9,
+                    num_replicas: 2,
+                    ..sharding().spec
+                },
                 ..sharding()
             })
             .is_ok());

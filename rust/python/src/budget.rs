@@ -9,7 +9,7 @@ use pyo3::types::{PyBytes, PyDict};
 
 use permshard_core::{BudgetResume, BudgetShare, BudgetStart, Version, WindowPlan};
 
-use crate::convert::{compute, field, int64_array, non_negative};
+use crate::convert::{compute, epoch_spec, field, int64_array, non_negative};
 use crate::errors::to_py;
 use crate::state::{config_fields, from_mapping, to_dict};
 use crate::verify::PyVerdict;
@@ -219,13 +219,7 @@ impl BudgetEpoch {
     #[new]
     fn new(config: &Bound<'_, PyAny>) -> PyResult<Self> {
         let inner = permshard_core::BudgetEpoch::new(permshard_core::BudgetEpoch {
-            n: field(config, "n")?,
-            num_replicas: field(config, "num_replicas")?,
-            seed: field(config, "seed")?,
-            epoch: field(config, "epoch")?,
-            shuffle: field(config, "shuffle")?,
-            drop_last: field(config, "drop_last")?,
-            permutation: Version::named(&field::<String>(config, "permutation")?).map_err(to_py)?,
+            spec: epoch_spec(config)?,
             max_tokens: field(config, "max_tokens")?,
             window: field(config, "window")?,
         })
@@ -275,7 +269,7 @@ impl BudgetEpoch {
 
     /// The fields a configuration is built from (`BudgetConfig(**fields)`).
     fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        config_fields(py, self.inner.values(), self.inner.permutation)
+        config_fields(py, self.inner.values(), self.inner.spec.permutation)
     }
 
     /// Refuses to resume a state saved under `saved` unless it plans the same batches.

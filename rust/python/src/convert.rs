@@ -6,7 +6,7 @@ use pyo3::conversion::FromPyObjectOwned;
 use pyo3::exceptions::{PyMemoryError, PyValueError};
 use pyo3::prelude::*;
 
-use permshard_core::{range_len, SampleOrder};
+use permshard_core::{range_len, EpochSpec, SampleOrder, Version};
 
 use crate::errors::to_py;
 
@@ -78,4 +78,21 @@ pub fn field<'py, T: FromPyObjectOwned<'py>>(
         let e: PyErr = e.into();
         PyValueError::new_err(format!("the configuration's {name} is not valid here: {e}"))
     })
+}
+
+/// The fields every epoch has, read from the attributes of `config` (a `ShardConfig` or a
+/// `BudgetConfig`): checked by the core.
+pub fn epoch_spec(config: &Bound<'_, PyAny>) -> PyResult<EpochSpec> {
+    let permutation = Version::named(&field::<String>(config, "permutation")?).map_err(to_py)?;
+    EpochSpec {
+        n: field(config, "n")?,
+        num_replicas: field(config, "num_replicas")?,
+        seed: field(config, "seed")?,
+        epoch: field(config, "epoch")?,
+        shuffle: field(config, "shuffle")?,
+        drop_last: field(config, "drop_last")?,
+        permutation,
+    }
+    .checked()
+    .map_err(to_py)
 }

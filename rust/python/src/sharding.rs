@@ -4,9 +4,9 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use permshard_core::{Dealing, Version};
+use permshard_core::{Dealing, EpochSpec};
 
-use crate::convert::field;
+use crate::convert::{epoch_spec, field};
 use crate::errors::to_py;
 use crate::exclusion::Exclusions;
 use crate::partition::Partition;
@@ -29,19 +29,13 @@ impl Sharding {
             field(config, "drop_last_batch")?,
         )
         .map_err(to_py)?;
-        let inner = permshard_core::Sharding::new(
-            field(config, "n")?,
-            field(config, "num_replicas")?,
-            field(config, "seed")?,
-            field(config, "epoch")?,
-            field(config, "shuffle")?,
-            field(config, "drop_last")?,
+        let inner = permshard_core::Sharding::of_spec(
+            epoch_spec(config)?,
             field(config, "block_size")?,
             field(config, "window_blocks")?,
         )
         .map_err(to_py)?
-        .with_dealing(dealing)
-        .with_permutation(Version::named(&field::<String>(config, "permutation")?).map_err(to_py)?);
+        .with_dealing(dealing);
         let exclude = config.getattr("exclude")?;
         let inner = match exclude.cast::<Exclusions>() {
             Ok(set) => inner
@@ -61,7 +55,10 @@ impl Sharding {
     fn with_epoch(&self, epoch: u64) -> Sharding {
         Sharding {
             inner: permshard_core::Sharding {
-                epoch,
+                spec: EpochSpec {
+                    epoch,
+                    ..self.inner.spec
+                },
                 ..self.inner.clone()
             },
         }
@@ -70,7 +67,7 @@ impl Sharding {
     /// The epoch number.
     #[getter]
     fn epoch(&self) -> u64 {
-        self.inner.epoch
+        self.inner.spec.epoch
     }
 
     /// The algorithm id of the order used.
@@ -132,7 +129,7 @@ impl Sharding {
         let exclude = (!s.exclusions.is_empty()).then(|| Exclusions {
             inner: s.exclusions.clone(),
         });
-        let dict = config_fields(py, s.values(), s.permutation)?;
+        let dict = config_fields(py, s.values(), s.spec.permutation)?;
         dict.set_item("exclude", exclude)?;
         Ok(dict)
     }

@@ -28,27 +28,6 @@ pub struct EpochSpec {
 }
 
 impl EpochSpec {
-    /// An epoch of `n` samples over `num_replicas` ranks, shuffled by perm-v2: checked.
-    pub fn new(
-        n: u64,
-        num_replicas: u64,
-        seed: u64,
-        epoch: u64,
-        shuffle: bool,
-        drop_last: bool,
-    ) -> Result<Self, Error> {
-        EpochSpec {
-            n,
-            num_replicas,
-            seed,
-            epoch,
-            shuffle,
-            drop_last,
-            permutation: Version::DEFAULT,
-        }
-        .checked()
-    }
-
     /// These fields, checked: samples and ranks to deal them to.
     pub fn checked(self) -> Result<Self, Error> {
         if self.n == 0 {

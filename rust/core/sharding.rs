@@ -53,7 +53,15 @@ impl Sharding {
         block_size: u64,
         window_blocks: u64,
     ) -> Result<Self, Error> {
-        let spec = EpochSpec::new(n, num_replicas, seed, epoch, shuffle, drop_last)?;
+        let spec = EpochSpec {
+            n,
+            num_replicas,
+            seed,
+            epoch,
+            shuffle,
+            drop_last,
+            permutation: Version::DEFAULT,
+        };
         Sharding::of_spec(spec, block_size, window_blocks)
     }
 

@@ -228,7 +228,8 @@ mod tests {
         }
         assert!(Arc::ptr_eq(&first, &get(0, 3)));
         assert_eq!(built, 2 * 5); // passes 0, 1, 3, 7, 9 of each source
-                                  // Many at once: the kept ones as they are, the others built once.
+
+        // Many at once: the kept ones as they are, the others built once.
         let mut built = Vec::new();
         let keys = [(0, 3), (1, 11), (0, 9), (1, 11), (0, 12)];
         let all = passes.get_all(&keys, |s, pass| {

@@ -126,19 +126,19 @@ def exact_proofs(rank: int, world: int, n: int, model_parallel: bool) -> dict:
 
 
 def _first_window_failed(sampler):  # type: ignore[no-untyped-def]
-    """``sampler``'s window proofs, reporting the first window proven as failed (what a
-    broken plan on one process gives)."""
+    """``sampler``'s rank shares, reporting the first window the rank proves as failed
+    (what a broken plan on one process gives)."""
     from permshard import _core
 
-    proven = sampler._windows_proven
+    proven = sampler._share_of
 
-    def windows_proven(planner, start, first, stride):  # type: ignore[no-untyped-def]
+    def share_of(planner, start, rank):  # type: ignore[no-untyped-def]
         world = sampler.num_replicas
-        words = proven(planner, start, first, stride).words(world)
-        words[1:3] = [1, first]  # failed: the first window proven
+        words = proven(planner, start, rank).words(world)
+        words[1:3] = [1, start.window + rank]  # failed: the first window rank `rank` proves
         return _core.BudgetShare.from_words(words, world)
 
-    return windows_proven
+    return share_of
 
 
 def _exact_budget_proofs(rank: int, world: int, n: int, w: int, r: int) -> dict:
@@ -175,7 +175,7 @@ def _exact_budget_proofs(rank: int, world: int, n: int, w: int, r: int) -> dict:
     out["budget_resumed"] = both(resumed)
     broken = sampler()
     if rank == world - 1:  # one process's proof finds its first window broken
-        broken._windows_proven = _first_window_failed(broken)  # type: ignore[method-assign]
+        broken._share_of = _first_window_failed(broken)  # type: ignore[method-assign]
     out["budget_broken"] = expect_error(broken.verify_distributed, ShardingError)
     return out
 

@@ -344,6 +344,9 @@ class TokenBudget:
     def prove_windows(
         self, lengths: _Lengths, start: BudgetStart, world: int, first: int, stride: int = 1, threads: int = 0
     ) -> BudgetShare: ...
+    def prove_share(
+        self, lengths: _Lengths, start: BudgetStart, world: int, rank: int, threads: int = 0
+    ) -> BudgetShare: ...
     def judge(
         self, lengths: _Lengths, start: BudgetStart, world: int, shares: list[BudgetShare]
     ) -> Verdict: ...

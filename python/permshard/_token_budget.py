@@ -299,11 +299,10 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
         self._saved = (window, taken, steps, saved.num_replicas)
         self._state_loaded()
 
-    def _windows_proven(
-        self, planner: _core.TokenBudget, start: _core.BudgetStart, first: int, stride: int
-    ) -> _core.BudgetShare:
-        """``planner``'s proof of the windows ``first, first + stride, ...`` from ``start``."""
-        return planner.prove_windows(self._lengths, start, self.num_replicas, first, stride)
+    def _share_of(self, planner: _core.TokenBudget, start: _core.BudgetStart, rank: int) -> _core.BudgetShare:
+        """``planner``'s proof of rank ``rank``'s share of the pass from ``start`` (the
+        windows the core assigns it)."""
+        return planner.prove_share(self._lengths, start, self.num_replicas, rank)
 
     def verify(self, method: str = "inverse") -> Certificate:
         """Exact proof of the pass being run (from its resume point, if any), by the order's
@@ -321,7 +320,7 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
         if method != "inverse":
             raise ValueError(f"token-budget plans are proven by the inverse: pass 'inverse', not {method!r}")
         began, start, world = time.perf_counter(), self._start(), self.num_replicas
-        share = self._windows_proven(self._planner, start, start.window, 1)
+        share = self._planner.prove_windows(self._lengths, start, world, start.window, 1)
         verdict = self._planner.judge(self._lengths, start, world, [share])
         return Certificate.of(self.config, verdict, "inverse", range(world), began)
 
@@ -344,7 +343,7 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
         planner, lengths, start, world = self._planner, self._lengths, self._start(), self.num_replicas
 
         def prove() -> list[int]:
-            return self._windows_proven(planner, start, start.window + self.rank, world).words(world)
+            return self._share_of(planner, start, self.rank).words(world)
 
         def judge(rows: list[list[int]]) -> _core.Verdict:
             return planner.judge(

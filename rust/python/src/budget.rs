@@ -7,7 +7,9 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-use permshard_core::{BudgetResume, BudgetShare, BudgetStart, Version, WindowPlan};
+use permshard_core::{
+    BudgetPass, BudgetResume, BudgetShare, BudgetStart, PassPlan, Version, WindowPlan,
+};
 
 use crate::convert::{compute, epoch_spec, field, int64_array, non_negative};
 use crate::errors::to_py;
@@ -408,6 +410,26 @@ impl TokenBudget {
     ) -> PyResult<PyBudgetShare> {
         let inner = &self.inner;
         let share = with_lengths!(lengths, l => py.detach(|| inner.prove_windows(l, &start.inner, world, first, stride, threads)).map_err(to_py))?;
+        Ok(PyBudgetShare { inner: share })
+    }
+
+    /// Rank `rank`'s share of the proof of the pass from `start` for `world` ranks: the
+    /// windows the core assigns it, every core (GIL released); failures are recorded.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (lengths, start, world, rank, threads = 0))]
+    fn prove_share(
+        &self,
+        py: Python<'_>,
+        lengths: &Bound<'_, PyAny>,
+        start: &PyBudgetStart,
+        world: u64,
+        rank: u64,
+        threads: usize,
+    ) -> PyResult<PyBudgetShare> {
+        let inner = &self.inner;
+        let share = with_lengths!(lengths, l => py.detach(|| {
+            BudgetPass::new(inner, l, start.inner.clone(), world)?.prove_share(rank, threads)
+        }).map_err(to_py))?;
         Ok(PyBudgetShare { inner: share })
     }
 

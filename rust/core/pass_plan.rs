@@ -133,8 +133,8 @@ impl<'a, L: Lengths + ?Sized> BudgetPass<'a, L> {
         &self.start
     }
 
-    /// The window holding the pass's step `step`, the step of its plan there, and the
-    /// plan's steps left after it; `None` past the last window.
+    /// `(window, step of its plan)` of the pass's step `step`; `None` when `step` is the
+    /// pass's end, an error past it.
     fn find(&self, step: u64) -> Result<Option<(u64, u64)>, Error> {
         let mut left = step;
         for k in self.start.window()..self.budget.windows() {

@@ -112,17 +112,19 @@ def main() -> None:
             write_atomically(checkpoint, sampler.state_dict(consumed_samples=consumed))
         break
 
-    # An IterableDataset split the same way: tp peers get the same documents.
-    docs = ShardedIterable(range(N), device_mesh=mesh, mesh_dim="dp")
-    result["documents"] = [
-        int(d)
-        for d in DataLoader(
-            docs,
-            batch_size=None,
-            num_workers=args.workers,
-            multiprocessing_context=args.start_method if args.workers else None,
-        )
-    ]
+    # An IterableDataset split the same way: tp peers get the same documents (the first
+    # run's; a resumed run has nothing of it to finish).
+    if not args.resume:
+        docs = ShardedIterable(range(N), device_mesh=mesh, mesh_dim="dp")
+        result["documents"] = [
+            int(d)
+            for d in DataLoader(
+                docs,
+                batch_size=None,
+                num_workers=args.workers,
+                multiprocessing_context=args.start_method if args.workers else None,
+            )
+        ]
 
     name = f"{'resumed-' if args.resume else ''}rank-{rank}.json"
     write_atomically(os.path.join(args.out, name), result)

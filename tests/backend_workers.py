@@ -3,6 +3,8 @@ without a backend (torch's default, what ``Accelerator()`` builds), on a CPU mac
 
 from __future__ import annotations
 
+import multiprocessing
+
 import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
 
@@ -20,6 +22,7 @@ def default_backend(rank: int, world: int, n: int) -> dict:
     cert = batches.verify_distributed(exact=True)
     return {
         "backend": str(dist.get_backend()),
+        "start_method": multiprocessing.get_start_method(),  # what the loader's workers used
         "device": str(collective_device()),
         "ours": ours,
         "theirs": list(DistributedSampler(range(n), shuffle=False)),

@@ -4,6 +4,8 @@ DistributedSampler does."""
 
 from __future__ import annotations
 
+import multiprocessing
+
 import backend_workers
 import pytest
 import torch
@@ -46,10 +48,18 @@ def test_nccl_without_cuda_names_the_fix(monkeypatch):
 
 
 @pytest.mark.multiprocess
-def test_init_process_group_without_a_backend_works_on_cpu():
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+def test_init_process_group_without_a_backend_works_on_cpu(start_method):
     n, world = 1001, 2
-    results = launch(backend_workers.default_backend, world, n, backend=None)
+    results = launch(backend_workers.default_backend, world, n, backend=None, start_method=start_method)
     for rank, r in enumerate(results):
+        # The ranks' DataLoader workers start as under torchrun: the platform's default.
+        assert r["start_method"] == multiprocessing.get_all_start_methods()[0]
         assert r["device"] == "cpu", r["backend"]
         assert r["ours"] == r["theirs"], rank  # DistributedSampler's indices, same script
         assert r["certificate"] == (n, -n % world, (0, 1), "round-robin")
+
+
+def test_launch_names_its_start_methods():
+    with pytest.raises(ValueError, match="'forkserver' or 'spawn'"):
+        launch(backend_workers.default_backend, 2, 10, start_method="fork")

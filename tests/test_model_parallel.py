@@ -47,7 +47,9 @@ def by_dp_rank(ranks: list[dict], epoch: str) -> dict[int, list[int]]:
 
 
 def test_mesh_with_workers_and_a_resume_onto_another_data_parallel_size(tmp_path):
-    common = ["--out", str(tmp_path), "--tp", "2", "--workers", "2"]
+    # forkserver workers: each rank's server imports torch once, not once per worker
+    # (spawned workers on real ranks: tests/test_data.py, every start method).
+    common = ["--out", str(tmp_path), "--tp", "2", "--workers", "2", "--start-method", "forkserver"]
     finish(torchrun("--standalone", "--nproc-per-node", "4", str(EXAMPLE), *common, "--stop-after", "20"))
     first = results(tmp_path, "", 4)
     assert [r["dp"] for r in first] == [[2, 0], [2, 0], [2, 1], [2, 1]]
@@ -89,7 +91,7 @@ def test_two_torchrun_agents_as_two_nodes(tmp_path):
         "--workers",
         "1",
         "--start-method",
-        "fork",  # the rendezvous is what this test is about; the mesh test spawns its workers
+        "fork",  # the rendezvous is what this test is about
     ]
     finish(torchrun(*agent), torchrun(*agent))
     ranks = results(tmp_path, "", 4)

@@ -81,22 +81,6 @@ def read_every_loader(config):
     pathlib.Path(config["out"], f"{rank}.json").write_text(json.dumps(out))
 
 
-def test_every_loader_reads_every_sample_once_per_epoch(local_ray, tmp_path):
-    out = tmp_path / "out"
-    out.mkdir()
-    fit(read_every_loader, 2, {"n": N, "out": str(out)}, str(tmp_path / "ray"))
-    ranks = [json.loads((out / f"{r}.json").read_text()) for r in range(2)]
-    for kind in ("sampler", "batch_sampler", "token_budget", "shuffle"):
-        counts = Counter(x for r in ranks for batch in r[kind] for x in batch)
-        padding = {"token_budget": 0}.get(kind, 1)  # n = 1001 over 2: one padded sample
-        assert set(counts) == set(range(N)) and sum(counts.values()) == N + padding, kind
-    for kind in ("sampler", "batch_sampler", "shuffle"):  # batches of 8 kept (the last may be short)
-        assert all(len(b) == 8 for r in ranks for b in r[kind][:-1]), kind
-    assert all(sum(x for x in map(len, r["token_budget"])) > len(r["token_budget"]) for r in ranks)
-    assert ranks[0]["shuffle_kept"] == [1, True, "ShardedSampler"]
-    assert ranks[0]["shuffle"] != sorted(ranks[0]["shuffle"])  # shuffle=True: shuffled
-
-
 def resume_and_save(config):
     """Reads `steps` batches (all with None), saving the sampler's state in a Ray checkpoint."""
     import ray.train
@@ -124,9 +108,14 @@ def resume_and_save(config):
     with tempfile.TemporaryDirectory() as d:
         pathlib.Path(d, "sampler.json").write_text(json.dumps(loader.state_dict()))
         ray.train.report({"steps": len(read)}, checkpoint=Checkpoint.from_directory(d) if rank == 0 else None)
+    if config["steps"] is None:  # the resumed run reads every kind of loader too
+        read_every_loader(config)
 
 
-def test_a_ray_checkpoint_mid_epoch_on_one_worker_resumes_on_three(local_ray, tmp_path):
+def test_a_checkpoint_on_one_worker_resumes_on_three_and_every_loader_reads_once(local_ray, tmp_path):
+    """Two Ray Train runs (each costs a cluster of workers importing torch): the first
+    stops mid-epoch on 1 worker with a checkpoint, the second resumes it on 3, then reads
+    one epoch of every kind of loader."""
     out, storage = tmp_path / "out", str(tmp_path / "ray")
     out.mkdir()
     checkpoint = None
@@ -134,9 +123,20 @@ def test_a_ray_checkpoint_mid_epoch_on_one_worker_resumes_on_three(local_ray, tm
         config = {"n": N, "out": str(out), "steps": steps, "run": run, "checkpoint": checkpoint}
         checkpoint = fit(resume_and_save, workers, config, storage).checkpoint
         assert checkpoint is not None
-    counts = Counter(x for f in out.iterdir() for batch in json.loads(f.read_text()) for x in batch)
+    resumed = [out / f for f in ("0-0.json", "1-0.json", "1-1.json", "1-2.json")]
+    counts = Counter(x for f in resumed for batch in json.loads(f.read_text()) for x in batch)
     # Every sample once; the only repeats are the last run's declared padding (< 3).
     assert set(counts) == set(range(N)) and sum(counts.values()) - N < 3
+    ranks = [json.loads((out / f"{r}.json").read_text()) for r in range(3)]
+    for kind in ("sampler", "batch_sampler", "token_budget", "shuffle"):
+        counts = Counter(x for r in ranks for batch in r[kind] for x in batch)
+        padding = {"token_budget": 0}.get(kind, 1)  # n = 1001 over 3: one padded sample
+        assert set(counts) == set(range(N)) and sum(counts.values()) == N + padding, kind
+    for kind in ("sampler", "batch_sampler", "shuffle"):  # batches of 8 kept (the last may be short)
+        assert all(len(b) == 8 for r in ranks for b in r[kind][:-1]), kind
+    assert all(sum(x for x in map(len, r["token_budget"])) > len(r["token_budget"]) for r in ranks)
+    assert ranks[0]["shuffle_kept"] == [1, True, "ShardedSampler"]
+    assert ranks[0]["shuffle"] != sorted(ranks[0]["shuffle"])  # shuffle=True: shuffled
 
 
 def test_outside_ray_and_bad_loaders_are_clear_errors():

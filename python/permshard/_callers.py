@@ -18,12 +18,16 @@ def iterating(depth: int = 16, until: Optional[type] = None) -> tuple[Any, ...]:
     permshard's own): the one walk of a pass, read by the accelerate guard and by the
     DataLoader count.
 
-    Only frames whose code names a ``self`` build their locals (``f_locals`` costs a
-    dict per frame; a pass starts every epoch), and which code does is decided once per
-    code object.
+    Whatever iterates a sampler — a DataLoader iterator, and the batch samplers between
+    it and the sampler (torch's, accelerate's, Lightning's) — does so from methods and
+    generators. The walk ends at the first frame that is neither: a plain function or a
+    module's code is the training loop itself, and nothing above it is iterating the
+    sampler. Only frames whose code names a ``self`` build their locals (``f_locals``
+    costs a dict per frame; a pass starts every epoch), and what each code object is gets
+    decided once.
 
     Args:
-        depth (int, optional): frames to look through. Default: ``16``.
+        depth (int, optional): frames to look through at most. Default: ``16``.
         until (type, optional): stop after the first owner of this type (the DataLoader
             iterator: whatever iterates the sampler sits between it and the sampler).
     """
@@ -33,25 +37,38 @@ def iterating(depth: int = 16, until: Optional[type] = None) -> tuple[Any, ...]:
         if frame is None:
             break
         code = frame.f_code
-        has_owner = _HAS_OWNER.get(code)
-        if has_owner is None:
-            has_owner = _HAS_OWNER[code] = _names_an_owner(code)
-        if has_owner:
+        kind = _KINDS.get(code)
+        if kind is None:
+            kind = _KINDS[code] = _kind_of(code)
+        if kind == _METHOD:
             owner = frame.f_locals.get("self")
             if owner is not None:
                 owners.append(owner)
                 if until is not None and isinstance(owner, until):
                     break
+        elif kind == _LOOP:
+            break
         frame = frame.f_back
     return tuple(owners)
 
 
-#: Whether a code object's frames may hold an owner, by code object (a program has few).
-_HAS_OWNER: dict[CodeType, bool] = {}
+# What a frame of a code object is to the walk:
+_OWN = 0  # permshard's own (a sampler's __iter__, a batch sampler's): passed by
+_METHOD = 1  # a method outside permshard: its ``self`` may iterate the sampler
+_GENERATOR = 2  # a generator or coroutine without a ``self``: passed by
+_LOOP = 3  # a plain function or a module's code: the loop, where the walk ends
+
+#: Each code object's kind, decided once (a program has few).
+_KINDS: dict[CodeType, int] = {}
+
+#: A generator's or coroutine's code (``inspect``'s flags, without importing it).
+_RESUMABLE = 0x20 | 0x80 | 0x100 | 0x200  # GENERATOR, COROUTINE, ITERABLE_COROUTINE, ASYNC_GENERATOR
 
 
-def _names_an_owner(code: CodeType) -> bool:
-    """Whether frames of ``code`` hold a ``self`` worth reading: a method's, outside
-    permshard."""
-    named = "self" in code.co_varnames or "self" in code.co_freevars
-    return named and not code.co_filename.startswith(_OWN_FILES)
+def _kind_of(code: CodeType) -> int:
+    """What frames of ``code`` are to the walk (see :func:`iterating`)."""
+    if code.co_filename.startswith(_OWN_FILES):
+        return _OWN
+    if "self" in code.co_varnames or "self" in code.co_freevars:
+        return _METHOD
+    return _GENERATOR if code.co_flags & _RESUMABLE else _LOOP

@@ -102,9 +102,14 @@ def delivered_items(loader: Optional[weakref.ref[Any]], yielded: int) -> int:
     iterator = counting(loader)
     if iterator is None:
         return yielded
-    batches = int(iterator._num_yielded)
-    per_batch = getattr(iterator._index_sampler, "batch_size", 1) if iterator._auto_collation else 1
-    return min(yielded, batches * int(per_batch or 1))
+    per_batch = 1
+    if iterator._auto_collation:  # batches of the loader's batch sampler
+        per_batch = getattr(iterator._index_sampler, "batch_size", None)
+        if not isinstance(per_batch, int) or per_batch < 1:
+            name = type(iterator._index_sampler).__name__
+            _warn_once(f"its batch sampler, a {name}, has no batch_size")
+            return yielded
+    return min(yielded, int(iterator._num_yielded) * per_batch)
 
 
 def delivered_batches(loader: Optional[weakref.ref[Any]], handed: int) -> int:

@@ -102,7 +102,7 @@ def delivered_items(loader: Optional[weakref.ref[Any]], yielded: int) -> int:
     iterator = counting(loader)
     if iterator is None:
         return yielded
-    per_batch = 1
+    per_batch: Any = 1
     if iterator._auto_collation:  # batches of the loader's batch sampler
         per_batch = getattr(iterator._index_sampler, "batch_size", None)
         if not isinstance(per_batch, int) or per_batch < 1:

@@ -102,13 +102,14 @@ def delivered_items(loader: Optional[weakref.ref[Any]], yielded: int) -> int:
     iterator = counting(loader)
     if iterator is None:
         return yielded
-    per_batch: Any = 1
+    per_batch = 1
     if iterator._auto_collation:  # batches of the loader's batch sampler
-        per_batch = getattr(iterator._index_sampler, "batch_size", None)
-        if not isinstance(per_batch, int) or per_batch < 1:
+        size = getattr(iterator._index_sampler, "batch_size", None)
+        if not isinstance(size, int) or size < 1:
             name = type(iterator._index_sampler).__name__
             _warn_once(f"its batch sampler, a {name}, has no batch_size")
             return yielded
+        per_batch = size
     return min(yielded, int(iterator._num_yielded) * per_batch)
 
 

@@ -176,6 +176,25 @@ impl Dealing {
         }
     }
 
+    /// Whether every position of `dealt` is dealt to `rank`'s item `lo + i` ([`Self::owns`]
+    /// for each, batched): for round-robin a run of positions `W` apart, compared without a
+    /// branch per item.
+    pub fn owns_run(&self, pass: &Pass, rank: u64, lo: u64, dealt: &[u64]) -> bool {
+        match self.layout {
+            Layout::RoundRobin => {
+                if lo + dealt.len() as u64 > pass.num_samples {
+                    return false;
+                }
+                let (w, first) = (pass.num_replicas, self.position(pass, rank, lo));
+                (dealt.iter().enumerate())
+                    .fold(true, |ok, (k, &p)| ok & (p == first + k as u64 * w))
+            }
+            Layout::Step => {
+                (dealt.iter().enumerate()).all(|(k, &p)| self.owns(pass, p, rank, lo + k as u64))
+            }
+        }
+    }
+
     /// `out[i]` = the position of `rank`'s item `lo + i` (no range check).
     pub fn fill_positions(&self, pass: &Pass, rank: u64, lo: u64, out: &mut [u64]) {
         match self.layout {

@@ -299,18 +299,18 @@ pub fn prove_against(
         inverse.copy_from_slice(samples);
         order_inverse(order.as_ref(), inverse);
         // The common case first, without a branch per item: every item dealt from its
-        // own position and inverted back to it (padding: to its position mod n).
-        let clean =
-            (inverse.iter().zip(dealt.iter()).enumerate()).fold(true, |ok, (k, (&found, &p))| {
-                let back = if p < n { p } else { p % n };
-                ok & dealing.owns(&pass, p, rank, lo + k as u64) & (found == back)
-            });
+        // own position and inverted back to it (padding, only at a pass's tail: to its
+        // position mod n).
+        let real = dealt.iter().filter(|&&p| p < n).count();
+        let (inside, tail) = (dealt.split_at(real), inverse.split_at(real));
+        let clean = dealing.owns_run(&pass, rank, lo, dealt)
+            && (inside.0.iter().zip(tail.0)).fold(true, |ok, (&p, &found)| ok & (found == p))
+            && (inside.1.iter().zip(tail.1)).all(|(&p, &found)| p >= n && found == p % n);
         if clean {
-            let real = dealt.iter().filter(|&&p| p < n).count() as u64;
-            tally.real.fetch_add(real, Ordering::Relaxed);
+            tally.real.fetch_add(real as u64, Ordering::Relaxed);
             tally
                 .padding
-                .fetch_add(dealt.len() as u64 - real, Ordering::Relaxed);
+                .fetch_add((dealt.len() - real) as u64, Ordering::Relaxed);
             return Ok(());
         }
         let (mut real, mut padding) = (0u64, 0u64);

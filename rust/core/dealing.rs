@@ -276,6 +276,39 @@ mod tests {
     }
 
     #[test]
+    fn a_run_is_owned_exactly_when_each_of_its_items_is() {
+        for dealing in dealings() {
+            for (start, w, ns) in [(0, 1, 5), (2, 3, 7), (3, 2, 16)] {
+                let pass = Pass {
+                    start,
+                    num_replicas: w,
+                    num_samples: dealing.kept(ns),
+                };
+                for rank in 0..w {
+                    for lo in 0..=pass.num_samples {
+                        for len in 0..=(pass.num_samples + 1 - lo) {
+                            let mut run = vec![0u64; len as usize];
+                            dealing.fill_positions(&pass, rank, lo, &mut run);
+                            let each = |run: &[u64]| {
+                                (run.iter().enumerate())
+                                    .all(|(k, &p)| dealing.owns(&pass, p, rank, lo + k as u64))
+                            };
+                            assert_eq!(dealing.owns_run(&pass, rank, lo, &run), each(&run));
+                            // One position moved anywhere in the run: both refuse it.
+                            for k in 0..run.len() {
+                                let mut moved = run.clone();
+                                moved[k] += 1;
+                                assert!(!dealing.owns_run(&pass, rank, lo, &moved));
+                                assert!(!each(&moved));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn step_is_accelerates_layout() {
         // 2 ranks, B = 3, 8 items each: steps of [s·6 + r·3, +3), the last step of 2.
         let step = Dealing::new("step", 3, false).unwrap();

@@ -63,7 +63,7 @@ def _entry(
 
 #: What a rank process needs before it runs a worker: imported once, in the forkserver
 #: every rank is forked from, not once per rank (torch's import costs seconds of CPU).
-PRELOAD = ["torch", "torch.distributed", "permshard"]
+PRELOAD = ("torch", "torch.distributed", "permshard")
 
 
 def launch(
@@ -93,8 +93,9 @@ def launch(
     if start_method not in ("forkserver", "spawn"):
         raise ValueError(f"start_method must be 'forkserver' or 'spawn', got {start_method!r}")
     if start_method == "forkserver":
-        # Takes effect when this process first starts its forkserver.
-        multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD)
+        # Takes effect when this process first starts its forkserver (one per process:
+        # forkserver DataLoader workers started later from it find these imported too).
+        multiprocessing.get_context("forkserver").set_forkserver_preload(list(PRELOAD))
     with mp.Manager() as manager:
         results = manager.dict()
         mp.start_processes(  # type: ignore[attr-defined,no-untyped-call]

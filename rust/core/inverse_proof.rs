@@ -302,10 +302,11 @@ pub fn prove_against(
         // own position and inverted back to it (padding, only at a pass's tail: to its
         // position mod n).
         let real = dealt.iter().filter(|&&p| p < n).count();
-        let (inside, tail) = (dealt.split_at(real), inverse.split_at(real));
+        let (real_positions, padding_positions) = dealt.split_at(real);
+        let (real_found, padding_found) = inverse.split_at(real);
         let clean = dealing.owns_run(&pass, rank, lo, dealt)
-            && (inside.0.iter().zip(tail.0)).fold(true, |ok, (&p, &found)| ok & (found == p))
-            && (inside.1.iter().zip(tail.1)).all(|(&p, &found)| p >= n && found == p % n);
+            && (real_positions.iter().zip(real_found)).fold(true, |ok, (&p, &f)| ok & (f == p))
+            && (padding_positions.iter().zip(padding_found)).all(|(&p, &f)| p >= n && f == p % n);
         if clean {
             tally.real.fetch_add(real as u64, Ordering::Relaxed);
             tally

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from permshard import ShardedBatchSampler, ShardedSampler
+from permshard import ShardedBatchSampler, ShardedSampler, _core
 from permshard._epoch_index import EpochIndex, EpochIndices
 from permshard.data import MemmapRows, RowBatch
 
@@ -87,17 +87,94 @@ def test_prefetch_advises_each_run_of_rows(records, monkeypatch):
     assert calls == [(3 * 64, 3 * 64), (9 * 64, 64), (100 * 64, 64)]
 
 
-@pytest.mark.parametrize("method", ["fork", "spawn"])
-def test_array_batches_through_workers(records, method):
+RecordsAhead = _core.RecordsAhead
+
+
+class Counted:
+    """``_core.RecordsAhead`` counting the batches it started and those fetched from it."""
+
+    def __init__(self, *args):
+        self.ahead, self.started, self.found = RecordsAhead(*args), 0, 0
+
+    def start(self, indices, threads=0):
+        started = self.ahead.start(indices, threads)
+        self.started += started
+        return started
+
+    def take(self, indices):
+        batch = self.ahead.take(indices)
+        self.found += batch is not None
+        return batch
+
+
+def rows_loader(rows, epoch_batches=64, **loader_args):
+    sampler = ShardedSampler(rows, 2, 1, seed=4, auto_epoch=True)
+    batches = ShardedBatchSampler(sampler, epoch_batches)
+    return DataLoader(rows, batch_sampler=batches, collate_fn=MemmapRows.collate, **loader_args)
+
+
+def expected_epoch(data, epoch):
+    """The rows of the rank's epoch, by numpy's indexing in the sampler's order."""
+    sampler = ShardedSampler(5000, 2, 1, seed=4)
+    sampler.set_epoch(epoch)
+    return data[list(sampler)]
+
+
+def test_batches_gathered_ahead_are_what_numpy_gathers(records, monkeypatch):
+    data, flat, _ = records
+    monkeypatch.setattr(_core, "RecordsAhead", Counted)
+    rows = MemmapRows(flat, np.float32, (16,))
+    loader = rows_loader(rows)
+    for epoch in range(2):
+        got = torch.cat(list(loader)).numpy()
+        assert np.array_equal(got, expected_epoch(data, epoch))
+    # 40 batches an epoch, each announced as the one before it is handed out. Gathering
+    # ahead starts after the first fetch, which comes after batch 1 was announced; from
+    # then on, only each epoch's first batch (announced by nobody) is gathered where
+    # fetched, and nothing gathered ahead goes unfetched.
+    assert len(loader) == 40 and rows._ahead.found == 38 + 39 == rows._ahead.started
+    # A fetch of other rows between two batches gets its own rows.
+    stream, got = iter(loader), []
+    for k, batch in enumerate(stream):
+        if k % 3 == 1:
+            assert np.array_equal(rows.__getitems__([k, -k]).tensor.numpy(), data[[k, -k]])
+        got.append(batch.numpy())
+    assert np.array_equal(np.concatenate(got), expected_epoch(data, 2))
+    assert clone_has_no_thread(rows)
+
+
+def clone_has_no_thread(rows):
+    clone = pickle.loads(pickle.dumps(rows))
+    return clone._ahead is None and clone._map is None
+
+
+def test_a_row_gathered_ahead_out_of_range_fails_when_fetched(records):
     data, flat, _ = records
     rows = MemmapRows(flat, np.float32, (16,))
-    sampler = ShardedSampler(rows, 2, 1, seed=4)
-    loader = DataLoader(
-        rows,
-        batch_sampler=ShardedBatchSampler(sampler, 256),
-        collate_fn=MemmapRows.collate,
-        num_workers=2,
-        multiprocessing_context=method,
-    )
-    got = torch.cat(list(loader)).numpy()
-    assert np.array_equal(got, data[list(ShardedSampler(5000, 2, 1, seed=4))])
+    rows.gather_ahead(np.array([1]))  # nothing fetched yet: nothing gathered
+    assert rows._ahead is None
+    rows.__getitems__([0])
+    rows.gather_ahead(np.array([1, 5000]))
+    with pytest.raises(IndexError, match="out of range for 5000 rows"):
+        rows.__getitems__(np.array([1, 5000]))
+    rows.gather_ahead([7, 8])
+    assert np.array_equal(rows.__getitems__(np.array([8, 7])).tensor.numpy(), data[[8, 7]])
+    with pytest.raises(ValueError, match="must be read-only"):
+        RecordsAhead(np.zeros(64, np.uint8), 64)
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_array_batches_through_workers(records, method, monkeypatch):
+    data, flat, _ = records
+    monkeypatch.setattr(_core, "RecordsAhead", Counted)
+    rows = MemmapRows(flat, np.float32, (16,))
+    # An epoch in this process first: its gathering thread is running when workers
+    # fork, and they must neither use nor wait for it.
+    assert np.array_equal(torch.cat(list(rows_loader(rows))).numpy(), expected_epoch(data, 0))
+    started = rows._ahead.started
+    loader = rows_loader(rows, num_workers=2, multiprocessing_context=method)
+    for epoch in range(2):  # a sampler of its own: epochs from 0
+        assert np.array_equal(torch.cat(list(loader)).numpy(), expected_epoch(data, epoch))
+    # The workers fetch with their own copies: this process gathered one batch ahead at
+    # most (announced after its last fetch), then nothing.
+    assert rows._ahead.started - started <= 1

@@ -26,7 +26,9 @@ class ShardedBatchSampler(BatchSampler, ProvenStream):
     ``numpy.ndarray`` (no Python object per index) for datasets that declare
     ``accepts_arrays = True`` (``TokenWindows`` does) or with ``as_array=True``; for an
     epoch-dependent dataset the array is an
-    :class:`~permshard._epoch_index.EpochIndices` carrying the epoch.
+    :class:`~permshard._epoch_index.EpochIndices` carrying the epoch. A dataset taking
+    arrays that has ``gather_ahead(indices)`` (``MemmapRows``) is told each batch as the
+    one before it is handed out, to gather it while the loop runs.
 
     Args:
         sampler (ShardedSampler): the per-rank sampler.
@@ -99,8 +101,13 @@ class ShardedBatchSampler(BatchSampler, ProvenStream):
         wrap: Callable[[Any], Any] = current.for_dataset_array if arrays else current.for_dataset
         # A rank's positions keep their round-robin local index: block windows announce.
         announce = current.announce if part.dealing == "round-robin" else None
+        # A dataset that gathers ahead is told batch k + 1 as batch k is handed out.
+        gather_ahead = getattr(self._sharded.dataset, "gather_ahead", None) if arrays else None
+        if not callable(gather_ahead):
+            gather_ahead = None
         per_call = part.batches_per_call  # whole batches, about the core's chunk a call
         end = 0  # local items handed out, batch after batch as the core cut them
+        held: Optional[tuple[Any, int]] = None  # the batch cut, not yet handed out
         for first in range(0, part.num_batches, per_call):
             last = min(first + per_call, part.num_batches)
             for batch in take(current.rank, first, last):
@@ -108,8 +115,15 @@ class ShardedBatchSampler(BatchSampler, ProvenStream):
                 if announce is not None:
                     announce(end)  # the windows this batch enters, before it is read
                 out = wrap(batch)
-                current.handed(end)
-                yield out
+                if held is not None:
+                    if gather_ahead is not None:
+                        gather_ahead(out)
+                    current.handed(held[1])
+                    yield held[0]
+                held = (out, end)
+        if held is not None:
+            current.handed(held[1])
+            yield held[0]
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch of the sampler under the batches (``sampler.set_epoch``), for

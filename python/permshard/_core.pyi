@@ -21,6 +21,7 @@ __all__ = [
     "IDENTITY_ALGORITHM",
     "Progress",
     "RankPass",
+    "RecordsAhead",
     "Sharding",
     "ShardingError",
     "TokenBudget",
@@ -391,6 +392,13 @@ def gather_records(
     out: npt.NDArray[np.uint8],
     threads: int = 0,
 ) -> None: ...
+
+@final
+class RecordsAhead:
+    def __new__(cls, source: npt.NDArray[np.uint8], record_bytes: int) -> RecordsAhead: ...
+    def start(self, indices: npt.NDArray[np.int64], threads: int = 0) -> bool: ...
+    def take(self, indices: npt.NDArray[np.int64]) -> npt.NDArray[np.uint8] | None: ...
+
 def gather_windows(
     files: list[npt.NDArray[np.uint8]],
     token_bytes: int,

@@ -59,6 +59,7 @@ mod permutation;
 mod plan;
 mod pool;
 mod rank_layout;
+mod read_ahead;
 mod sharding;
 mod splitmix;
 mod state;
@@ -91,6 +92,7 @@ pub use permutation::{simd_level, Permutation, Version, ALGORITHM, ALGORITHM_V1,
 pub use plan::{next_chunk, FIRST_CHUNK, MAX_CHUNK};
 pub use pool::{worker_threads, CHUNK};
 pub use rank_layout::check_rank_layout;
+pub use read_ahead::{Batch, Gathered, RecordsAhead, Source};
 pub use sharding::{Sharding, IDENTITY_ALGORITHM};
 pub use splitmix::splitmix64;
 pub use state::{BudgetEpoch, BudgetResume, Value, BUDGET, LAYER, SHARD};

@@ -61,8 +61,10 @@ class MemmapRows:
     (``accepts_arrays = True``: permshard's batch samplers hand it int64 arrays, so no
     Python object is made per index); ``prefetch(indices)`` asks the kernel to read
     the rows ahead (the block orders' locality protocol); indices carrying an epoch
-    (``EpochIndex``, ``EpochIndices``) are plain indices here. Pickles to DataLoader
-    workers without the map (each worker maps the file again).
+    (``EpochIndex``, ``EpochIndices``) are plain indices here. Where the loader has no
+    workers, ``gather_ahead(indices)`` gathers the next batch on a thread of its own
+    while the loop handles this one (permshard's batch samplers announce it). Pickles to
+    DataLoader workers without the map (each worker maps the file again).
 
     Args:
         path (str or os.PathLike): the file; ``.npy`` files are read by their header.
@@ -119,6 +121,7 @@ class MemmapRows:
         self._record_bytes = self.dtype.itemsize * math.prod(self.shape)
         self._map: Optional[npt.NDArray[Any]] = None
         self._bytes: Optional[npt.NDArray[np.uint8]] = None
+        self._ahead: Optional[_core.RecordsAhead] = None
 
     def _records(self) -> npt.NDArray[Any]:
         """The records as a plain ndarray view of the memmap (opened in each process that
@@ -137,7 +140,7 @@ class MemmapRows:
         return self._bytes
 
     def __getstate__(self) -> dict[str, Any]:
-        return dict(self.__dict__, _map=None, _bytes=None)
+        return dict(self.__dict__, _map=None, _bytes=None, _ahead=None)
 
     def __len__(self) -> int:
         return self._rows
@@ -158,6 +161,12 @@ class MemmapRows:
         """
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         shape = (idx.size, *self.shape)
+        if self._ahead is None:
+            self._ahead = _core.RecordsAhead(self._raw(), self._record_bytes)
+        ahead = self._ahead.take(idx)
+        if ahead is not None:  # the batch gathered ahead, in memory of its own
+            batch = torch.from_numpy(ahead.view(self.dtype).reshape(shape))
+            return RowBatch(batch.pin_memory() if page_locked(self.pin_memory) else batch)
         if page_locked(self.pin_memory):
             dtype = torch.from_numpy(self._records()[:0]).dtype
             batch = torch.empty(shape, dtype=dtype, pin_memory=True)
@@ -168,6 +177,21 @@ class MemmapRows:
         out = array.reshape(-1).view(np.uint8)  # the batch's own memory
         _core.gather_records(self._raw(), self._record_bytes, idx, out, torch.get_num_threads())
         return RowBatch(batch)
+
+    def gather_ahead(self, indices: Any) -> None:
+        """Starts gathering the batch ``indices`` on a thread of its own (GIL released),
+        for the ``__getitems__`` that fetches it; permshard's batch samplers call it with
+        the next batch as they hand out the current one, so a loader without workers
+        gathers while the loop runs. What a fetch returns never depends on it: a fetch of
+        other indices gathers them itself. It gathers ahead only where this object
+        fetches batches (not for a DataLoader's worker processes, which fetch with their
+        own copies), and stops where fetches keep asking for other indices.
+
+        Args:
+            indices (int64 array or sequence of int): the rows of the next batch.
+        """
+        if self._ahead is not None:  # made by the first fetch in this process
+            self._ahead.start(np.asarray(indices, dtype=np.int64).reshape(-1), torch.get_num_threads())
 
     def prefetch(self, indices: Any) -> None:
         """Asks the kernel to start reading rows ``indices`` (``posix_fadvise(WILLNEED)``

@@ -31,7 +31,7 @@ mod _core {
     #[pymodule_export]
     use super::exclusion::Exclusions;
     #[pymodule_export]
-    use super::gather::{gather_records, gather_windows};
+    use super::gather::{gather_records, gather_windows, PyRecordsAhead};
     #[pymodule_export]
     use super::indexed::{check_document_indices, check_sequence_layout};
     #[pymodule_export]

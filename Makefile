@@ -81,7 +81,9 @@ py-test: build-fast  ## Python tests (real multi-process runs included), over ev
 test-fast: build-fast  ## The fast tier: tests not marked slow or multiprocess, over every core
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -m "not slow and not multiprocess" -q
 
-test: lint rust-test py-test docs  ## Everything CI runs
+# py-test first: under make -j2 it starts as soon as the extension is built, the lints
+# and docs alongside it (they are short; the tests are the critical path).
+test: py-test lint rust-test docs  ## Everything CI runs
 
 docs: $(VENV)/.dev  ## The documentation site (mkdocs, API pages from the docstrings) into site/; broken links fail
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -q

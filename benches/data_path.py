@@ -229,9 +229,11 @@ def proofs(folder: str, seconds: float) -> list[tuple[str, float, str]]:
         take = max(take, (1 << 14) / (time.perf_counter() - began))
     out = [("exact-proof share, n = 10^10 over 64, items/s", take, "`take` of the same order, one thread")]
     for threads in (1, 2):
-        began = time.perf_counter()
-        cert = permshard.verify(n, w, rank=rank, threads=threads)
-        rate = cert.lengths[0] / (time.perf_counter() - began)
+        rate = 0.0
+        for _ in range(2):  # best of two, as `take` is best of many (a share takes seconds)
+            began = time.perf_counter()
+            cert = permshard.verify(n, w, rank=rank, threads=threads)
+            rate = max(rate, cert.lengths[0] / (time.perf_counter() - began))
         out.append(
             ("exact-proof share, n = 10^10 over 64, items/s", rate, f"one rank's share, {threads} thread(s)")
         )

@@ -17,6 +17,18 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import examples  # noqa: E402  (after the path above)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long tests first (marked ``multiprocess`` or ``slow``; each group in its order):
+    pytest-xdist hands tests out in this order, so the long ones are shared out while the
+    short ones fill the end, and no worker is left with a long test after the others are
+    done."""
+
+    def short(item: pytest.Item) -> bool:
+        return not any(item.get_closest_marker(mark) for mark in ("multiprocess", "slow"))
+
+    items.sort(key=short)
+
+
 @pytest.fixture(scope="session")
 def example_root(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     """A folder with the files the docstrings' and guides' examples open, by their names."""

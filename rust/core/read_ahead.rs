@@ -74,11 +74,6 @@ fn spin_for<T>(inbox: &Receiver<T>, wait: Duration) -> Option<T> {
     inbox.recv().ok()
 }
 
-/// The read-ahead thread's next job.
-fn next_job(inbox: &Receiver<Job>) -> Option<Job> {
-    spin_for(inbox, SPIN)
-}
-
 /// A batch gathered: its memory, or the gather's error.
 pub type Gathered<B> = Result<B, Error>;
 
@@ -138,6 +133,9 @@ impl<B: Batch> RecordsAhead<B> {
         if !self.fetched || self.misses >= MISSES_TO_STOP {
             return false;
         }
+        if self.worker_or_start().is_none() {
+            return false; // no thread to be had: batches are gathered where fetched
+        }
         let indices: Arc<[i64]> = indices.into();
         let (tell, done) = channel();
         let (source, record_bytes, ours) =
@@ -154,10 +152,8 @@ impl<B: Batch> RecordsAhead<B> {
             // Nobody waits for a batch that was dropped: it goes with the job.
             let _ = tell.send(gathered.map(|()| batch));
         });
-        let Some((jobs, _, _)) = self.worker_or_start() else {
-            return false;
-        };
-        if jobs.send(job).is_err() {
+        let sent = self.worker.as_ref().map(|(jobs, _, _)| jobs.send(job));
+        if !matches!(sent, Some(Ok(()))) {
             return false; // the thread is gone: batches are gathered where fetched
         }
         if self.queued.len() == QUEUED {
@@ -194,9 +190,9 @@ impl<B: Batch> RecordsAhead<B> {
         if self.worker.is_none() {
             let (jobs, inbox) = channel::<Job>();
             let thread = std::thread::Builder::new()
-                .name("permshard-read-ahead".into())
+                .name("permshard-gather-ahead".into())
                 .spawn(move || {
-                    while let Some(job) = next_job(&inbox) {
+                    while let Some(job) = spin_for(&inbox, SPIN) {
                         job();
                     }
                 })

@@ -29,3 +29,14 @@ class Recording:
 def keep(batch):
     """collate_fn: the fetched items as they are."""
     return batch
+
+
+class GatheringAhead(Recording):
+    """A ``Recording`` that declares arrays and notes each batch announced to it."""
+
+    def __init__(self, n: int, **kwargs) -> None:
+        super().__init__(n, accepts_arrays=True, **kwargs)
+        self.announced: list[list[int]] = []
+
+    def gather_ahead(self, indices) -> None:
+        self.announced.append(np.asarray(indices).tolist())

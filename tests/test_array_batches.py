@@ -11,7 +11,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from array_datasets import Recording, keep
+from array_datasets import GatheringAhead, Recording, keep
 from torch.utils.data import DataLoader
 
 from permshard import ShardedBatchSampler, ShardedSampler
@@ -47,6 +47,25 @@ def test_the_dataset_declares_what_it_takes():
     assert type(next(iter(ShardedBatchSampler(ShardedSampler(declared, 1, 0), 8, as_array=False)))) is list
     with pytest.raises(TypeError, match="as_array must be a bool or None"):
         ShardedBatchSampler(ShardedSampler(plain, 1, 0), 8, as_array="yes")
+
+
+@pytest.mark.parametrize("cls", [ShardedBatchSampler, StepBatchSampler])
+def test_each_batch_is_announced_as_the_one_before_it_is_handed_out(cls):
+    ds, plain = GatheringAhead(1000), Recording(1000, accepts_arrays=True)
+    sampler = cls(ShardedSampler(ds, 3, 1, seed=2), 32)
+    reference = cls(ShardedSampler(plain, 3, 1, seed=2), 32)
+    stream, expected, batches = iter(sampler), iter(reference), []
+    for _ in range(5):  # what is yielded, and what the state counts, as without it
+        batches.append(next(expected).tolist())
+        assert next(stream).tolist() == batches[-1]
+        assert sampler.state_dict() == reference.state_dict()
+    batches += [b.tolist() for b in expected]
+    assert [b.tolist() for b in stream] == batches[5:]
+    # Batch k + 1 announced as batch k is handed out: every batch but the first, in order.
+    assert len(batches) == 11 and ds.announced == batches[1:]
+    ds.announced.clear()
+    list(cls(ShardedSampler(ds, 3, 1, seed=2), 32, as_array=False))
+    assert ds.announced == []  # lists: the dataset takes arrays only where it said so
 
 
 def test_epoch_indices_keep_their_epoch_when_sliced_and_pickled():

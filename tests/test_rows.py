@@ -163,7 +163,7 @@ def test_a_row_gathered_ahead_out_of_range_fails_when_fetched(records):
         RecordsAhead(np.zeros(64, np.uint8), 64)
 
 
-@pytest.mark.parametrize("method", ["fork", "spawn"])
+@pytest.mark.parametrize("method", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
 def test_array_batches_through_workers(records, method, monkeypatch):
     data, flat, _ = records
     monkeypatch.setattr(_core, "RecordsAhead", Counted)

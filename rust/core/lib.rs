@@ -48,6 +48,7 @@ mod error;
 mod exclusion;
 mod fingerprint;
 mod gather;
+mod gather_ahead;
 mod indexed;
 mod inverse_proof;
 mod iterable;
@@ -59,7 +60,6 @@ mod permutation;
 mod plan;
 mod pool;
 mod rank_layout;
-mod read_ahead;
 mod sharding;
 mod splitmix;
 mod state;
@@ -79,6 +79,7 @@ pub use error::{range_len, Error};
 pub use exclusion::{Excluding, Exclusions};
 pub use fingerprint::Fingerprint;
 pub use gather::{gather_records, gather_windows, TokenType, WindowLayout};
+pub use gather_ahead::{Batch, Gathered, RecordsAhead, Source};
 pub use indexed::{check_document_indices, check_sequence_layout};
 pub use inverse_proof::{
     judge, judge_alone, prove_against, prove_ranks, verify_inverse, Dealt, Failure, Share, OUTSIDE,
@@ -92,7 +93,6 @@ pub use permutation::{simd_level, Permutation, Version, ALGORITHM, ALGORITHM_V1,
 pub use plan::{next_chunk, FIRST_CHUNK, MAX_CHUNK};
 pub use pool::{worker_threads, CHUNK};
 pub use rank_layout::check_rank_layout;
-pub use read_ahead::{Batch, Gathered, RecordsAhead, Source};
 pub use sharding::{Sharding, IDENTITY_ALGORITHM};
 pub use splitmix::splitmix64;
 pub use state::{BudgetEpoch, BudgetResume, Value, BUDGET, LAYER, SHARD};

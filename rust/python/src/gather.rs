@@ -80,7 +80,7 @@ pub fn gather_windows(
     })
 }
 
-/// A read-only numpy array of bytes (a memory map), kept alive for a read-ahead thread.
+/// A read-only numpy array of bytes (a memory map), kept alive for the thread that gathers ahead.
 struct Mapped {
     _owner: Py<PyAny>,
     start: *const u8,
@@ -100,7 +100,7 @@ impl Source for Mapped {
     }
 }
 
-/// A new numpy array of bytes that a read-ahead thread fills, seen by nothing else until
+/// A new numpy array of bytes that the gathering thread fills, seen by nothing else until
 /// `take` returns it.
 struct Fresh {
     array: Py<PyArray1<u8>>,
@@ -136,7 +136,7 @@ impl PyRecordsAhead {
         let writeable: bool = source.getattr("flags")?.getattr("writeable")?.extract()?;
         if writeable {
             return Err(PyValueError::new_err(
-                "a read-ahead source must be read-only (a memmap opened with mode='r')",
+                "a source to gather ahead from must be read-only (a memmap opened with mode='r')",
             ));
         }
         let bytes = source.as_slice()?;

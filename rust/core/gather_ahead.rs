@@ -6,8 +6,8 @@
 //! the gather runs on a second core while the loop handles the current batch, and the
 //! fetch ([`RecordsAhead::take`]) finds it done.
 //!
-//! What a batch holds never depends on the read-ahead: a fetch that matches no batch read
-//! ahead is gathered where it is asked for, and a batch read ahead that nobody fetches is
+//! What a batch holds never depends on it: a fetch that matches no batch gathered ahead
+//! is gathered where it is asked for, and a batch gathered ahead that nobody fetches is
 //! dropped (its thread keeps nothing it was given).
 
 use std::collections::VecDeque;
@@ -19,22 +19,22 @@ use std::time::{Duration, Instant};
 use crate::error::Error;
 use crate::gather::gather_records;
 
-/// Batches read ahead and not yet fetched: the next one, and the one after it (a sampler
+/// Batches gathered ahead and not yet fetched: the next one, and the one after it (a sampler
 /// announces batch `k + 1` as it hands out batch `k`, before batch `k` is fetched).
 const QUEUED: usize = 2;
 
 /// Fetches in a row that found none of the queued batches, after which nothing more is
-/// read ahead: whatever fetches the batches does not fetch what the sampler announced
+/// gathered ahead: whatever fetches the batches does not fetch what the sampler announced
 /// (a wrapper that cuts batches anew), and every gather ahead would be wasted.
 const MISSES_TO_STOP: u32 = 4;
 
-/// Bytes that a read-ahead gathers from (a memory map kept alive by its owner).
+/// Bytes that batches are gathered ahead from (a memory map kept alive by its owner).
 pub trait Source: Send + Sync {
     /// The bytes, unchanged as long as the source lives.
     fn bytes(&self) -> &[u8];
 }
 
-/// The memory a batch is gathered into, handed to the read-ahead thread and back.
+/// The memory a batch is gathered into, handed to the gathering thread and back.
 pub trait Batch: Send + 'static {
     /// The batch's bytes, written whole by the gather.
     fn bytes_mut(&mut self) -> &mut [u8];
@@ -48,7 +48,7 @@ impl Batch for Vec<u8> {
 
 /// How long a thread that waits spins before it sleeps. Waking a sleeping thread costs
 /// a system call on one side and a scheduler's wake-up on the other (tens of
-/// microseconds on a virtual machine), as long as a whole gather: the read-ahead thread
+/// microseconds on a virtual machine), as long as a whole gather: the gathering thread
 /// keeps watching for the next batch for a while, and a fetch watches for its batch.
 const SPIN: Duration = Duration::from_micros(200);
 
@@ -85,7 +85,7 @@ struct Queued<B> {
 
 /// The records of `record_bytes` bytes of one source, gathered a batch ahead.
 ///
-/// Its thread starts with the first batch read ahead. A process forked from the one that
+/// Its thread starts with the first batch gathered ahead. A process forked from the one that
 /// started it (a DataLoader worker) inherits no thread: there the inherited queue and
 /// thread are left untouched and a new thread starts when one is needed.
 pub struct RecordsAhead<B: Batch> {
@@ -94,14 +94,14 @@ pub struct RecordsAhead<B: Batch> {
     /// The thread's job queue and handle, and the process that started it.
     worker: Option<(Sender<Job>, JoinHandle<()>, u32)>,
     queued: VecDeque<Queued<B>>,
-    /// Whether a batch was fetched since the last batch was read ahead: a sampler that
-    /// announces batches nobody fetches in this process reads ahead one at most.
+    /// Whether a batch was fetched since the last batch was gathered ahead: a sampler
+    /// that announces batches nobody fetches in this process has one gathered at most.
     fetched: bool,
     misses: u32,
 }
 
 impl<B: Batch> RecordsAhead<B> {
-    /// Reads ahead from `source`, whole records of `record_bytes` bytes.
+    /// Gathers ahead from `source`, whole records of `record_bytes` bytes.
     pub fn new(source: Arc<dyn Source>, record_bytes: usize) -> Result<Self, Error> {
         if record_bytes == 0 || source.bytes().len() % record_bytes != 0 {
             return Err(Error::Invalid(format!(
@@ -121,8 +121,8 @@ impl<B: Batch> RecordsAhead<B> {
 
     /// Starts gathering the records `indices` into the batch `make_batch()` holds (on
     /// `threads` threads for a large batch, as [`gather_records`]), unless nothing was
-    /// fetched since the last batch read ahead, or the last fetches found nothing read
-    /// ahead (then `make_batch` is not called). Returns whether it started.
+    /// fetched since the last batch gathered ahead, or the last fetches found nothing
+    /// gathered ahead (then `make_batch` is not called). Returns whether it started.
     pub fn start(
         &mut self,
         indices: &[i64],
@@ -164,9 +164,9 @@ impl<B: Batch> RecordsAhead<B> {
         true
     }
 
-    /// The records `indices` if they were read ahead (waiting for the gather to end):
+    /// The records `indices` if they were gathered ahead (waiting for the gather to end):
     /// their bytes, or the gather's error (an index out of range, as a gather where
-    /// fetched would say). `None` when no batch read ahead holds exactly these indices;
+    /// fetched would say). `None` when no batch gathered ahead holds exactly these indices;
     /// the batches queued before the one returned are dropped.
     pub fn take(&mut self, indices: &[i64]) -> Option<Gathered<B>> {
         self.leave_a_parents_thread();
@@ -181,7 +181,7 @@ impl<B: Batch> RecordsAhead<B> {
         self.queued.drain(..at); // announced before it and never fetched
         let found = self.queued.pop_front()?;
         // A thread that ended without an answer (it cannot, but if it did) is a fetch
-        // that was not read ahead.
+        // of a batch not gathered ahead.
         spin_for(&found.done, SPIN)
     }
 
@@ -204,7 +204,7 @@ impl<B: Batch> RecordsAhead<B> {
 
     /// In a process forked from the one that started the thread: the thread does not
     /// exist here, and its channels may have been in use at the fork. They are leaked,
-    /// not touched; a new thread starts when a batch is next read ahead.
+    /// not touched; a new thread starts when a batch is next gathered ahead.
     fn leave_a_parents_thread(&mut self) {
         if matches!(&self.worker, Some((_, _, process)) if *process != std::process::id()) {
             std::mem::forget(self.worker.take());
@@ -248,10 +248,10 @@ mod tests {
         out
     }
 
-    /// The pattern of a loader over an announcing sampler: batch `k + 1` read ahead as
+    /// The pattern of a loader over an announcing sampler: batch `k + 1` gathered ahead as
     /// batch `k` is handed out, batch `k` fetched after.
     #[test]
-    fn batches_read_ahead_are_the_batches_gathered_where_fetched() {
+    fn batches_gathered_ahead_are_the_batches_gathered_where_fetched() {
         let source = rows(1000, 12);
         let mut ahead = RecordsAhead::<Vec<u8>>::new(source.clone(), 12).unwrap();
         let start = |ahead: &mut RecordsAhead<Vec<u8>>, batch: &[i64]| {
@@ -275,27 +275,27 @@ mod tests {
             };
             assert_eq!(bytes, gathered_here(&source, 12, &batches[k]), "batch {k}");
         }
-        // Batch 0 is fetched before anything is read ahead, batch 1's announcement
-        // came before any fetch: every later batch was read ahead.
+        // Batch 0 is fetched before anything is gathered ahead, batch 1's announcement
+        // came before any fetch: every later batch was gathered ahead.
         assert_eq!(hits, batches.len() - 2);
     }
 
     #[test]
-    fn a_batch_read_ahead_that_fails_fails_when_fetched() {
+    fn a_batch_gathered_ahead_that_fails_fails_when_fetched() {
         let source = rows(10, 4);
         let mut ahead = RecordsAhead::<Vec<u8>>::new(source, 4).unwrap();
         assert!(ahead.take(&[0]).is_none());
         assert!(ahead.start(&[1, 10], 1, || vec![0; 8]));
         assert!(
             ahead.take(&[1, 9]).is_none(),
-            "other indices are not the batch read ahead"
+            "other indices are not the batch gathered ahead"
         );
         let err = ahead.take(&[1, 10]).unwrap().unwrap_err();
         assert!(err.to_string().contains("10"), "{err}");
     }
 
     #[test]
-    fn nothing_is_read_ahead_for_a_fetcher_that_never_takes_it() {
+    fn nothing_is_gathered_ahead_for_a_fetcher_that_never_takes_it() {
         let source = rows(100, 8);
         let mut ahead = RecordsAhead::<Vec<u8>>::new(source, 8).unwrap();
         let made = std::cell::Cell::new(0);
@@ -309,9 +309,9 @@ mod tests {
         assert!(start(&mut ahead, 1));
         assert!(
             !start(&mut ahead, 2),
-            "no fetch since the last batch read ahead"
+            "no fetch since the last batch gathered ahead"
         );
-        // Fetches of batches that were not announced: read-ahead stops after a few.
+        // Fetches of batches that were not announced: gathering ahead stops after a few.
         let mut started = 0;
         for k in 0..20 {
             ahead.take(&[50 + k]);

@@ -1,5 +1,5 @@
 """Dataset workers of the multi-process tests (real gloo groups): iterables, mixtures,
-token budgets and HF datasets on real ranks.
+token budgets, memory-mapped rows and HF datasets on real ranks.
 
 Each worker runs on every rank (see ``distributed.launch``) and returns plain data
 (counts, certificates, error messages) for the test to check.
@@ -146,3 +146,26 @@ def hf_datasets(rank: int, world: int, path: str, n: int) -> dict:
         )
         out[f"iterable_{workers}"] = [int(row["id"]) for row in loader]
     return out
+
+
+def rows_run(rank: int, world: int, path: str, steps, state) -> dict:
+    """``MemmapRows`` of int64 rows (each its own index) through a DataLoader without
+    workers (each batch gathered ahead): ``steps`` batches of 16 (all if None) from
+    ``state``; returns the rows this rank read, the state the loop's count gives, and
+    the padding of the pass."""
+    from permshard import ShardedBatchSampler
+    from permshard.data import MemmapRows
+
+    rows = MemmapRows(path, "int64")
+    sampler = ShardedSampler(rows, seed=5)
+    if state is not None:
+        sampler.load_state_dict(state)
+    batches = ShardedBatchSampler(sampler, 16)
+    loader = DataLoader(rows, batch_sampler=batches, collate_fn=MemmapRows.collate)
+    read: list[int] = []
+    for step, batch in enumerate(loader, start=1):
+        read += batch.tolist()
+        if step == steps:  # saved after the step, as a training loop saves
+            break
+    plan = sampler.plan()
+    return {"read": read, "state": batches.state_dict(), "padding": len(plan.padding_positions)}

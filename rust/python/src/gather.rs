@@ -80,7 +80,8 @@ pub fn gather_windows(
     })
 }
 
-/// A read-only numpy array of bytes (a memory map), kept alive for the thread that gathers ahead.
+/// A read-only numpy array of bytes (a memory map), kept alive for the thread that
+/// gathers ahead.
 struct Mapped {
     _owner: Py<PyAny>,
     start: *const u8,
@@ -121,7 +122,7 @@ impl Batch for Fresh {
 
 /// `_core.RecordsAhead(source, record_bytes)`: batches of records gathered ahead on a
 /// thread of their own (`start(indices, threads)`), fetched with `take(indices)`: a
-/// new uint8 array of the batch's bytes, or `None` when these indices were not read
+/// new uint8 array of the batch's bytes, or `None` when these indices were not gathered
 /// ahead.
 #[pyclass(frozen, module = "permshard._core", name = "RecordsAhead")]
 pub struct PyRecordsAhead {

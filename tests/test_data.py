@@ -209,7 +209,7 @@ def test_epoch_index_behaves_as_an_int():
     assert type(next(iter(ShardedSampler(10, num_replicas=1, rank=0)))) is int
 
 
-@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+@pytest.mark.parametrize("method", [pytest.param("spawn", marks=pytest.mark.slow), "forkserver"])
 def test_shard_iterable_in_a_spawned_worker_without_a_rank_refuses_to_guess(method, monkeypatch):
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)

@@ -132,10 +132,10 @@ def _first_window_failed(sampler):  # type: ignore[no-untyped-def]
 
     proven = sampler._share_of
 
-    def share_of(planner, start, rank):  # type: ignore[no-untyped-def]
+    def share_of(pass_, rank):  # type: ignore[no-untyped-def]
         world = sampler.num_replicas
-        words = proven(planner, start, rank).words(world)
-        words[1:3] = [1, start.window + rank]  # failed: the first window rank `rank` proves
+        words = proven(pass_, rank).words(world)
+        words[1:3] = [1, pass_.start.window + rank]  # failed: the first window rank `rank` proves
         return _core.BudgetShare.from_words(words, world)
 
     return share_of

@@ -168,8 +168,9 @@ def test_verify_returns_a_certificate_of_the_pass(rank_streams):
 def test_the_core_proof_catches_a_broken_plan(broken):
     lengths = lognormal(3000, seed=5)
     s = TokenBudgetBatchSampler(lengths, BUDGET, 2, 0, seed=1, window=1000)
-    planner, start = s.config.planner(), _core.BudgetStart(s.config.planner())
-    plan = planner.plan(lengths, start, 1, 2)
+    planner = s.config.planner()
+    pass_ = _core.BudgetPass(planner, lengths, _core.BudgetStart(planner), 2)
+    plan = pass_.plan(1)
     samples, bounds = plan.samples, plan.bounds
     if broken == "a repeat":  # the window's shortest sample twice, the next missing
         samples[1] = samples[0]
@@ -182,8 +183,8 @@ def test_the_core_proof_catches_a_broken_plan(broken):
         else r"window 1: a batch exceeds max_tokens=16384 \(rank 0, step 0: 1000 samples"
     )
     with pytest.raises(ShardingError, match=message):
-        planner.prove(lengths, start, 1, bad)
-    planner.prove(lengths, start, 1, plan)  # the plan as the core made it is proven
+        pass_.prove(1, bad)
+    pass_.prove(1, plan)  # the plan as the core made it is proven
     assert s.verify().batches == len(s)
 
 

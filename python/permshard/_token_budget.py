@@ -158,20 +158,23 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
         if config != self.config:
             self._set_config(config)
 
-    def _start(self) -> _core.BudgetStart:
-        """The pass's first window, its taken samples and steps done, under this world size."""
+    def _pass(self) -> _core.BudgetPass:
+        """The pass from the resume point (its first window, taken samples and steps done,
+        under this world size), as the core plans, locates and proves it."""
         window, taken, steps, world = self._saved
         saved = _core.BudgetStart(self._planner, window, taken, steps)
-        return self._planner.resume(self._lengths, saved, world, self.num_replicas)
+        start = self._planner.resume(self._lengths, saved, world, self.num_replicas)
+        return _core.BudgetPass(self._planner, self._lengths, start, self.num_replicas)
 
     def __iter__(self) -> Iterator[Any]:
         loader = self._begin_pass(stacklevel=2)  # at the first next(): a generator
-        start, world = self._start(), self.num_replicas
+        pass_ = self._pass()
+        start = pass_.start
         self._forget_pass()
         self._loader = loader  # what it hands the loop is consumed
         for k in range(start.window, self._planner.windows):
             first = start if k == start.window else _core.BudgetStart(self._planner, k)
-            plan = self._planner.plan(self._lengths, start, k, world)
+            plan = pass_.plan(k)
             self._entered.append(self._handed)
             self._window_starts.append(first)
             for s in range(first.steps, plan.steps):
@@ -188,7 +191,7 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
         """``(steps, padding, dropped)`` of the pass from the resume point: the core plans
         every window, once per resume point (``len()`` and :meth:`plan` share it)."""
         if self._summary is None or self._summary[0] is not self._saved:
-            sums = self._planner.summary(self._lengths, self._start(), self.num_replicas)
+            sums = self._pass().summary()
             self._summary = (self._saved, sums)
         return self._summary[1]
 
@@ -197,7 +200,7 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
         rank, padding and drops. The core plans every window on all cores (GIL released),
         O(window) memory per core."""
         steps, padding, dropped = self._sums()
-        return BudgetPlan(self.config, self.rank, self._start().window, steps, padding, dropped)
+        return BudgetPlan(self.config, self.rank, self._pass().start.window, steps, padding, dropped)
 
     def locate(self, sample: int, epoch: Optional[int] = None) -> list[tuple[int, int]]:
         """Every ``(rank, step)`` whose batch holds ``sample`` in ``epoch`` (steps counted
@@ -213,11 +216,12 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
         sample = as_int("sample", sample)
         if not 0 <= sample < self.n:
             raise ValueError(f"sample {sample} is not in range({self.n})")
-        planner, start = self._planner, self._start()
-        if epoch is not None and as_u64("epoch", epoch) != self.epoch:
-            planner = self.config.replace(epoch=epoch).planner()
-            start = _core.BudgetStart(planner)
-        return planner.locate(self._lengths, start, self.num_replicas, sample)
+        if epoch is None or as_u64("epoch", epoch) == self.epoch:
+            return self._pass().locate(sample)
+        planner = self.config.replace(epoch=epoch).planner()
+        return _core.BudgetPass(planner, self._lengths, _core.BudgetStart(planner), self.num_replicas).locate(
+            sample
+        )
 
     # -- the lifecycle's questions (PassLifecycle) ------------------------------------------
 
@@ -268,7 +272,7 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
                 f"this pass), got {done}"
             )
         if done == 0:
-            start = self._start()
+            start = self._pass().start
         else:  # in the last window entered before step `done`
             w = bisect.bisect_left(self._entered, done) - 1
             first = self._window_starts[w]
@@ -299,10 +303,9 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
         self._saved = (window, taken, steps, saved.num_replicas)
         self._state_loaded()
 
-    def _share_of(self, planner: _core.TokenBudget, start: _core.BudgetStart, rank: int) -> _core.BudgetShare:
-        """``planner``'s proof of rank ``rank``'s share of the pass from ``start`` (the
-        windows the core assigns it)."""
-        return planner.prove_share(self._lengths, start, self.num_replicas, rank)
+    def _share_of(self, pass_: _core.BudgetPass, rank: int) -> _core.BudgetShare:
+        """The proof of rank ``rank``'s share of ``pass_`` (the windows the core assigns it)."""
+        return pass_.prove_share(rank)
 
     def verify(self, method: str = "inverse") -> Certificate:
         """Exact proof of the pass being run (from its resume point, if any), by the order's
@@ -319,10 +322,9 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
         """
         if method != "inverse":
             raise ValueError(f"token-budget plans are proven by the inverse: pass 'inverse', not {method!r}")
-        began, start, world = time.perf_counter(), self._start(), self.num_replicas
-        share = self._planner.prove_windows(self._lengths, start, world, start.window, 1)
-        verdict = self._planner.judge(self._lengths, start, world, [share])
-        return Certificate.of(self.config, verdict, "inverse", range(world), began)
+        began, pass_ = time.perf_counter(), self._pass()
+        verdict = pass_.judge([pass_.prove_windows(pass_.start.window)])
+        return Certificate.of(self.config, verdict, "inverse", range(pass_.world), began)
 
     def verify_distributed(self, group: Any = None, *, exact: bool = True) -> Certificate:
         """Consensus, then the proof of :meth:`verify` split across the ranks of ``group``:
@@ -340,15 +342,13 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
         if not exact:
             raise ValueError("token-budget plans have no fingerprint proof: call verify_distributed()")
         # The pass as it is now, whatever this sampler does next (all of it immutable).
-        planner, lengths, start, world = self._planner, self._lengths, self._start(), self.num_replicas
+        pass_, world = self._pass(), self.num_replicas
 
         def prove() -> list[int]:
-            return self._share_of(planner, start, self.rank).words(world)
+            return self._share_of(pass_, self.rank).words(world)
 
         def judge(rows: list[list[int]]) -> _core.Verdict:
-            return planner.judge(
-                lengths, start, world, [_core.BudgetShare.from_words(r, world) for r in rows]
-            )
+            return pass_.judge([_core.BudgetShare.from_words(r, world) for r in rows])
 
         return prove_across_ranks(
             self.config,

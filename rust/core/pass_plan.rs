@@ -10,7 +10,9 @@
 
 use std::sync::atomic::AtomicU64;
 
-use crate::budget::{BudgetShare, BudgetStart, Lengths, TokenBudget};
+use crate::budget::{
+    BudgetShare, BudgetStart, BudgetSummary, Lengths, TokenBudget, WindowPlan, WindowProof,
+};
 use crate::error::{check_below, Error};
 use crate::inverse_proof::{self, Share};
 use crate::partition::Partition;
@@ -133,14 +135,50 @@ impl<'a, L: Lengths + ?Sized> BudgetPass<'a, L> {
         &self.start
     }
 
+    /// The plan of window `k` in this pass (its positions taken before the resume point
+    /// left out).
+    pub fn window_plan(&self, k: u64) -> Result<WindowPlan, Error> {
+        self.budget
+            .plan(self.lengths, k, self.start.taken_in(k), self.world)
+    }
+
+    /// Steps per rank, padding and drops of the whole pass, every window planned on
+    /// `threads` threads (`0`: all cores).
+    pub fn summary(&self, threads: usize) -> Result<BudgetSummary, Error> {
+        self.budget
+            .summary(self.lengths, &self.start, self.world, threads)
+    }
+
+    /// Proves `plan`, as handed out, a plan of window `k` in this pass.
+    pub fn prove_window(&self, k: u64, plan: &WindowPlan) -> Result<WindowProof, Error> {
+        self.budget
+            .prove(self.lengths, &self.start, k, self.world, plan)
+    }
+
+    /// Proves the windows `first, first + stride, ...` of this pass on `threads` threads;
+    /// failures are recorded in the share, not returned.
+    pub fn prove_windows(
+        &self,
+        first: u64,
+        stride: u64,
+        threads: usize,
+    ) -> Result<BudgetShare, Error> {
+        self.budget.prove_windows(
+            self.lengths,
+            &self.start,
+            self.world,
+            first,
+            stride,
+            threads,
+        )
+    }
+
     /// `(window, step of its plan)` of the pass's step `step`; `None` when `step` is the
     /// pass's end, an error past it.
     fn find(&self, step: u64) -> Result<Option<(u64, u64)>, Error> {
         let mut left = step;
         for k in self.start.window()..self.budget.windows() {
-            let plan = self
-                .budget
-                .plan(self.lengths, k, self.start.taken_in(k), self.world)?;
+            let plan = self.window_plan(k)?;
             let done = self.start.first_step_in(k);
             let steps = plan.steps(self.world).saturating_sub(done);
             if left < steps {
@@ -177,9 +215,7 @@ impl<L: Lengths + ?Sized> PassPlan for BudgetPass<'_, L> {
                 "step {step} is past the pass's end"
             )));
         };
-        let plan = self
-            .budget
-            .plan(self.lengths, k, self.start.taken_in(k), self.world)?;
+        let plan = self.window_plan(k)?;
         let (lo, hi) = plan.bounds[(s * self.world + rank) as usize];
         Ok(plan.samples[lo as usize..hi as usize].to_vec())
     }
@@ -200,15 +236,7 @@ impl<L: Lengths + ?Sized> PassPlan for BudgetPass<'_, L> {
 
     fn prove_share(&self, rank: u64, threads: usize) -> Result<BudgetShare, Error> {
         check_below("rank", rank, self.world)?;
-        let first = self.start.window() + rank;
-        self.budget.prove_windows(
-            self.lengths,
-            &self.start,
-            self.world,
-            first,
-            self.world,
-            threads,
-        )
+        self.prove_windows(self.start.window() + rank, self.world, threads)
     }
 
     fn merge(a: &BudgetShare, b: &BudgetShare) -> BudgetShare {

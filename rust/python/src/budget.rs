@@ -318,20 +318,6 @@ impl TokenBudget {
         int64_array(py, self.inner.n(), samples)
     }
 
-    /// The plan of window `k` for `world` ranks in the pass from `start`.
-    fn plan(
-        &self,
-        py: Python<'_>,
-        lengths: &Bound<'_, PyAny>,
-        start: &PyBudgetStart,
-        k: u64,
-        world: u64,
-    ) -> PyResult<PyWindowPlan> {
-        let (inner, taken) = (&self.inner, start.inner.taken_in(k));
-        let plan = with_lengths!(lengths, l => compute(py, inner.window(), || inner.plan(l, k, taken, world)).map_err(to_py))?;
-        Ok(PyWindowPlan { inner: plan, world })
-    }
-
     /// `saved`, a resume point under `saved_world` ranks, under `world` ranks.
     fn resume(
         &self,
@@ -345,109 +331,130 @@ impl TokenBudget {
         let start = with_lengths!(lengths, l => compute(py, inner.window(), || inner.resume(l, &saved.inner, saved_world, world)).map_err(to_py))?;
         Ok(PyBudgetStart { inner: start })
     }
+}
 
-    /// `(steps, padding, dropped)` of the pass from `start`: steps per rank, samples
-    /// repeated and samples left out (every window planned, GIL released).
-    #[pyo3(signature = (lengths, start, world, threads = 0))]
-    fn summary(
-        &self,
+/// A pass of the token budget: the planner, the lengths (read in place at every call),
+/// where the pass starts and the ranks it is dealt to — the core's `BudgetPass`, whose
+/// methods the samplers iterate and prove.
+#[pyclass(frozen, module = "permshard._core", name = "BudgetPass")]
+pub struct PyBudgetPass {
+    budget: Py<TokenBudget>,
+    lengths: Py<PyAny>,
+    start: BudgetStart,
+    world: u64,
+}
+
+/// Runs `$body` with `$pass` bound to the core's pass over `$self`'s lengths.
+macro_rules! on_pass {
+    ($self:ident, $py:ident, $pass:ident => $body:expr) => {{
+        let (budget, start, world) = (&$self.budget.get().inner, &$self.start, $self.world);
+        with_lengths!($self.lengths.bind($py), l => match BudgetPass::new(budget, l, start.clone(), world) {
+            Ok($pass) => $body,
+            Err(e) => Err(to_py(e)),
+        })
+    }};
+}
+
+#[pymethods]
+impl PyBudgetPass {
+    /// The pass of `budget` over `lengths` (a contiguous 1-D array of a native integer
+    /// dtype, `budget`'s length) from `start`, dealt to `world` ranks.
+    #[new]
+    fn new(
         py: Python<'_>,
-        lengths: &Bound<'_, PyAny>,
+        budget: Py<TokenBudget>,
+        lengths: Py<PyAny>,
         start: &PyBudgetStart,
         world: u64,
-        threads: usize,
-    ) -> PyResult<(u64, u64, u64)> {
-        let inner = &self.inner;
-        let sum = with_lengths!(lengths, l => py.detach(|| inner.summary(l, &start.inner, world, threads)).map_err(to_py))?;
+    ) -> PyResult<Self> {
+        let pass = PyBudgetPass {
+            budget,
+            lengths,
+            start: start.inner.clone(),
+            world,
+        };
+        on_pass!(pass, py, _checked => Ok::<(), PyErr>(()))?;
+        Ok(pass)
+    }
+
+    /// Where the pass starts.
+    #[getter]
+    fn start(&self) -> PyBudgetStart {
+        PyBudgetStart {
+            inner: self.start.clone(),
+        }
+    }
+
+    /// The ranks it is dealt to.
+    #[getter]
+    fn world(&self) -> u64 {
+        self.world
+    }
+
+    /// The plan of window `k` in this pass.
+    fn plan(&self, py: Python<'_>, k: u64) -> PyResult<PyWindowPlan> {
+        let window = self.budget.get().inner.window();
+        let plan =
+            on_pass!(self, py, pass => compute(py, window, || pass.window_plan(k)).map_err(to_py))?;
+        Ok(PyWindowPlan {
+            inner: plan,
+            world: self.world,
+        })
+    }
+
+    /// `(steps, padding, dropped)` of the pass: steps per rank, samples repeated and
+    /// samples left out (every window planned, GIL released).
+    #[pyo3(signature = (threads = 0))]
+    fn summary(&self, py: Python<'_>, threads: usize) -> PyResult<(u64, u64, u64)> {
+        let sum = on_pass!(self, py, pass => py.detach(|| pass.summary(threads)).map_err(to_py))?;
         Ok((sum.steps, sum.padding, sum.dropped))
     }
 
-    /// Every `(rank, step)` of the pass from `start` whose batch holds `sample` (the
-    /// windows before it planned, GIL released).
-    #[pyo3(signature = (lengths, start, world, sample, threads = 0))]
-    fn locate(
-        &self,
-        py: Python<'_>,
-        lengths: &Bound<'_, PyAny>,
-        start: &PyBudgetStart,
-        world: u64,
-        sample: u64,
-        threads: usize,
-    ) -> PyResult<Vec<(u64, u64)>> {
-        let inner = &self.inner;
-        with_lengths!(lengths, l => py.detach(|| inner.locate(l, &start.inner, world, sample, threads)).map_err(to_py))
+    /// Every `(rank, step)` of the pass whose batch holds `sample` (the windows before it
+    /// planned, every core, GIL released).
+    fn locate(&self, py: Python<'_>, sample: u64) -> PyResult<Vec<(u64, u64)>> {
+        on_pass!(self, py, pass => py.detach(|| pass.locate_step(sample)).map_err(to_py))
     }
 
-    /// Proves `plan`, as handed out, a plan of window `k` in the pass from `start`;
-    /// ShardingError with the counter-example.
-    fn prove(
-        &self,
-        py: Python<'_>,
-        lengths: &Bound<'_, PyAny>,
-        start: &PyBudgetStart,
-        k: u64,
-        plan: &PyWindowPlan,
-    ) -> PyResult<()> {
-        let inner = &self.inner;
+    /// Proves `plan`, as handed out, a plan of window `k` of this pass; ShardingError with
+    /// the counter-example.
+    fn prove(&self, py: Python<'_>, k: u64, plan: &PyWindowPlan) -> PyResult<()> {
         let items = plan.inner.samples.len() as u64;
-        with_lengths!(lengths, l => compute(py, items, || inner.prove(l, &start.inner, k, plan.world, &plan.inner)).map_err(to_py))?;
+        on_pass!(self, py, pass => compute(py, items, || pass.prove_window(k, &plan.inner)).map_err(to_py))?;
         Ok(())
     }
 
-    /// Proves the windows `first, first + stride, ...` of the pass from `start` for
-    /// `world` ranks, every core (GIL released); failures are recorded, not raised.
-    #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (lengths, start, world, first, stride = 1, threads = 0))]
+    /// Proves the windows `first, first + stride, ...` of the pass, every core (GIL
+    /// released); failures are recorded, not raised.
+    #[pyo3(signature = (first, stride = 1, threads = 0))]
     fn prove_windows(
         &self,
         py: Python<'_>,
-        lengths: &Bound<'_, PyAny>,
-        start: &PyBudgetStart,
-        world: u64,
         first: u64,
         stride: u64,
         threads: usize,
     ) -> PyResult<PyBudgetShare> {
-        let inner = &self.inner;
-        let share = with_lengths!(lengths, l => py.detach(|| inner.prove_windows(l, &start.inner, world, first, stride, threads)).map_err(to_py))?;
+        let share = on_pass!(self, py, pass => py.detach(|| pass.prove_windows(first, stride, threads)).map_err(to_py))?;
         Ok(PyBudgetShare { inner: share })
     }
 
-    /// Rank `rank`'s share of the proof of the pass from `start` for `world` ranks: the
-    /// windows the core assigns it, every core (GIL released); failures are recorded.
-    #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (lengths, start, world, rank, threads = 0))]
-    fn prove_share(
-        &self,
-        py: Python<'_>,
-        lengths: &Bound<'_, PyAny>,
-        start: &PyBudgetStart,
-        world: u64,
-        rank: u64,
-        threads: usize,
-    ) -> PyResult<PyBudgetShare> {
-        let inner = &self.inner;
-        let share = with_lengths!(lengths, l => py.detach(|| {
-            BudgetPass::new(inner, l, start.inner.clone(), world)?.prove_share(rank, threads)
-        }).map_err(to_py))?;
+    /// Rank `rank`'s share of the proof of the pass: the windows the core assigns it,
+    /// every core (GIL released); failures are recorded.
+    #[pyo3(signature = (rank, threads = 0))]
+    fn prove_share(&self, py: Python<'_>, rank: u64, threads: usize) -> PyResult<PyBudgetShare> {
+        let share = on_pass!(self, py, pass => py.detach(|| pass.prove_share(rank, threads)).map_err(to_py))?;
         Ok(PyBudgetShare { inner: share })
     }
 
     /// Judges the shares of every rank, added up in the core: the verdict, or
     /// ShardingError with the first failing window's counter-example.
-    fn judge(
-        &self,
-        py: Python<'_>,
-        lengths: &Bound<'_, PyAny>,
-        start: &PyBudgetStart,
-        world: u64,
-        shares: Vec<PyRef<'_, PyBudgetShare>>,
-    ) -> PyResult<PyVerdict> {
-        let total = shares
-            .iter()
-            .fold(BudgetShare::default(), |t, s| t.merge(&s.inner));
-        let inner = &self.inner;
-        let verdict = with_lengths!(lengths, l => compute(py, inner.window(), || inner.judge(l, &start.inner, world, &total)).map_err(to_py))?;
+    fn judge(&self, py: Python<'_>, shares: Vec<PyRef<'_, PyBudgetShare>>) -> PyResult<PyVerdict> {
+        let total = shares.iter().fold(BudgetShare::default(), |t, s| {
+            BudgetPass::<[u8]>::merge(&t, &s.inner)
+        });
+        let window = self.budget.get().inner.window();
+        let verdict =
+            on_pass!(self, py, pass => compute(py, window, || pass.judge(&total)).map_err(to_py))?;
         Ok(verdict.into())
     }
 }

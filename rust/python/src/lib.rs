@@ -25,7 +25,9 @@ mod _core {
     #[pymodule_export]
     use super::block::BlockPermutation;
     #[pymodule_export]
-    use super::budget::{BudgetEpoch, PyBudgetShare, PyBudgetStart, PyWindowPlan, TokenBudget};
+    use super::budget::{
+        BudgetEpoch, PyBudgetPass, PyBudgetShare, PyBudgetStart, PyWindowPlan, TokenBudget,
+    };
     #[pymodule_export]
     use super::errors::ShardingError;
     #[pymodule_export]

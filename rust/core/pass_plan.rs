@@ -363,7 +363,8 @@ mod tests {
         for drop_last in [false, true] {
             for world in [1, 3] {
                 let budget =
-                    TokenBudget::new(Version::V2, n, 128, 64, 5, 2, true, drop_last).unwrap();
+                    crate::budget::test_budget(Version::V2, n, 128, 64, 5, 2, true, drop_last)
+                        .unwrap();
                 let fresh =
                     BudgetPass::new(&budget, &lengths[..], BudgetStart::default(), world).unwrap();
                 let label = format!("budget drop_last={drop_last} world={world}");
@@ -406,7 +407,7 @@ mod tests {
         assert!(part.after(5).is_err());
         assert!(part.prove_share(3, 1).is_err());
         let lengths = [4u8; 10];
-        let budget = TokenBudget::new(Version::V2, 10, 8, 10, 0, 0, true, false).unwrap();
+        let budget = crate::budget::test_budget(Version::V2, 10, 8, 10, 0, 0, true, false).unwrap();
         let pass = BudgetPass::new(&budget, &lengths[..], BudgetStart::default(), 2).unwrap();
         let steps = pass.steps().unwrap();
         assert!(pass.batch(0, steps).is_err());

@@ -19,7 +19,8 @@ use std::sync::Arc;
 
 use crate::error::{check_below, Error};
 use crate::order::{Identity, Order};
-use crate::permutation::{Permutation, Version};
+use crate::permutation::Permutation;
+use crate::state::BudgetEpoch;
 
 mod proof;
 mod start;
@@ -97,57 +98,39 @@ impl WindowPlan {
 /// The token-budget plan of an epoch: its order and budget.
 #[derive(Clone, Debug)]
 pub struct TokenBudget {
-    /// The permutation of the order and of each window's steps.
-    version: Version,
+    /// The epoch's fields (checked), the budget and the window among them.
+    config: BudgetEpoch,
+    /// The samples' order: `config`'s permutation, or the identity without a shuffle.
     order: Order,
-    max_tokens: u64,
-    window: u64,
-    seed: u64,
-    epoch: u64,
-    shuffle: bool,
-    drop_last: bool,
 }
 
 impl TokenBudget {
-    /// The plan of `n` samples for `(seed, epoch)`: the order of `version`'s permutation
-    /// (budget-v1: perm-v1, budget-v2: perm-v2, for the samples and each window's steps),
-    /// or the identity without `shuffle`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        version: Version,
-        n: u64,
-        max_tokens: u64,
-        window: u64,
-        seed: u64,
-        epoch: u64,
-        shuffle: bool,
-        drop_last: bool,
-    ) -> Result<Self, Error> {
-        if max_tokens == 0 || window == 0 {
-            return Err(Error::Invalid(format!(
-                "max_tokens ({max_tokens}) and window ({window}) must be at least 1"
-            )));
-        }
-        let order: Order = if shuffle {
-            Arc::new(Permutation::of_version(version, n, seed, epoch, 0)?)
+    /// The plan of `config`'s epoch (built by [`BudgetEpoch::new`], which checks it): the
+    /// order of its permutation (budget-v1: perm-v1, budget-v2: perm-v2, for the samples
+    /// and each window's steps), or the identity without `shuffle`. Its ranks are a
+    /// pass's, not the plan's: one plan serves a resume onto another world size.
+    pub fn of(config: &BudgetEpoch) -> Result<Self, Error> {
+        let spec = &config.spec;
+        let order: Order = if spec.shuffle {
+            Arc::new(Permutation::of_version(
+                spec.permutation,
+                spec.n,
+                spec.seed,
+                spec.epoch,
+                0,
+            )?)
         } else {
-            Arc::new(Identity::new(n)?)
+            Arc::new(Identity::new(spec.n)?)
         };
         Ok(TokenBudget {
-            version,
+            config: config.clone(),
             order,
-            max_tokens,
-            window,
-            seed,
-            epoch,
-            shuffle,
-            drop_last,
         })
     }
 
     /// Its algorithm id: budget-v1 or budget-v2.
     pub fn algorithm(&self) -> &'static str {
-        self.version.id(&BUDGET_ALGORITHMS)
+        self.config.algorithm()
     }
 
     /// Number of samples.
@@ -157,18 +140,18 @@ impl TokenBudget {
 
     /// Positions planned together.
     pub fn window(&self) -> u64 {
-        self.window
+        self.config.window
     }
 
     /// Number of windows, `ceil(n / window)`.
     pub fn windows(&self) -> u64 {
-        self.n().div_ceil(self.window)
+        self.n().div_ceil(self.config.window)
     }
 
     /// The positions of window `k < windows()`.
     pub fn window_positions(&self, k: u64) -> Range<u64> {
-        let start = k.saturating_mul(self.window).min(self.n());
-        start..start.saturating_add(self.window).min(self.n())
+        let start = k.saturating_mul(self.config.window).min(self.n());
+        start..start.saturating_add(self.config.window).min(self.n())
     }
 
     /// The samples of window `k`, in the order's order.
@@ -197,10 +180,10 @@ impl TokenBudget {
                 self.n()
             )));
         }
-        if world == 0 || world > self.window {
+        if world == 0 || world > self.config.window {
             return Err(Error::Invalid(format!(
                 "world ({world}) must be in [1, window={}]",
-                self.window
+                self.config.window
             )));
         }
         Ok(())
@@ -236,11 +219,11 @@ impl TokenBudget {
         let mut keyed = Vec::with_capacity(samples.len());
         for (i, &s) in samples.iter().enumerate() {
             let length = lengths.length(s)?;
-            if length > self.max_tokens {
+            if length > self.config.max_tokens {
                 return Err(Error::Invalid(format!(
                     "sample {s} has length {length} > max_tokens={}: no batch can hold it. \
                      Raise max_tokens, or truncate or filter long samples",
-                    self.max_tokens
+                    self.config.max_tokens
                 )));
             }
             keyed.push((length, i as u64));
@@ -249,7 +232,7 @@ impl TokenBudget {
         let sorted: Vec<u64> = keyed.iter().map(|&(_, i)| samples[i as usize]).collect();
         let length = |i: u64| keyed[i as usize].0;
         let fits = |i: u64, j: u64| {
-            u128::from(j - i + 1) * u128::from(length(j)) <= u128::from(self.max_tokens)
+            u128::from(j - i + 1) * u128::from(length(j)) <= u128::from(self.config.max_tokens)
         };
 
         // Greedy cut: a batch grows while its padded size stays within the budget.
@@ -276,7 +259,7 @@ impl TokenBudget {
             if j - i > 1 {
                 batches[largest] = (i, (i + j) / 2);
                 batches.push(((i + j) / 2, j));
-            } else if self.drop_last {
+            } else if self.config.spec.drop_last {
                 let (i, j) = batches.pop().unwrap_or((0, 0));
                 dropped += j - i;
             } else {
@@ -289,11 +272,11 @@ impl TokenBudget {
             std::cmp::Reverse(u128::from(j - i) * u128::from(length(j - 1)))
         });
         let steps = batches.len() as u64 / world;
-        let shuffled = match (self.shuffle, steps) {
+        let shuffled = match (self.config.spec.shuffle, steps) {
             (true, 1..) => Some(Permutation::of_version(
-                self.version,
+                self.config.spec.permutation,
                 steps,
-                window_seed(self.seed, self.epoch, k),
+                window_seed(self.config.spec.seed, self.config.spec.epoch, k),
                 0,
                 0,
             )?),
@@ -313,4 +296,33 @@ impl TokenBudget {
             dropped,
         })
     }
+}
+
+/// Plans for the unit tests, from the fields one by one.
+#[cfg(test)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn test_budget(
+    version: crate::permutation::Version,
+    n: u64,
+    max_tokens: u64,
+    window: u64,
+    seed: u64,
+    epoch: u64,
+    shuffle: bool,
+    drop_last: bool,
+) -> Result<TokenBudget, Error> {
+    let spec = crate::epoch::EpochSpec {
+        n,
+        num_replicas: 1,
+        seed,
+        epoch,
+        shuffle,
+        drop_last,
+        permutation: version,
+    };
+    TokenBudget::of(&BudgetEpoch::new(BudgetEpoch {
+        spec,
+        max_tokens,
+        window,
+    })?)
 }

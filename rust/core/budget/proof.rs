@@ -206,11 +206,11 @@ impl TokenBudget {
             for &s in batch {
                 longest = longest.max(lengths.length(s)?);
             }
-            if u128::from(j - i) * u128::from(longest) > u128::from(self.max_tokens) {
+            if u128::from(j - i) * u128::from(longest) > u128::from(self.config.max_tokens) {
                 return violation(format!(
                     "a batch exceeds max_tokens={} (rank {rank}, step {step}: {} samples, the \
                      longest {longest} tokens)",
-                    self.max_tokens,
+                    self.config.max_tokens,
                     j - i
                 ));
             }
@@ -336,7 +336,7 @@ mod tests {
     }
 
     fn budget(n: u64, window: u64, drop_last: bool) -> TokenBudget {
-        TokenBudget::new(Version::V2, n, 16384, window, 3, 1, true, drop_last).unwrap()
+        crate::budget::test_budget(Version::V2, n, 16384, window, 3, 1, true, drop_last).unwrap()
     }
 
     fn whole() -> BudgetStart {
@@ -545,9 +545,10 @@ mod tests {
         assert!(b.plan(ok.as_slice(), 10, None, 2).is_err());
         assert!(b.plan(ok.as_slice(), 0, None, 11).is_err());
         assert!(b.plan(ok.as_slice(), 0, Some(&[true; 3]), 2).is_err());
-        assert!(TokenBudget::new(Version::V1, 10, 0, 1, 0, 0, true, false).is_err());
+        assert!(crate::budget::test_budget(Version::V1, 10, 0, 1, 0, 0, true, false).is_err());
         // The error of the first failing window, whatever the threads.
-        let b = TokenBudget::new(Version::V1, 100, 16384, 10, 0, 0, false, false).unwrap();
+        let b =
+            crate::budget::test_budget(Version::V1, 100, 16384, 10, 0, 0, false, false).unwrap();
         let mut some_long = vec![1u16; 100];
         some_long[95] = 20000;
         some_long[42] = 20001;

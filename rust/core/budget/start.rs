@@ -140,7 +140,8 @@ mod tests {
 
     #[test]
     fn taken_bits_round_trip_as_numpy_packs_them() {
-        let b = TokenBudget::new(crate::Version::V1, 20, 100, 10, 0, 0, true, false).unwrap();
+        let b =
+            crate::budget::test_budget(crate::Version::V1, 20, 100, 10, 0, 0, true, false).unwrap();
         // numpy.packbits([1,0,0,0,0,0,0,1, 1,1]) == [0x81, 0xC0]
         let start = BudgetStart::new(&b, 1, &[0x81, 0xC0], 3).unwrap();
         let want = [

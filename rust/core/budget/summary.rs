@@ -119,7 +119,7 @@ impl TokenBudget {
         self.check_lengths(lengths, world)?;
         check_below("sample", sample, self.n())?;
         let position = self.order.position_of(sample)?;
-        let k = position / self.window;
+        let k = position / self.window();
         let offset = position - self.window_positions(k).start;
         let taken = start.taken_in(k).is_some_and(|t| t[offset as usize]);
         if k < start.window() || taken {
@@ -214,7 +214,8 @@ mod tests {
         for (lengths, cut_by_repeats) in [(mixed, false), (alone, true)] {
             for (drop_last, world) in [(false, 3), (true, 3), (false, 1)] {
                 let budget =
-                    TokenBudget::new(Version::V2, 503, 160, 64, 7, 1, true, drop_last).unwrap();
+                    crate::budget::test_budget(Version::V2, 503, 160, 64, 7, 1, true, drop_last)
+                        .unwrap();
                 let fresh = BudgetStart::new(&budget, 0, &[], 0).unwrap();
                 let resumed = fresh.after(2);
                 let later = BudgetStart::new(&budget, 3, &[], 0).unwrap();
@@ -233,7 +234,8 @@ mod tests {
             }
         }
         let lengths = vec![1u32; 503];
-        let budget = TokenBudget::new(Version::V2, 503, 160, 64, 7, 1, true, false).unwrap();
+        let budget =
+            crate::budget::test_budget(Version::V2, 503, 160, 64, 7, 1, true, false).unwrap();
         let start = BudgetStart::new(&budget, 0, &[], 0).unwrap();
         assert!(budget.locate(&lengths[..], &start, 3, 503, 1).is_err());
     }

@@ -3,7 +3,7 @@
 //! `tests/reference_budget.py`)
 //! must come out of the Rust core unchanged, forever.
 
-use permshard_core::{Mixture, Permutation, TokenBudget, Version};
+use permshard_core::{BudgetEpoch, EpochSpec, Mixture, Permutation, TokenBudget, Version};
 use serde_json::Value;
 
 fn u64_field(v: &Value) -> u64 {
@@ -130,17 +130,21 @@ fn budget_golden_vectors_match_for(version: Version) {
         let lengths: Vec<u16> = (0..n)
             .map(|i| 1 + (permshard_core::splitmix64(n ^ i) % 4000) as u16)
             .collect();
-        let budget = TokenBudget::new(
-            version,
+        let spec = EpochSpec {
             n,
-            int(&case["max_tokens"]),
-            int(&case["window"]),
-            int(&case["seed"]),
-            int(&case["epoch"]),
-            case["shuffle"].as_bool().unwrap(),
-            case["drop_last"].as_bool().unwrap(),
-        )
-        .unwrap();
+            num_replicas: world,
+            seed: int(&case["seed"]),
+            epoch: int(&case["epoch"]),
+            shuffle: case["shuffle"].as_bool().unwrap(),
+            drop_last: case["drop_last"].as_bool().unwrap(),
+            permutation: version,
+        };
+        let config = BudgetEpoch {
+            spec,
+            max_tokens: int(&case["max_tokens"]),
+            window: int(&case["window"]),
+        };
+        let budget = TokenBudget::of(&BudgetEpoch::new(config).unwrap()).unwrap();
         let mut ranks: Vec<Vec<Vec<u64>>> = vec![Vec::new(); world as usize];
         for k in 0..budget.windows() {
             let plan = budget.plan(lengths.as_slice(), k, None, world).unwrap();

@@ -7,9 +7,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-use permshard_core::{
-    BudgetPass, BudgetResume, BudgetShare, BudgetStart, PassPlan, Version, WindowPlan,
-};
+use permshard_core::{BudgetPass, BudgetResume, BudgetShare, BudgetStart, PassPlan, WindowPlan};
 
 use crate::convert::{compute, epoch_spec, field, int64_array, non_negative};
 use crate::errors::to_py;
@@ -209,6 +207,17 @@ impl PyBudgetShare {
     }
 }
 
+/// The core's token-budget epoch of `config` (any object with the fields of a
+/// `BudgetConfig` as attributes), its fields checked together.
+fn budget_epoch(config: &Bound<'_, PyAny>) -> PyResult<permshard_core::BudgetEpoch> {
+    permshard_core::BudgetEpoch::new(permshard_core::BudgetEpoch {
+        spec: epoch_spec(config)?,
+        max_tokens: field(config, "max_tokens")?,
+        window: field(config, "window")?,
+    })
+    .map_err(to_py)
+}
+
 #[pyclass(frozen, module = "permshard._core", name = "BudgetEpoch")]
 pub struct BudgetEpoch {
     inner: permshard_core::BudgetEpoch,
@@ -220,13 +229,9 @@ impl BudgetEpoch {
     /// `BudgetConfig` as attributes), its fields checked together.
     #[new]
     fn new(config: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let inner = permshard_core::BudgetEpoch::new(permshard_core::BudgetEpoch {
-            spec: epoch_spec(config)?,
-            max_tokens: field(config, "max_tokens")?,
-            window: field(config, "window")?,
+        Ok(BudgetEpoch {
+            inner: budget_epoch(config)?,
         })
-        .map_err(to_py)?;
-        Ok(BudgetEpoch { inner })
     }
 
     /// The algorithm id of the plan (budget-v2, budget-v1).
@@ -291,18 +296,7 @@ impl TokenBudget {
     /// `BudgetConfig` as attributes.
     #[new]
     fn new(config: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let version = Version::named(&field::<String>(config, "permutation")?).map_err(to_py)?;
-        let inner = permshard_core::TokenBudget::new(
-            version,
-            field(config, "n")?,
-            field(config, "max_tokens")?,
-            field(config, "window")?,
-            field(config, "seed")?,
-            field(config, "epoch")?,
-            field(config, "shuffle")?,
-            field(config, "drop_last")?,
-        )
-        .map_err(to_py)?;
+        let inner = permshard_core::TokenBudget::of(&budget_epoch(config)?).map_err(to_py)?;
         Ok(TokenBudget { inner })
     }
 

@@ -22,25 +22,27 @@ PYTEST_WORKERS ?= auto
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-# pip builds the extension with every editable install; on the fast profile here (the
-# tests' build): the release build (fat LTO) is `make build`'s, for the demo and benchmarks.
-INSTALL := $(NOJOBS) MATURIN_PEP517_ARGS="--profile fast" $(PY) -m pip install -q
+# The dependencies (pyproject.toml's, the package itself left out) are installed by uv
+# from PyPI: it fetches and unpacks in parallel, torch's wheels in ~20 s where pip takes
+# ~2 min. The package is built by `make build` (release, fat LTO: the demo, benchmarks)
+# or `make build-fast` (the tests' build).
+UV := $(NOJOBS) $(VENV)/bin/uv pip install -q --python $(PY)
 
-# What the demo needs: torch, numpy and the CLI.
+# What the demo needs: torch, numpy and the CLI's.
 $(VENV)/.base: pyproject.toml
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(INSTALL) -e ".[cli]"
+	$(PY) -m pip install -q uv
+	$(UV) -r pyproject.toml --extra cli
 	touch $@
 
-# What the tests and linters add: the integrations, pytest, mypy, ruff.
+# What the tests and linters add: the integrations, pytest, mypy, ruff, maturin.
 # megatron-core is a test reference only, without its dependencies (its dataset code
 # needs only torch and numpy); its comparison tests skip where it cannot be installed.
 $(VENV)/.dev: $(VENV)/.base
-	$(INSTALL) -e ".[dev]"
-	$(PY) -m pip install -q --no-deps megatron-core==0.16.1 || echo "megatron-core not installed: tests/test_megatron.py will skip"
-	$(PY) -m pip install -q grain || echo "grain not installed: tests/test_grain.py will skip"
-	$(PY) -m pip install -q "ray[train]" || echo "ray[train] not installed: tests/test_ray.py will skip"
+	$(UV) -r pyproject.toml --extra dev
+	$(UV) --no-deps megatron-core==0.16.1 || echo "megatron-core not installed: tests/test_megatron.py will skip"
+	$(UV) grain || echo "grain not installed: tests/test_grain.py will skip"
+	$(UV) "ray[train]" || echo "ray[train] not installed: tests/test_ray.py will skip"
 	touch $@
 
 build: $(VENV)/.build-release  ## Build the Rust extension into the virtualenv (release, fat LTO)

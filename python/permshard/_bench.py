@@ -143,20 +143,11 @@ def plot(results: dict[str, Any], path: str) -> None:
     for kind, label, style in (("torch", "DistributedSampler", "o-"), ("permshard", "ShardedSampler", "s-")):
         ax1.plot(ns, [r[kind]["first_index_s"] for r in rows], style, label=label)
         ax2.plot(ns, [max(r[kind]["peak_mib"], 0.01) for r in rows], style, label=label)
-    ax1.set(
-        xscale="log",
-        yscale="log",
-        xlabel="dataset size N",
-        ylabel="seconds",
-        title="time to first index (rank 0 of 8)",
-    )
-    ax2.set(
-        xscale="log",
-        yscale="log",
-        xlabel="dataset size N",
-        ylabel="MiB",
-        title="peak memory growth, one epoch",
-    )
+    for ax, ylabel, title in (
+        (ax1, "seconds", "time to first index (rank 0 of 8)"),
+        (ax2, "MiB", "peak memory growth, one epoch"),
+    ):
+        ax.set(xscale="log", yscale="log", xlabel="dataset size N", ylabel=ylabel, title=title)
     if all(r["permshard"]["peak_mib"] <= 0.01 for r in rows):
         ax2.annotate(
             "ShardedSampler: no measurable growth\n(ru_maxrss; drawn at 0.01 MiB)",

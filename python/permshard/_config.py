@@ -452,6 +452,15 @@ class HoldsConfig:
     config: EpochConfig
     #: The configuration's class, whose fields the sampler reads as attributes.
     config_type: ClassVar[type[EpochConfig]]
+    # Every configuration's fields, read as attributes (a subclass declares its own).
+    n: int
+    num_replicas: int
+    seed: int
+    epoch: int
+    shuffle: bool
+    drop_last: bool
+    algorithm: str
+    permutation: str
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -128,15 +128,7 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
 
     config: ShardConfig  # the configuration of the current epoch, as every rank must agree on it
     config_type = ShardConfig
-    # Its fields, read-only attributes (HoldsConfig); DistributedSampler's first.
-    num_replicas: int
-    epoch: int
-    seed: int
-    shuffle: bool
-    drop_last: bool
-    n: int
-    algorithm: str
-    permutation: str
+    # Its fields beyond every configuration's, read-only attributes (HoldsConfig).
     block_size: int
     window_blocks: int
     exclude: Optional[_core.Exclusions]

@@ -75,15 +75,7 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
 
     config: BudgetConfig  # the configuration of the current epoch, as every rank must agree on it
     config_type = BudgetConfig
-    # Its fields, read-only attributes (HoldsConfig).
-    n: int
-    num_replicas: int
-    seed: int
-    epoch: int
-    shuffle: bool
-    drop_last: bool
-    algorithm: str
-    permutation: str
+    # Its fields beyond every configuration's, read-only attributes (HoldsConfig).
     max_tokens: int
     window: int
 

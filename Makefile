@@ -62,8 +62,15 @@ target/.core-fast: $(SOURCES)
 	$(CARGO) build --profile fast -p permshard-core
 	touch $@
 
-$(VENV)/.build-fast: $(VENV)/.dev target/.core-fast $(SOURCES)
-	$(NOJOBS) VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop -q --profile fast
+# maturin (pyproject's build requirement) comes before the test tools: under make -j the
+# extension compiles while uv fetches them.
+$(VENV)/.maturin: $(VENV)/.base
+	test -x $(VENV)/bin/uv || $(PY) -m pip install -q uv  # a virtualenv made before uv
+	$(UV) "maturin>=1.9.4,<2"
+	touch $@
+
+$(VENV)/.build-fast: $(VENV)/.maturin target/.core-fast $(SOURCES)
+	$(NOJOBS) VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop -q --uv --profile fast
 	rm -f $(VENV)/.build-release
 	touch $@
 
@@ -76,7 +83,7 @@ lint-rust:  ## rustfmt and clippy (needs no Python environment)
 	cargo fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --profile fast -- -D warnings
 
-lint-py: build-fast  ## ruff (format and check), mypy --strict, stubtest
+lint-py: build-fast $(VENV)/.dev  ## ruff (format and check), mypy --strict, stubtest
 	$(PY) -m ruff format --check .
 	$(PY) -m ruff check .
 	$(PY) -m mypy
@@ -85,10 +92,10 @@ lint-py: build-fast  ## ruff (format and check), mypy --strict, stubtest
 rust-test:  ## Rust unit, property and golden tests
 	$(CARGO) test --profile fast -p permshard-core
 
-py-test: build-fast  ## Python tests (real multi-process runs included), over every core
+py-test: build-fast $(VENV)/.dev  ## Python tests (real multi-process runs included), over every core
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --durations=30
 
-test-fast: build-fast  ## The fast tier: tests not marked slow or multiprocess, over every core
+test-fast: build-fast $(VENV)/.dev  ## The fast tier: tests not marked slow or multiprocess, over every core
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -m "not slow and not multiprocess" -q
 
 # py-test first: under make -j2 it starts as soon as the extension is built, the lints

@@ -308,22 +308,26 @@ impl Mixture {
     /// [`Mixture::pass_order`] of each `(source, pass)` of `keys`, the kept ones looked up
     /// together.
     fn pass_orders(&self, keys: &[(usize, u64)]) -> Vec<Arc<Permutation>> {
-        let key = chain(MIX_TAG, &[self.seed]);
-        let build = |s: usize, pass: u64| {
-            Permutation::of_version(self.version, self.sizes[s], key, pass, s as u64)
-                .expect("size >= 1")
-        };
         match self.version {
             Version::V1 => (keys.iter())
-                .map(|&(s, pass)| {
-                    Arc::new(
-                        Permutation::untabled(self.sizes[s], key, pass, s as u64)
-                            .expect("size >= 1"),
-                    )
-                })
+                .map(|&(s, pass)| Arc::new(self.build_pass_order(s, pass)))
                 .collect(),
-            Version::V2 => self.passes.get_all(keys, build),
+            Version::V2 => self
+                .passes
+                .get_all(keys, |s, pass| self.build_pass_order(s, pass)),
         }
+    }
+
+    /// The permutation of source `s` in pass `pass`, built (perm-v1's without its table).
+    fn build_pass_order(&self, s: usize, pass: u64) -> Permutation {
+        let key = chain(MIX_TAG, &[self.seed]);
+        match self.version {
+            Version::V1 => Permutation::untabled(self.sizes[s], key, pass, s as u64),
+            Version::V2 => {
+                Permutation::of_version(self.version, self.sizes[s], key, pass, s as u64)
+            }
+        }
+        .expect("size >= 1")
     }
 
     /// `(source, index)` at `position`.
@@ -417,9 +421,28 @@ impl Mixture {
                 pass
             })
             .collect();
-        self.per_pass(sources, &passes, occurrences, |order, offsets| {
-            order.map_in_place(offsets)
-        });
+        let walk = |order: &Permutation, offsets: &mut [u64]| order.map_in_place(offsets);
+        // mix-v2: the small sources' orders are kept tables, read slot by slot; the
+        // others' walks go through the permutations batched, pass by pass.
+        let is_tabled = |i: &usize| self.passes.tabled(sources[*i] as usize);
+        let (tabled, walked): (Vec<usize>, Vec<usize>) = match self.version {
+            Version::V1 => (Vec::new(), Vec::new()),
+            Version::V2 => (0..sources.len()).partition(is_tabled),
+        };
+        if tabled.is_empty() {
+            return self.per_pass(sources, &passes, occurrences, walk);
+        }
+        let build = |s: usize, pass: u64| self.build_pass_order(s, pass);
+        (self.passes).map_tabled(tabled.into_iter(), sources, &passes, occurrences, build);
+        if walked.is_empty() {
+            return;
+        }
+        let pick = |values: &[u64]| -> Vec<u64> { walked.iter().map(|&i| values[i]).collect() };
+        let mut values = pick(occurrences);
+        self.per_pass(&pick(sources), &pick(&passes), &mut values, walk);
+        for (&i, v) in walked.iter().zip(values) {
+            occurrences[i] = v;
+        }
     }
 
     /// Applies `apply` (a pass's permutation, either way) to each `values[i]` of source

@@ -9,6 +9,7 @@
 //! entries. Consecutive positions keep touching one pass per source, so they stay cheap
 //! however small the budget.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex};
@@ -53,10 +54,18 @@ impl Hasher for KeyHasher {
     }
 }
 
+/// A kept order and when it was last used (a cell: a batch reads several orders at once
+/// and marks each as used).
+#[derive(Debug)]
+struct KeptOrder {
+    order: Arc<Permutation>,
+    used: Cell<u64>,
+}
+
 #[derive(Debug, Default)]
 struct Kept {
-    /// Each kept order and when it was last used.
-    orders: HashMap<Key, (Arc<Permutation>, u64), BuildHasherDefault<KeyHasher>>,
+    /// Each kept order.
+    orders: HashMap<Key, KeptOrder, BuildHasherDefault<KeyHasher>>,
     /// Uses so far (the clock of the last uses).
     clock: u64,
     /// Entries (and overheads) of the kept orders.
@@ -131,6 +140,58 @@ impl Passes {
             .collect()
     }
 
+    /// Whether source `s`'s orders are tables (kept here).
+    pub(super) fn tabled(&self, s: usize) -> bool {
+        self.costs[s].is_some()
+    }
+
+    /// Maps `values[i]`, for each slot `i` of `slots` (of tabled sources), through the
+    /// order of `(sources[i], passes[i])`. The kept orders are read in place under one
+    /// lock, a table entry a slot (random positions touch another pass at almost every
+    /// slot: grouping them first would cost more than the lookups), each source's last
+    /// order reused while its pass repeats (consecutive positions). The orders not kept
+    /// are built by `build` outside the lock (then kept) and their slots mapped after.
+    pub(super) fn map_tabled(
+        &self,
+        slots: impl Iterator<Item = usize>,
+        sources: &[u64],
+        passes: &[u64],
+        values: &mut [u64],
+        mut build: impl FnMut(usize, u64) -> Permutation,
+    ) {
+        let mut missed = Vec::new();
+        {
+            let mut kept = self.lock();
+            let mut clock = kept.clock;
+            let mut last: Vec<Option<(u64, &Permutation)>> = vec![None; self.costs.len()];
+            for i in slots {
+                let (s, pass) = (sources[i] as usize, passes[i]);
+                let order = match last[s] {
+                    Some((p, order)) if p == pass => order,
+                    _ => {
+                        let Some(entry) = kept.orders.get(&(s, pass)) else {
+                            missed.push(i);
+                            continue;
+                        };
+                        clock += 1;
+                        entry.used.set(clock);
+                        last[s] = Some((pass, &*entry.order));
+                        &*entry.order
+                    }
+                };
+                values[i] = order.forward_unchecked(values[i]);
+            }
+            drop(last);
+            kept.clock = clock;
+        }
+        for i in missed {
+            let (s, pass) = (sources[i] as usize, passes[i]);
+            values[i] = self
+                .get(s, pass, || build(s, pass))
+                .forward_unchecked(values[i]);
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
         // A panic elsewhere cannot leave the store half-written: each step keeps it whole.
         self.kept
@@ -143,16 +204,17 @@ impl Kept {
     /// The kept order of `key`, marked as just used.
     fn touch(&mut self, key: Key) -> Option<Arc<Permutation>> {
         self.clock += 1;
-        let (order, used) = self.orders.get_mut(&key)?;
-        *used = self.clock;
-        Some(Arc::clone(order))
+        let kept = self.orders.get(&key)?;
+        kept.used.set(self.clock);
+        Some(Arc::clone(&kept.order))
     }
 
     /// Keeps `order` (just used). Past `budget`, drops the least recently used orders
     /// until a quarter of the budget is free: one sort per many insertions, so a use
     /// costs a hash lookup, not an ordered index's upkeep.
     fn insert(&mut self, key: Key, order: Arc<Permutation>, cost: u64, budget: u64) {
-        self.orders.insert(key, (order, self.clock));
+        let used = Cell::new(self.clock);
+        self.orders.insert(key, KeptOrder { order, used });
         self.entries += cost;
         if self.entries <= budget {
             return;
@@ -160,15 +222,15 @@ impl Kept {
         let mut by_use: Vec<(u64, Key)> = self
             .orders
             .iter()
-            .map(|(&k, &(_, used))| (used, k))
+            .map(|(&k, kept)| (kept.used.get(), k))
             .collect();
         by_use.sort_unstable();
         for (_, oldest) in by_use {
             if self.entries <= budget - budget / 4 || oldest == key {
                 break;
             }
-            let (dropped, _) = self.orders.remove(&oldest).expect("kept");
-            self.entries -= dropped.len() + KEPT_OVERHEAD;
+            let dropped = self.orders.remove(&oldest).expect("kept");
+            self.entries -= dropped.order.len() + KEPT_OVERHEAD;
         }
     }
 }
@@ -264,6 +326,43 @@ mod tests {
         let kept = passes.lock();
         assert_eq!(kept.entries, 10 + KEPT_OVERHEAD);
         assert_eq!(kept.orders.keys().collect::<Vec<_>>(), [&(0, 1)]);
+    }
+
+    #[test]
+    fn tabled_slots_map_through_their_pass_order_kept_or_built_once() {
+        let sources = [0u64, 0, 1, 0, 0, 1, 0];
+        let pass_of = [4u64, 4, 1, 2, 4, 1, 9];
+        let values: Vec<u64> = (0..7).map(|i| (i * 3 % 10) as u64).collect();
+        let slots = [0usize, 1, 2, 3, 4, 6]; // slot 5 left as it is
+                                             // Room for every order, and for one order at a time (built again as needed).
+        for budget in [CACHED_ENTRIES, 20 + KEPT_OVERHEAD] {
+            let passes = Passes::with_budget(&[10, 20], budget);
+            let (mut mapped, mut built) = (values.clone(), Vec::new());
+            passes.map_tabled(
+                slots.into_iter(),
+                &sources,
+                &pass_of,
+                &mut mapped,
+                |s, pass| {
+                    built.push((s, pass));
+                    order(10 * (s as u64 + 1), pass, s)
+                },
+            );
+            for i in 0..7 {
+                let (s, pass) = (sources[i] as usize, pass_of[i]);
+                let want = match slots.contains(&i) {
+                    true => order(10 * (s as u64 + 1), pass, s)
+                        .forward(values[i])
+                        .unwrap(),
+                    false => values[i],
+                };
+                assert_eq!(mapped[i], want, "slot {i}, budget {budget}");
+            }
+            if budget == CACHED_ENTRIES {
+                // Each (source, pass) built once, in the order first met.
+                assert_eq!(built, [(0, 4), (1, 1), (0, 2), (0, 9)]);
+            }
+        }
     }
 
     #[test]

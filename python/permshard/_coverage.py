@@ -121,33 +121,26 @@ def prove_pass(
     )
 
 
-def verify_distributed(
-    part: _core.Partition,
-    config: ShardConfig,
-    rank: int,
-    dataset: Any = None,
-    group: Any = None,
-    *,
-    exact: bool = False,
-) -> Certificate:
-    """Consensus, then the proof of the pass ``part`` across the ranks of ``group``: a
-    coverage fingerprint, or with ``exact=True`` every rank proving its own stream by the
-    inverse; see :func:`prove_pass`. A collective: every process of the group must call it.
+def verify_distributed(*args: Any, exact: bool = False, **kwargs: Any) -> Certificate:
+    """Consensus, then the proof of a pass across the ranks of a group: a coverage
+    fingerprint, or with ``exact=True`` every rank proving its own stream by the inverse.
+    A collective: every process of the group must call it.
 
     Args:
-        part, config, rank, dataset, group, exact: as for :func:`prove_pass`.
+        args, kwargs: ``part, config, rank, dataset=None, group=None``, as for
+            :func:`prove_pass`.
+        exact (bool, optional): the exact proof instead of the fingerprint.
     """
-    return prove_pass(part, config, rank, dataset, group, exact=exact).wait()
+    return prove_pass(*args, exact=exact, **kwargs).wait()
 
 
-def verify_in_background(
-    part: _core.Partition, config: ShardConfig, rank: int, dataset: Any = None, group: Any = None
-) -> PendingCertificate:
+def verify_in_background(*args: Any, **kwargs: Any) -> PendingCertificate:
     """The exact distributed proof of :func:`verify_distributed` (``exact=True``) with its
     heavy part in a background thread: the consensus now (a collective), this rank's share
     meanwhile, the gather and the judgement in :meth:`PendingCertificate.wait`.
 
     Args:
-        part, config, rank, dataset, group: as for :func:`verify_distributed`.
+        args, kwargs: ``part, config, rank, dataset=None, group=None``, as for
+            :func:`prove_pass`.
     """
-    return prove_pass(part, config, rank, dataset, group, exact=True, background=True)
+    return prove_pass(*args, exact=True, background=True, **kwargs)

@@ -105,11 +105,12 @@ pub struct TokenBudget {
 }
 
 impl TokenBudget {
-    /// The plan of `config`'s epoch (built by [`BudgetEpoch::new`], which checks it): the
-    /// order of its permutation (budget-v1: perm-v1, budget-v2: perm-v2, for the samples
-    /// and each window's steps), or the identity without `shuffle`. Its ranks are a
-    /// pass's, not the plan's: one plan serves a resume onto another world size.
+    /// The plan of `config`'s epoch, its fields checked ([`BudgetEpoch::new`]): the order
+    /// of its permutation (budget-v1: perm-v1, budget-v2: perm-v2, for the samples and
+    /// each window's steps), or the identity without `shuffle`. Its ranks are a pass's,
+    /// not the plan's: one plan serves a resume onto another world size.
     pub fn of(config: &BudgetEpoch) -> Result<Self, Error> {
+        let config = BudgetEpoch::new(config.clone())?;
         let spec = &config.spec;
         let order: Order = if spec.shuffle {
             Arc::new(Permutation::of_version(
@@ -122,10 +123,7 @@ impl TokenBudget {
         } else {
             Arc::new(Identity::new(spec.n)?)
         };
-        Ok(TokenBudget {
-            config: config.clone(),
-            order,
-        })
+        Ok(TokenBudget { config, order })
     }
 
     /// Its algorithm id: budget-v1 or budget-v2.
@@ -320,9 +318,9 @@ pub(crate) fn test_budget(
         drop_last,
         permutation: version,
     };
-    TokenBudget::of(&BudgetEpoch::new(BudgetEpoch {
+    TokenBudget::of(&BudgetEpoch {
         spec,
         max_tokens,
         window,
-    })?)
+    })
 }

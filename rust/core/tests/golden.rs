@@ -144,7 +144,7 @@ fn budget_golden_vectors_match_for(version: Version) {
             max_tokens: int(&case["max_tokens"]),
             window: int(&case["window"]),
         };
-        let budget = TokenBudget::of(&BudgetEpoch::new(config).unwrap()).unwrap();
+        let budget = TokenBudget::of(&config).unwrap();
         let mut ranks: Vec<Vec<Vec<u64>>> = vec![Vec::new(); world as usize];
         for k in 0..budget.windows() {
             let plan = budget.plan(lengths.as_slice(), k, None, world).unwrap();

@@ -545,7 +545,9 @@ mod tests {
         assert!(b.plan(ok.as_slice(), 10, None, 2).is_err());
         assert!(b.plan(ok.as_slice(), 0, None, 11).is_err());
         assert!(b.plan(ok.as_slice(), 0, Some(&[true; 3]), 2).is_err());
+        // A budget or a window of 0 is refused, not divided by.
         assert!(crate::budget::test_budget(Version::V1, 10, 0, 1, 0, 0, true, false).is_err());
+        assert!(crate::budget::test_budget(Version::V1, 10, 8, 0, 0, 0, true, false).is_err());
         // The error of the first failing window, whatever the threads.
         let b =
             crate::budget::test_budget(Version::V1, 100, 16384, 10, 0, 0, false, false).unwrap();

@@ -29,6 +29,9 @@ help:  ## List the targets
 # package is built by `make build` (release, fat LTO: the demo, benchmarks) or
 # `make build-fast` (the tests' build).
 UV := $(NOJOBS) $(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY)
+# uv trusts the platform's certificate store, as pip does (not only its own roots: a
+# proxy's certificate authority installed there is trusted too); maturin's uv as well.
+export UV_SYSTEM_CERTS := 1
 
 # What the demo needs: torch, numpy and the CLI's.
 $(VENV)/.base: pyproject.toml

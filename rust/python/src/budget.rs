@@ -443,9 +443,7 @@ impl PyBudgetPass {
     /// Judges the shares of every rank, added up in the core: the verdict, or
     /// ShardingError with the first failing window's counter-example.
     fn judge(&self, py: Python<'_>, shares: Vec<PyRef<'_, PyBudgetShare>>) -> PyResult<PyVerdict> {
-        let total = shares.iter().fold(BudgetShare::default(), |t, s| {
-            BudgetPass::<[u8]>::merge(&t, &s.inner)
-        });
+        let total = (shares.iter()).fold(BudgetShare::default(), |t, s| t.merge(&s.inner));
         let window = self.budget.get().inner.window();
         let verdict =
             on_pass!(self, py, pass => compute(py, window, || pass.judge(&total)).map_err(to_py))?;

@@ -124,7 +124,7 @@ def build_plan(part: _core.Partition, config: ShardConfig, rank: int) -> ShardPl
         start=part.start,
         num_samples=part.num_samples,
         total_size=part.total_size,
-        lengths=(part.num_samples,) * config.num_replicas,
+        lengths=tuple(part.lengths),
         padding_per_rank=tuple(part.padding_of(r) for r in range(config.num_replicas)),
         padding_positions=padding_positions,
         padding_samples=tuple(part.sample_at(p) for p in padding_positions),

@@ -71,6 +71,12 @@ impl Partition {
         Ok((first..=last).map(|s| self.batch_start(s)).collect())
     }
 
+    /// Items per rank in this pass, rank by rank: every rank deals as many (the padding
+    /// evens them out; drops cut the epoch before it is dealt).
+    pub fn lengths(&self) -> Vec<u64> {
+        vec![self.num_samples(); self.num_replicas() as usize]
+    }
+
     /// `(step, item)`: the batch every rank's local item `local` is in, and its place there.
     pub fn batch_of(&self, local: u64) -> Result<(u64, u64), Error> {
         if local >= self.num_samples() {
@@ -211,6 +217,15 @@ mod tests {
                     );
                 }
                 assert_eq!(part.consumed_after_batches(u64::MAX), part.end());
+                // Each rank's length is what it deals: together, the pass's positions once.
+                let lengths = part.lengths();
+                assert_eq!(lengths.len() as u64, w);
+                let mut dealt: Vec<u64> = (0..w)
+                    .flat_map(|r| (0..lengths[r as usize]).map(move |k| (r, k)))
+                    .map(|(r, k)| part.position(r, k))
+                    .collect();
+                dealt.sort_unstable();
+                assert_eq!(dealt, (start..part.end()).collect::<Vec<u64>>(), "{dealing:?}");
                 // The proof's shares cover the pass and the positions outside it once.
                 let shares: u64 = (0..w).map(|r| part.share_len(r).unwrap()).sum();
                 assert_eq!(shares, part.total_size() + part.outside().count());

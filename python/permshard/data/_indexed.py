@@ -295,24 +295,24 @@ def split_bounds(split: Union[str, Sequence[float]], num: int) -> list[tuple[int
 def search_sorted(
     values: npt.NDArray[Any],
     coarse: npt.NDArray[np.int64],
-    step: int,
+    stride: int,
     queries: npt.NDArray[np.int64],
     side: str,
 ) -> npt.NDArray[np.int64]:
     """``np.searchsorted(values, queries, side)`` for a sorted memmap that numpy would
-    copy whole (the ``.idx`` arrays are unaligned): ``coarse = values[::step]`` narrows
-    each query to ``step`` entries, then a vectorised bisection reads only those.
+    copy whole (the ``.idx`` arrays are unaligned): ``coarse = values[::stride]`` narrows
+    each query to ``stride`` entries, then a vectorised bisection reads only those.
 
     Args:
         values (numpy.ndarray): the sorted array (a memmap).
-        coarse (numpy.ndarray): ``values[::step]`` as int64.
-        step (int): the sampling step of ``coarse``.
+        coarse (numpy.ndarray): ``values[::stride]`` as int64.
+        stride (int): every how many entries ``coarse`` samples.
         queries (numpy.ndarray): int64 values to place.
         side (str): ``"left"`` or ``"right"``, as numpy's.
     """
     j = np.searchsorted(coarse, queries, side=side)  # type: ignore[call-overload]
-    lo: npt.NDArray[np.int64] = np.maximum(j - 1, 0) * step
-    hi: npt.NDArray[np.int64] = np.minimum(j * step, values.size)
+    lo: npt.NDArray[np.int64] = np.maximum(j - 1, 0) * stride
+    hi: npt.NDArray[np.int64] = np.minimum(j * stride, values.size)
     right = side == "right"
     while True:
         active = lo < hi

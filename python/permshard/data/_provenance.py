@@ -120,9 +120,9 @@ class WindowProvenance(TokenFiles):
         if self.indexes[f] is None:
             return [(-1, offset, stop)]
         ix, lo, hi, pointers = self._part_pointers(f)
-        coarse, step = self._coarse_of(f)
+        coarse, stride = self._coarse_of(f)
         q = np.array([offset * self.dtype.itemsize], dtype=np.int64)
-        first = lo + int(search_sorted(pointers, coarse, step, q, "right")[0]) - 1
+        first = lo + int(search_sorted(pointers, coarse, stride, q, "right")[0]) - 1
         out = []
         for seq in range(first, hi):
             begin = ix.token_offset(seq)
@@ -141,12 +141,12 @@ class WindowProvenance(TokenFiles):
         starts = np.zeros((offsets.size, seq), dtype=np.bool_)
         for f in np.unique(files):
             pointers = self._part_pointers(int(f))[3]
-            coarse, step = self._coarse_of(int(f))
+            coarse, stride = self._coarse_of(int(f))
             rows = np.flatnonzero(files == f)
             o = offsets[rows]
             # Sequences starting strictly inside the inputs: byte pointers in (o, o + seq).
-            a = search_sorted(pointers, coarse, step, o * isz, "right")
-            b = search_sorted(pointers, coarse, step, (o + seq) * isz, "left")
+            a = search_sorted(pointers, coarse, stride, o * isz, "right")
+            b = search_sorted(pointers, coarse, stride, (o + seq) * isz, "left")
             c = b - a
             if not c.any():
                 continue

@@ -36,6 +36,12 @@ impl Partition {
         self.inner.num_samples()
     }
 
+    /// Items per rank in this pass, rank by rank.
+    #[getter]
+    fn lengths(&self) -> Vec<u64> {
+        self.inner.lengths()
+    }
+
     #[getter]
     fn total_size(&self) -> u64 {
         self.inner.total_size()

@@ -21,9 +21,6 @@ from ._validation import as_u64
 #: The id of the weighted draws (weighted-v1), recorded in state dicts.
 WEIGHTED_ALGORITHM = _core.WEIGHTED_ALGORITHM
 
-#: What a state dict of this sampler adds to a ShardedSampler's.
-_DRAW_KEYS = ("draws", "weights", "num_weights", "replacement")
-
 
 def as_weights(weights: Any) -> npt.NDArray[np.float64]:
     """``weights`` as a contiguous 1-D float64 array (a copy: later edits of the caller's
@@ -188,15 +185,7 @@ class WeightedShardedSampler(ShardedSampler):
         )
 
     def describe(self) -> dict[str, Any]:
-        return dict(super().describe(), **self._draw_fields())
-
-    def _draw_fields(self) -> dict[str, Any]:
-        return {
-            "draws": WEIGHTED_ALGORITHM,
-            "weights": self.weights_digest,
-            "num_weights": len(self._weights),
-            "replacement": self.replacement,
-        }
+        return dict(super().describe(), **self._table.state())
 
     def state_dict(self, consumed_samples: Optional[int] = None, **kwargs: Any) -> dict[str, Any]:
         """The resume point, O(1): a :meth:`ShardedSampler.state_dict` (``consumed`` counts
@@ -207,7 +196,7 @@ class WeightedShardedSampler(ShardedSampler):
             consumed_samples (int, optional): global draws of the epoch consumed so far
                 (see :meth:`ShardedSampler.state_dict`).
         """
-        return dict(super().state_dict(consumed_samples, **kwargs), **self._draw_fields())
+        return dict(super().state_dict(consumed_samples, **kwargs), **self._table.state())
 
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> None:
         """Restores a resume point of :meth:`state_dict`, on any number of ranks: the
@@ -218,22 +207,7 @@ class WeightedShardedSampler(ShardedSampler):
             state_dict (Mapping): a dict saved by :meth:`state_dict`.
             strict (bool, optional): refuse keys this sampler does not save.
         """
-        if not isinstance(state_dict, Mapping):
-            raise TypeError(f"state_dict must be a mapping, got {type(state_dict).__name__}")
-        missing = [k for k in _DRAW_KEYS if k not in state_dict]
-        if missing:
-            raise ValueError(
-                f"state_dict is missing {missing}: it was not saved by a WeightedShardedSampler; "
-                "pass a dict saved by this sampler's state_dict()"
-            )
-        mine = self._draw_fields()
-        for key in _DRAW_KEYS:
-            if state_dict[key] != mine[key] or type(state_dict[key]) is not type(mine[key]):
-                raise ValueError(
-                    f"state_dict has {key}={state_dict[key]!r} but this sampler has {key}={mine[key]!r}: "
-                    "build the sampler with the weights and replacement= of the run that saved it"
-                )
-        super().load_state_dict({k: v for k, v in state_dict.items() if k not in _DRAW_KEYS}, strict)
+        super().load_state_dict(self._table.sharded_state(state_dict), strict)
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()

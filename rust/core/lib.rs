@@ -13,7 +13,8 @@
 //! * [`Sharding`] — what an epoch is: the fields, the order they imply and its algorithm
 //!   id, the dealing, the partition at a resume point, the resume limit.
 //! * [`Value`], [`BudgetEpoch`] — what a state dict of an epoch holds ([`SHARD`],
-//!   [`BUDGET`]): written, read back checked, and migrated from earlier releases.
+//!   [`BUDGET`], and a weighted stream's [`DRAWS`]): written, read back checked, and
+//!   migrated from earlier releases.
 //! * [`Dealing`] — how a pass's positions go to (rank, local index): round-robin, step.
 //! * [`Partition`] — which global positions (and samples) each rank takes, with padding,
 //!   `drop_last` and resume from a consumed prefix.
@@ -95,6 +96,6 @@ pub use pool::{worker_threads, CHUNK};
 pub use rank_layout::check_rank_layout;
 pub use sharding::{Sharding, IDENTITY_ALGORITHM};
 pub use splitmix::splitmix64;
-pub use state::{BudgetEpoch, BudgetResume, Value, BUDGET, LAYER, SHARD};
+pub use state::{BudgetEpoch, BudgetResume, Value, BUDGET, DRAWS, LAYER, SHARD};
 pub use verdict::Verdict;
 pub use weighted::{AliasTable, EpochDraws, Weights, WEIGHTED_ALGORITHM};

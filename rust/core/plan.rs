@@ -225,7 +225,11 @@ mod tests {
                     .map(|(r, k)| part.position(r, k))
                     .collect();
                 dealt.sort_unstable();
-                assert_eq!(dealt, (start..part.end()).collect::<Vec<u64>>(), "{dealing:?}");
+                assert_eq!(
+                    dealt,
+                    (start..part.end()).collect::<Vec<u64>>(),
+                    "{dealing:?}"
+                );
                 // The proof's shares cover the pass and the positions outside it once.
                 let shares: u64 = (0..w).map(|r| part.share_len(r).unwrap()).sum();
                 assert_eq!(shares, part.total_size() + part.outside().count());

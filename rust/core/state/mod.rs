@@ -133,6 +133,19 @@ pub const LAYER: Schema = Schema {
     order_keys: &[],
 };
 
+/// What a weighted stream adds to its sharded epoch's state ([`crate::Weights`]): the
+/// draws' id, the weights' digest, their number and `replacement`.
+pub const DRAWS: Schema = Schema {
+    name: "WeightedShardedSampler",
+    keys: &[
+        key("draws", Kind::Str, Presence::Always),
+        key("weights", Kind::Str, Presence::Always),
+        key("num_weights", Kind::Int, Presence::Always),
+        key("replacement", Kind::Bool, Presence::Always),
+    ],
+    order_keys: &[],
+};
+
 /// A state dict read against its schema: every key present (or its default) and of its
 /// type. Ranges are checked as each value is taken out.
 pub struct Saved {
@@ -202,12 +215,7 @@ impl Schema {
     /// (`strict`) no other key.
     pub fn read(&self, state: &[(String, Value)], strict: bool) -> Result<Saved, Error> {
         let find = |name: &str| state.iter().find(|(k, _)| k == name).map(|(_, v)| v);
-        let missing: Vec<&str> = self
-            .keys
-            .iter()
-            .filter(|k| matches!(k.presence, Presence::Always) && find(k.name).is_none())
-            .map(|k| k.name)
-            .collect();
+        let missing = self.missing(state);
         if !missing.is_empty() {
             let saved_by = match find("algorithm") {
                 Some(Value::Str(a)) => format!(" (of algorithm {})", py_str(a)),
@@ -256,6 +264,21 @@ impl Schema {
             values.push((key.name, value));
         }
         Ok(Saved { values })
+    }
+
+    /// The keys every state of this release holds that `state` lacks, in this schema's order.
+    pub fn missing(&self, state: &[(String, Value)]) -> Vec<&'static str> {
+        self.keys
+            .iter()
+            .filter(|k| matches!(k.presence, Presence::Always))
+            .filter(|k| !state.iter().any(|(name, _)| name == k.name))
+            .map(|k| k.name)
+            .collect()
+    }
+
+    /// Whether `name` is one of this schema's keys.
+    pub fn has(&self, name: &str) -> bool {
+        self.keys.iter().any(|k| k.name == name)
     }
 
     /// `fields` (in any order) as a state dict, in this schema's order; a key without a
@@ -414,5 +437,6 @@ impl Schema {
 mod base64;
 mod budget;
 mod sharding;
+mod weighted;
 
 pub use budget::{BudgetEpoch, BudgetResume};

@@ -3,12 +3,14 @@
 
 use numpy::PyReadonlyArray1;
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
-use permshard_core::range_len;
+use permshard_core::{range_len, DRAWS};
 
 use crate::convert::{alloc, compute};
 use crate::errors::to_py;
 use crate::partition::Partition;
+use crate::state::{from_mapping, to_dict};
 
 #[pyclass(frozen, module = "permshard._core", name = "Weights")]
 pub struct Weights {
@@ -51,6 +53,33 @@ impl Weights {
     #[getter]
     fn digest(&self) -> u64 {
         self.inner.digest()
+    }
+
+    /// The fields a state dict records of these draws (the core's schema).
+    fn state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        to_dict(py, self.inner.state())
+    }
+
+    /// The sharded epoch's part of a weighted stream's `state`, once the draws' fields
+    /// are checked against these weights (ValueError naming the field that differs).
+    fn sharded_state<'py>(
+        &self,
+        py: Python<'py>,
+        state: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        self.inner
+            .sharded_state(&from_mapping(state)?)
+            .map_err(to_py)?;
+        // The rest as the caller gave it (the sharded epoch's reader checks it).
+        let dict = PyDict::new(py);
+        for item in state.call_method0("items")?.try_iter()? {
+            let (key, value): (Bound<'py, PyAny>, Bound<'py, PyAny>) = item?.extract()?;
+            let drawn = key.extract::<String>().is_ok_and(|k| DRAWS.has(&k));
+            if !drawn {
+                dict.set_item(key, value)?;
+            }
+        }
+        Ok(dict)
     }
 
     /// ValueError unless an epoch of `num_samples` draws can be had.

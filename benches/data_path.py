@@ -11,7 +11,8 @@ reference measured in the same run on the same machine.
    batches of the same size (64 and 1,024), on 3 sources of 15,625 windows up-sampled to
    10^6 positions and on a Megatron-style blend of 8 sources, 10^8 positions, two with
    ~100 passes; mix-v2 against mix-v1; a blend's ``__getitems__`` against its source's
-   per item.
+   per item, and on 8 token files of the Megatron-style sizes against the same windows
+   read from its sources.
 4. perm-v2's ``take`` per index against perm-v1's at n = 10^9, on every SIMD level this
    CPU has (a fresh process per level, ``PERMSHARD_SIMD``).
 5. One rank's share of the exact proof (n = 10^10 over 64 ranks) per item against a
@@ -187,7 +188,45 @@ def blends(folder: str, seconds: float) -> list[tuple[str, float, str]]:
     out.append(
         ("blend of 3 up-sampled sources, items/s", mixed, "the blend's `__getitems__`, random positions")
     )
+    out += megatron_style_blend(folder, seconds)
     return out
+
+
+def megatron_style_blend(folder: str, seconds: float) -> list[tuple[str, float, str]]:
+    """A blend's ``__getitems__`` over 8 token files of the Megatron-style sizes (1/100 of
+    the windows, two sources with ~100 passes) against the same windows read straight
+    from its sources (concatenated: one call), the two alternated batch by batch so that
+    each meets the pages the other warmed."""
+    sizes = [300, 600, 20_000, 50_000, 80_000, 120_000, 200_000, 400_000]
+    weights = [0.03, 0.06, 0.05, 0.1, 0.12, 0.14, 0.2, 0.3]
+    rng = np.random.default_rng(4)
+    parts = []
+    for k, windows in enumerate(sizes):
+        path = os.path.join(folder, f"part{k}.bin")
+        rng.integers(0, 50_000, windows * 64 + 1, dtype=np.uint16).tofile(path)
+        parts.append(TokenWindows(path, 64))
+    blend = MixedDataset(parts, weights, num_samples=10**8)
+    sources = TokenWindows.concatenate(parts)
+    first = np.cumsum([0] + sizes[:-1])
+    batches = []
+    for k in range(256):
+        positions = np.random.default_rng(k).integers(0, len(blend), 64)
+        which, index = blend.mixture.at_positions(positions)
+        batches.append((positions, first[which] + index))
+    spent, items, began = [0.0, 0.0], 0, time.perf_counter()
+    while time.perf_counter() - began < seconds:
+        positions, windows = batches[items // 64 % 256]
+        reads = [(0, lambda: sources.__getitems__(windows)), (1, lambda: blend.__getitems__(positions))]
+        for k, read in reads if items // 64 % 2 else reads[::-1]:
+            start = time.perf_counter()
+            read()
+            spent[k] += time.perf_counter() - start
+        items += 64
+    group = "blend of 8 token files, Megatron-style weights, items/s"
+    return [
+        (group, items / spent[0], "the same windows from its sources, one `__getitems__`"),
+        (group, items / spent[1], "the blend's `__getitems__`, random positions"),
+    ]
 
 
 _TAKE = """

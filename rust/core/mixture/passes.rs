@@ -1,4 +1,4 @@
-//! The pass orders of a mixture's small sources, kept between calls.
+//! The pass orders of a mixture's sources, kept between calls.
 //!
 //! A perm-v2 order of a source of at most 2^16 samples is an O(size) table (an exact
 //! shuffle: no position of it can be had without building it). A mixture that up-samples
@@ -6,8 +6,10 @@
 //! in the epoch, so the passes it touches are any of them, in any order. Rebuilt for each
 //! position, a table would cost O(size) a position; so the orders are kept, the least
 //! recently used dropped first once all of them together pass [`CACHED_ENTRIES`] table
-//! entries. Consecutive positions keep touching one pass per source, so they stay cheap
-//! however small the budget.
+//! entries. A larger source's order is O(1) to build, but its keys cost as much as the
+//! walk of a position (a random position meets another pass at almost every slot): its
+//! orders are kept too, at their overhead alone. Consecutive positions keep touching one
+//! pass per source, so they stay cheap however small the budget.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -23,7 +25,8 @@ const CACHED_ENTRIES: u64 = 1 << 24;
 /// Largest source whose order is a table (perm-v2's bound): larger ones are O(1) to build.
 const TABLED_MAX: u64 = 1 << 16;
 
-/// What a kept order costs beyond its entries (the permutation, the maps' nodes).
+/// What a kept order costs beyond its table's entries (the permutation, the maps' nodes).
+/// A walked order costs this alone.
 const KEPT_OVERHEAD: u64 = 64;
 
 /// `(source, pass)`.
@@ -60,6 +63,7 @@ impl Hasher for KeyHasher {
 struct KeptOrder {
     order: Arc<Permutation>,
     used: Cell<u64>,
+    cost: u64,
 }
 
 #[derive(Debug, Default)]
@@ -74,8 +78,10 @@ struct Kept {
 
 #[derive(Debug)]
 pub(super) struct Passes {
-    /// Per source: the cost of keeping one of its orders, `None` when it is not a table.
-    costs: Vec<Option<u64>>,
+    /// Per source: the cost of keeping one of its orders.
+    costs: Vec<u64>,
+    /// Per source: whether its orders are tables.
+    tables: Vec<bool>,
     budget: u64,
     kept: Mutex<Kept>,
 }
@@ -88,12 +94,13 @@ impl Passes {
 
     /// As [`Passes::new`], keeping at most `budget` entries.
     pub(super) fn with_budget(sizes: &[u64], budget: u64) -> Passes {
-        let costs = sizes
-            .iter()
-            .map(|&size| (size <= TABLED_MAX).then_some(size + KEPT_OVERHEAD))
+        let tables: Vec<bool> = sizes.iter().map(|&size| size <= TABLED_MAX).collect();
+        let costs = (sizes.iter().zip(&tables))
+            .map(|(&size, &table)| if table { size } else { 0 } + KEPT_OVERHEAD)
             .collect();
         Passes {
             costs,
+            tables,
             budget,
             kept: Mutex::new(Kept::default()),
         }
@@ -106,16 +113,13 @@ impl Passes {
         pass: u64,
         build: impl FnOnce() -> Permutation,
     ) -> Arc<Permutation> {
-        let Some(cost) = self.costs[s] else {
-            return Arc::new(build());
-        };
         if let Some(order) = self.lock().touch((s, pass)) {
             return order;
         }
         let order = Arc::new(build()); // outside the lock: other sources' reads go on
         let mut kept = self.lock();
         if kept.touch((s, pass)).is_none() {
-            kept.insert((s, pass), Arc::clone(&order), cost, self.budget);
+            kept.insert((s, pass), Arc::clone(&order), self.costs[s], self.budget);
         }
         order
     }
@@ -129,9 +133,7 @@ impl Passes {
     ) -> Vec<Arc<Permutation>> {
         let found: Vec<Option<Arc<Permutation>>> = {
             let mut kept = self.lock();
-            (keys.iter())
-                .map(|&key| self.costs[key.0].and_then(|_| kept.touch(key)))
-                .collect()
+            (keys.iter()).map(|&key| kept.touch(key)).collect()
         };
         (found.into_iter().zip(keys))
             .map(|(order, &(s, pass))| {
@@ -142,7 +144,7 @@ impl Passes {
 
     /// Whether source `s`'s orders are tables (kept here).
     pub(super) fn tabled(&self, s: usize) -> bool {
-        self.costs[s].is_some()
+        self.tables[s]
     }
 
     /// Maps `values[i]`, for each slot `i` of `slots` (of tabled sources), through the
@@ -214,7 +216,7 @@ impl Kept {
     /// costs a hash lookup, not an ordered index's upkeep.
     fn insert(&mut self, key: Key, order: Arc<Permutation>, cost: u64, budget: u64) {
         let used = Cell::new(self.clock);
-        self.orders.insert(key, KeptOrder { order, used });
+        self.orders.insert(key, KeptOrder { order, used, cost });
         self.entries += cost;
         if self.entries <= budget {
             return;
@@ -230,7 +232,7 @@ impl Kept {
                 break;
             }
             let dropped = self.orders.remove(&oldest).expect("kept");
-            self.entries -= dropped.order.len() + KEPT_OVERHEAD;
+            self.entries -= dropped.cost;
         }
     }
 }
@@ -240,6 +242,7 @@ impl Clone for Passes {
     fn clone(&self) -> Passes {
         Passes {
             costs: self.costs.clone(),
+            tables: self.tables.clone(),
             budget: self.budget,
             kept: Mutex::new(Kept::default()),
         }
@@ -255,22 +258,29 @@ mod tests {
     }
 
     #[test]
-    fn only_tables_are_kept() {
+    fn walked_orders_are_kept_at_their_overhead() {
         let passes = Passes::new(&[TABLED_MAX, 100, TABLED_MAX + 1]);
-        assert_eq!(
-            passes.costs,
-            [
-                Some(TABLED_MAX + KEPT_OVERHEAD),
-                Some(100 + KEPT_OVERHEAD),
-                None
-            ]
-        );
+        let costs = [
+            TABLED_MAX + KEPT_OVERHEAD,
+            100 + KEPT_OVERHEAD,
+            KEPT_OVERHEAD,
+        ];
+        assert_eq!(passes.costs, costs);
+        assert_eq!(passes.tables, [true, true, false]);
         let (a, b) = (
             passes.get(2, 0, || order(TABLED_MAX + 1, 0, 2)),
-            passes.get(2, 0, || order(TABLED_MAX + 1, 0, 2)),
+            passes.get(2, 0, || unreachable!("kept")),
         );
-        assert!(!Arc::ptr_eq(&a, &b));
-        assert!(passes.lock().orders.is_empty());
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(passes.lock().entries, KEPT_OVERHEAD);
+        // Evicted at its own cost: room for one walked order at a time.
+        let passes = Passes::with_budget(&[TABLED_MAX + 1], KEPT_OVERHEAD);
+        for pass in 0..3 {
+            passes.get(0, pass, || order(TABLED_MAX + 1, pass, 0));
+        }
+        let kept = passes.lock();
+        assert_eq!(kept.entries, KEPT_OVERHEAD);
+        assert_eq!(kept.orders.keys().collect::<Vec<_>>(), [&(0, 2)]);
     }
 
     #[test]

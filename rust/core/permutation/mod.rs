@@ -24,6 +24,10 @@ use crate::splitmix::chain;
 use feistel::*;
 use table::*;
 
+/// Below this many values a batched map walks each value alone: a block's lanes cost
+/// as much for one value as for several.
+const WALKED_ALONE: usize = 4;
+
 /// A keyed pseudo-random permutation π of `[0, n)`.
 ///
 /// Deterministic in `(n, seed, epoch, stream)` on every platform: only wrapping `u64`
@@ -238,22 +242,31 @@ impl Permutation {
 
     /// Replaces every position in `values` (all `< n`, checked by the caller) by π(position).
     pub(crate) fn map_in_place(&self, values: &mut [u64]) {
-        self.apply_in_place(values, Table::forward, simd::map_block)
+        self.apply_in_place(values, Table::forward, simd::map_block, Self::walk_forward)
     }
 
     /// `values` through one direction: the small table's `side` when there is one, else
-    /// `block` (the batched cycle walk) a block at a time.
+    /// `block` (the batched cycle walk) a block at a time, or `walk` value by value for a
+    /// few values (a block's lanes cost as much for one value as for several: a mixture
+    /// read at random positions maps one or two values per pass order).
     #[inline(always)]
     fn apply_in_place(
         &self,
         values: &mut [u64],
         side: fn(&Table) -> &[u16],
         block: fn(&Permutation, &mut [u64]),
+        walk: fn(&Permutation, u64) -> u64,
     ) {
         if let Some(t) = &self.table {
             let side = side(t);
             for v in values.iter_mut() {
                 *v = side[*v as usize] as u64;
+            }
+            return;
+        }
+        if values.len() < WALKED_ALONE {
+            for v in values.iter_mut() {
+                *v = walk(self, *v);
             }
             return;
         }
@@ -339,7 +352,12 @@ impl Permutation {
     /// Replaces every sample in `values` (all `< n`, checked by the caller) by π⁻¹(sample):
     /// the batched inverse, identical to [`Permutation::inverse`].
     pub(crate) fn invert_in_place(&self, values: &mut [u64]) {
-        self.apply_in_place(values, Table::inverse, simd::invert_block)
+        self.apply_in_place(
+            values,
+            Table::inverse,
+            simd::invert_block,
+            Self::walk_inverse,
+        )
     }
 
     /// `out[i] = π⁻¹(start + i)`, batched; identical to calling [`Permutation::inverse`].
@@ -534,6 +552,23 @@ mod tests {
         }
         let p = Permutation::new(Version::V1, 10, 0, 0).unwrap();
         assert!(p.fill_inverse(5, &mut [0; 6]).is_err());
+    }
+
+    #[test]
+    fn a_few_values_map_alone_as_a_block_maps_them() {
+        // Below WALKED_ALONE values the maps walk each one alone: the same answers.
+        for version in [Version::V1, Version::V2] {
+            let p = Permutation::new(version, (1 << 20) + 3, 5, 1).unwrap();
+            for len in 0..=2 * WALKED_ALONE {
+                let positions: Vec<u64> = (0..len as u64).map(|i| i * 99_991 % p.len()).collect();
+                let mut mapped = positions.clone();
+                p.map_in_place(&mut mapped);
+                let want: Vec<u64> = positions.iter().map(|&x| p.forward(x).unwrap()).collect();
+                assert_eq!(mapped, want, "{version:?} len={len}");
+                p.invert_in_place(&mut mapped);
+                assert_eq!(mapped, positions, "{version:?} len={len}");
+            }
+        }
     }
 
     fn v2(n: u64, seed: u64, epoch: u64) -> Permutation {

@@ -4,9 +4,11 @@
 //! shuffle: no position of it can be had without building it). A mixture that up-samples
 //! a small source reads many passes of it; a shuffled sampler asks for positions anywhere
 //! in the epoch, so the passes it touches are any of them, in any order. Rebuilt for each
-//! position, a table would cost O(size) a position; so the orders are kept, the least
-//! recently used dropped first once all of them together pass [`CACHED_ENTRIES`] table
-//! entries. A larger source's order is O(1) to build, but its keys cost as much as the
+//! position, a table would cost O(size) a position; so the orders are kept, the ones
+//! used least often lately dropped first once all of them together pass
+//! [`CACHED_ENTRIES`] table entries (random positions meet a large table's passes more
+//! often than a small one's, and a large table costs more to build again: where not all
+//! of them fit, the small ones go first). A larger source's order is O(1) to build, but its keys cost as much as the
 //! walk of a position (a random position meets another pass at almost every slot): its
 //! orders are kept too, at their overhead alone. Consecutive positions keep touching one
 //! pass per source, so they stay cheap however small the budget.
@@ -28,6 +30,16 @@ const TABLED_MAX: u64 = 1 << 16;
 /// What a kept order costs beyond its table's entries (the permutation, the maps' nodes).
 /// A walked order costs this alone.
 const KEPT_OVERHEAD: u64 = 64;
+
+/// Uses counted in an order's priority: enough to tell the orders a random batch meets
+/// often (a large table's: its passes hold more positions) from those it meets seldom,
+/// few enough that an order used often long ago gives way to newer ones.
+const USES_COUNTED: u64 = 8;
+
+/// The store frees `1 / FREED` of its budget when full: a little, so that the orders
+/// worth keeping stay however much of the budget they take (large tables that a random
+/// reader meets at every batch), and enough that the sort it takes is seldom.
+const FREED: u64 = 16;
 
 /// `(source, pass)`.
 type Key = (usize, u64);
@@ -57,13 +69,41 @@ impl Hasher for KeyHasher {
     }
 }
 
-/// A kept order and when it was last used (a cell: a batch reads several orders at once
-/// and marks each as used).
+/// A kept order, its cost, and how much it is worth keeping (cells: a batch reads several
+/// orders at once and marks each as used).
 #[derive(Debug)]
 struct KeptOrder {
     order: Arc<Permutation>,
-    used: Cell<u64>,
     cost: u64,
+    /// Uses since it was kept, up to [`USES_COUNTED`].
+    uses: Cell<u64>,
+    /// The store's floor at its last use plus its uses: the lowest goes first (the
+    /// greedy-dual rule: an order not used while others are dropped sinks below the floor).
+    priority: Cell<u64>,
+    /// When it was last used: among equal priorities, the least recent goes first.
+    used: Cell<u64>,
+}
+
+impl KeptOrder {
+    fn new(order: Arc<Permutation>, cost: u64, floor: u64, clock: u64) -> KeptOrder {
+        let kept = KeptOrder {
+            order,
+            cost,
+            uses: Cell::new(0),
+            priority: Cell::new(0),
+            used: Cell::new(0),
+        };
+        kept.hit(floor, clock);
+        kept
+    }
+
+    /// Marks a use at `clock`, the store's floor being `floor`.
+    fn hit(&self, floor: u64, clock: u64) {
+        let uses = (self.uses.get() + 1).min(USES_COUNTED);
+        self.uses.set(uses);
+        self.priority.set(floor + uses);
+        self.used.set(clock);
+    }
 }
 
 #[derive(Debug, Default)]
@@ -72,6 +112,8 @@ struct Kept {
     orders: HashMap<Key, KeptOrder, BuildHasherDefault<KeyHasher>>,
     /// Uses so far (the clock of the last uses).
     clock: u64,
+    /// The priority of the last order dropped: what a use adds to.
+    floor: u64,
     /// Entries (and overheads) of the kept orders.
     entries: u64,
 }
@@ -164,7 +206,7 @@ impl Passes {
         let mut missed = Vec::new();
         {
             let mut kept = self.lock();
-            let mut clock = kept.clock;
+            let (mut clock, floor) = (kept.clock, kept.floor);
             let mut last: Vec<Option<(u64, &Permutation)>> = vec![None; self.costs.len()];
             for i in slots {
                 let (s, pass) = (sources[i] as usize, passes[i]);
@@ -176,7 +218,7 @@ impl Passes {
                             continue;
                         };
                         clock += 1;
-                        entry.used.set(clock);
+                        entry.hit(floor, clock);
                         last[s] = Some((pass, &*entry.order));
                         &*entry.order
                     }
@@ -207,32 +249,34 @@ impl Kept {
     fn touch(&mut self, key: Key) -> Option<Arc<Permutation>> {
         self.clock += 1;
         let kept = self.orders.get(&key)?;
-        kept.used.set(self.clock);
+        kept.hit(self.floor, self.clock);
         Some(Arc::clone(&kept.order))
     }
 
-    /// Keeps `order` (just used). Past `budget`, drops the least recently used orders
-    /// until a quarter of the budget is free: one sort per many insertions, so a use
-    /// costs a hash lookup, not an ordered index's upkeep.
+    /// Keeps `order` (just used). Past `budget`, drops the orders of lowest priority (the
+    /// least recently used among equals), never `key`, until [`FREED`] of the budget is
+    /// free: one sort per many insertions, so a use costs a hash lookup, not an ordered
+    /// index's upkeep.
     fn insert(&mut self, key: Key, order: Arc<Permutation>, cost: u64, budget: u64) {
-        let used = Cell::new(self.clock);
-        self.orders.insert(key, KeptOrder { order, used, cost });
+        let kept = KeptOrder::new(order, cost, self.floor, self.clock);
+        self.orders.insert(key, kept);
         self.entries += cost;
         if self.entries <= budget {
             return;
         }
-        let mut by_use: Vec<(u64, Key)> = self
+        let mut by_worth: Vec<(u64, u64, Key)> = self
             .orders
             .iter()
-            .map(|(&k, kept)| (kept.used.get(), k))
+            .filter(|(&k, _)| k != key)
+            .map(|(&k, kept)| (kept.priority.get(), kept.used.get(), k))
             .collect();
-        by_use.sort_unstable();
-        for (_, oldest) in by_use {
-            if self.entries <= budget - budget / 4 || oldest == key {
+        by_worth.sort_unstable();
+        for (priority, _, lowest) in by_worth {
+            if self.entries <= budget - budget / FREED {
                 break;
             }
-            let dropped = self.orders.remove(&oldest).expect("kept");
-            self.entries -= dropped.cost;
+            self.entries -= self.orders.remove(&lowest).expect("kept").cost;
+            self.floor = self.floor.max(priority);
         }
     }
 }
@@ -336,6 +380,38 @@ mod tests {
         let kept = passes.lock();
         assert_eq!(kept.entries, 10 + KEPT_OVERHEAD);
         assert_eq!(kept.orders.keys().collect::<Vec<_>>(), [&(0, 1)]);
+    }
+
+    #[test]
+    fn random_reads_keep_the_large_tables_and_build_the_small_ones_again() {
+        // A small source read in many passes, a large one in three, positions drawn at
+        // random (a slot lands in a pass as often as the pass is long); room for the
+        // large tables and a few small ones, not for every small pass.
+        let sizes = [10u64, 1000];
+        let passes = Passes::with_budget(
+            &sizes,
+            4 * (1000 + KEPT_OVERHEAD) + 8 * (10 + KEPT_OVERHEAD),
+        );
+        let mut built = [0u64; 2];
+        let mut draw = 1u64;
+        for _ in 0..20_000 {
+            draw = splitmix64(draw);
+            let slot = draw % (1000 * 10 + 3 * 1000);
+            let (s, pass) = if slot < 10_000 {
+                (0, slot / 10)
+            } else {
+                (1, (slot - 10_000) / 1000)
+            };
+            passes.get(s, pass, || {
+                built[s] += 1;
+                order(sizes[s], pass, s)
+            });
+        }
+        assert_eq!(built[1], 3, "a large table was built again");
+        assert!(
+            built[0] > 1000,
+            "every small pass was kept: the test keeps too much"
+        );
     }
 
     #[test]

@@ -7,12 +7,13 @@ reference measured in the same run on the same machine.
 2. Token windows: ``TokenWindows`` (50 M uint16 tokens, seq 1,024, batches of 32, the
    same loader) against a plain memcpy of as many bytes (out of cache) and nanoGPT's
    ``get_batch``.
-3. Blends: a mixture's map at random positions against consecutive ones, read in
-   batches of the same size (64 and 1,024), on 3 sources of 15,625 windows up-sampled to
-   10^6 positions and on a Megatron-style blend of 8 sources, 10^8 positions, two with
-   ~100 passes; mix-v2 against mix-v1; a blend's ``__getitems__`` against its source's
-   per item, and on 8 token files of the Megatron-style sizes against the same windows
-   read from its sources.
+3. Blends: a mixture's map at random positions (none repeated for 2^22) against
+   consecutive ones, read in batches of the same size (64 and 1,024), on 3 sources of
+   15,625 windows up-sampled to 10^6 positions, on a Megatron-style blend of 8 sources,
+   10^8 positions, two with ~100 passes, and on one of 1/100 of its sizes (two sources
+   in 10^4 passes); mix-v2 against mix-v1; a blend's ``__getitems__`` against its
+   source's per item, and on 8 token files of the Megatron-style sizes against the same
+   windows read from its sources.
 4. perm-v2's ``take`` per index against perm-v1's at n = 10^9, on every SIMD level this
    CPU has (a fresh process per level, ``PERMSHARD_SIMD``).
 5. One rank's share of the exact proof (n = 10^10 over 64 ranks) per item against a
@@ -138,7 +139,9 @@ def map_rates(m: Mixture, batch: int, seconds: float) -> tuple[float, float]:
     """Positions per second of a mixture's map in batches of ``batch``: consecutive
     positions (``take``) and random ones (``at_positions``, as a shuffled sampler asks)."""
     n = len(m)
-    randoms = [np.random.default_rng(k).integers(0, n, batch) for k in range(256)]
+    # 2^22 random positions, a batch at a time (a shuffled sampler repeats none in an
+    # epoch: a few batches read again and again would find their passes kept).
+    randoms = np.random.default_rng(batch).integers(0, n, 1 << 22).reshape(-1, batch)
     starts = iter(range(0, 1 << 62, 7919 * batch))
     turn = iter(range(1 << 62))
 
@@ -148,7 +151,7 @@ def map_rates(m: Mixture, batch: int, seconds: float) -> tuple[float, float]:
         return batch
 
     def shuffled() -> int:
-        m.at_positions(randoms[next(turn) % 256])
+        m.at_positions(randoms[next(turn) % len(randoms)])
         return batch
 
     return best_rate(consecutive, seconds), best_rate(shuffled, seconds)
@@ -160,6 +163,11 @@ def blends(folder: str, seconds: float) -> list[tuple[str, float, str]]:
         "3 sources of 15,625, 10^6 positions": ([15_625] * 3, [1.0, 1.0, 1.0], 10**6),
         "Megatron-style blend, 8 sources, 10^8 positions": (
             [30_000, 60_000, 2_000_000, 5_000_000, 8_000_000, 12_000_000, 20_000_000, 40_000_000],
+            [0.03, 0.06, 0.05, 0.1, 0.12, 0.14, 0.2, 0.3],
+            10**8,
+        ),
+        "Megatron-style sizes / 100, 10^8 positions": (
+            [300, 600, 20_000, 50_000, 80_000, 120_000, 200_000, 400_000],
             [0.03, 0.06, 0.05, 0.1, 0.12, 0.14, 0.2, 0.3],
             10**8,
         ),
@@ -216,10 +224,10 @@ def megatron_style_blend(folder: str, seconds: float) -> list[tuple[str, float, 
     spent, items, began = [0.0, 0.0], 0, time.perf_counter()
     while time.perf_counter() - began < seconds:
         positions, windows = batches[items // 64 % 256]
-        reads = [(0, lambda: sources.__getitems__(windows)), (1, lambda: blend.__getitems__(positions))]
-        for k, read in reads if items // 64 % 2 else reads[::-1]:
+        reads = [(0, sources.__getitems__, windows), (1, blend.__getitems__, positions)]
+        for k, read, asked in reads if items // 64 % 2 else reads[::-1]:
             start = time.perf_counter()
-            read()
+            read(asked)
             spent[k] += time.perf_counter() - start
         items += 64
     group = "blend of 8 token files, Megatron-style weights, items/s"

@@ -88,7 +88,9 @@ def per_item(get: Any, n: int, count: int, rng: np.random.Generator) -> float:
     return (time.perf_counter() - began) / count
 
 
-def blend_and_sources(blend: Any, batches: int, rng: np.random.Generator, size: int = 32) -> tuple[float, float]:
+def blend_and_sources(
+    blend: Any, batches: int, rng: np.random.Generator, size: int = 32
+) -> tuple[float, float]:
     """Per item of the blend's ``__getitems__`` of ``size`` random positions, and of the
     same windows read straight from its sources (concatenated: one call), alternated in
     both orders so that each meets the pages and caches the other warmed as often. (A
@@ -103,10 +105,10 @@ def blend_and_sources(blend: Any, batches: int, rng: np.random.Generator, size: 
         positions = rng.integers(0, len(blend), size)
         which, index = blend.mixture.at_positions(positions)
         windows = first[which] + index
-        reads = [(0, lambda: blend.__getitems__(positions.tolist())), (1, lambda: sources.__getitems__(windows))]
-        for k, read in reads if b % 2 == 0 else reads[::-1]:
+        reads = [(0, blend.__getitems__, positions.tolist()), (1, sources.__getitems__, windows)]
+        for k, read, asked in reads if b % 2 == 0 else reads[::-1]:
             began = time.perf_counter()
-            read()
+            read(asked)
             spent[k] += time.perf_counter() - began
     return spent[0] / (batches * size), spent[1] / (batches * size)
 
@@ -297,8 +299,9 @@ def main() -> None:
     ratio = p_plain["batched_s"] / p_plain["source_batched_s"]
     ratio_flags = p_flags["batched_s"] / p_flags["source_batched_s"]
     tail = (
-        f"\nBlended batch / the same windows read from its sources, per item: {ratio:.2f}x plain, {ratio_flags:.2f}x with the "
-        f"flags. Per-item Megatron / permshard: {m_warm['per_item_s'] / p_plain['per_item_s']:.1f}x plain, "
+        f"\nBlended batch / the same windows read from its sources, per item: {ratio:.2f}x plain, "
+        f"{ratio_flags:.2f}x with the flags. Per-item Megatron / permshard: "
+        f"{m_warm['per_item_s'] / p_plain['per_item_s']:.1f}x plain, "
         f"{m_flags['per_item_s'] / p_flags['per_item_s']:.1f}x with the flags "
         f"({m_flags['per_item_s'] / p_flags['batched_s']:.0f}x batched).\n"
     )

@@ -161,7 +161,15 @@ impl Passes {
         let order = Arc::new(build()); // outside the lock: other sources' reads go on
         let mut kept = self.lock();
         if kept.touch((s, pass)).is_none() {
-            kept.insert((s, pass), Arc::clone(&order), self.costs[s], self.budget);
+            // Recent: two uses per source (a batch uses each source's current pass once).
+            let recent = 2 * self.costs.len() as u64;
+            kept.insert(
+                (s, pass),
+                Arc::clone(&order),
+                self.costs[s],
+                self.budget,
+                recent,
+            );
         }
         order
     }
@@ -256,27 +264,34 @@ impl Kept {
     /// Keeps `order` (just used). Past `budget`, drops the orders of lowest priority (the
     /// least recently used among equals), never `key`, until [`FREED`] of the budget is
     /// free: one sort per many insertions, so a use costs a hash lookup, not an ordered
-    /// index's upkeep.
-    fn insert(&mut self, key: Key, order: Arc<Permutation>, cost: u64, budget: u64) {
+    /// index's upkeep. The orders used in the last `recent` uses go last, the least
+    /// recently used first: consecutive positions use each source's current pass at every
+    /// batch, and a current pass just begun has few uses yet.
+    fn insert(&mut self, key: Key, order: Arc<Permutation>, cost: u64, budget: u64, recent: u64) {
         let kept = KeptOrder::new(order, cost, self.floor, self.clock);
         self.orders.insert(key, kept);
         self.entries += cost;
         if self.entries <= budget {
             return;
         }
-        let mut by_worth: Vec<(u64, u64, Key)> = self
+        let since = self.clock.saturating_sub(recent);
+        let mut by_worth: Vec<(bool, u64, u64, Key)> = self
             .orders
             .iter()
             .filter(|(&k, _)| k != key)
-            .map(|(&k, kept)| (kept.priority.get(), kept.used.get(), k))
+            .map(|(&k, kept)| match kept.used.get() {
+                used if used > since => (true, 0, used, k), // the least recent first
+                used => (false, kept.priority.get(), used, k),
+            })
             .collect();
         by_worth.sort_unstable();
-        for (priority, _, lowest) in by_worth {
+        for (_, _, _, lowest) in by_worth {
             if self.entries <= budget - budget / FREED {
                 break;
             }
-            self.entries -= self.orders.remove(&lowest).expect("kept").cost;
-            self.floor = self.floor.max(priority);
+            let dropped = self.orders.remove(&lowest).expect("kept");
+            self.entries -= dropped.cost;
+            self.floor = self.floor.max(dropped.priority.get());
         }
     }
 }
@@ -380,6 +395,33 @@ mod tests {
         let kept = passes.lock();
         assert_eq!(kept.entries, 10 + KEPT_OVERHEAD);
         assert_eq!(kept.orders.keys().collect::<Vec<_>>(), [&(0, 1)]);
+    }
+
+    #[test]
+    fn consecutive_reads_build_each_pass_once_however_small_the_budget() {
+        // Three sources read pass after pass, each pass in several batches, the sources'
+        // passes changing at different times; room for the current passes and one more.
+        let sizes = [10u64, 20, 30];
+        let budget = (10 + 20 + 30 + 30) + 4 * KEPT_OVERHEAD;
+        let passes = Passes::with_budget(&sizes, budget);
+        let mut built = Vec::new();
+        for batch in 0..600u64 {
+            for (s, &size) in sizes.iter().enumerate() {
+                let pass = batch * 4 / size; // a pass lasts size / 4 batches
+                passes.get(s, pass, || {
+                    built.push((s, pass));
+                    order(size, pass, s)
+                });
+            }
+        }
+        let mut once = built.clone();
+        once.sort_unstable();
+        once.dedup();
+        assert_eq!(
+            built.len(),
+            once.len(),
+            "a current pass was dropped and built again"
+        );
     }
 
     #[test]

@@ -152,6 +152,16 @@ def test_state_dict_records_the_draws_and_refuses_other_weights():
     s3 = sampler(num_samples=20, world=3)
     s3.load_state_dict(state)
     assert s3.state_dict()["consumed"] == 6
+    # The draws' fields are checked by type like every state key, and a key this sampler
+    # does not save is refused unless strict=False.
+    with pytest.raises(TypeError, match=r"state_dict\['replacement'\] must be a bool, got int 1"):
+        s3.load_state_dict(dict(state, replacement=1))
+    with pytest.raises(TypeError, match="must be a mapping"):
+        s3.load_state_dict([("consumed", 6)])
+    with pytest.raises(ValueError, match="does not save: \\['typo'\\]"):
+        s3.load_state_dict(dict(state, typo=1))
+    s3.load_state_dict(dict(state, typo=1), strict=False)
+    assert s3.state_dict() == dict(state, num_replicas=3)
 
 
 def test_bad_arguments_name_the_fix():

@@ -4,14 +4,15 @@
 //! shuffle: no position of it can be had without building it). A mixture that up-samples
 //! a small source reads many passes of it; a shuffled sampler asks for positions anywhere
 //! in the epoch, so the passes it touches are any of them, in any order. Rebuilt for each
-//! position, a table would cost O(size) a position; so the orders are kept, the ones
-//! used least often lately dropped first once all of them together pass
-//! [`CACHED_ENTRIES`] table entries (random positions meet a large table's passes more
-//! often than a small one's, and a large table costs more to build again: where not all
-//! of them fit, the small ones go first). A larger source's order is O(1) to build, but its keys cost as much as the
+//! position, a table would cost O(size) a position; so the orders are kept until all of
+//! them together pass [`CACHED_ENTRIES`] table entries, then the ones used least often
+//! lately go first (random positions meet a large table's passes more often than a small
+//! one's, and a large table costs more to build again: where not all of them fit, the
+//! small ones go). The orders of the last few uses go last, least recent first: under
+//! consecutive positions each source's current pass stays kept however small the budget.
+//! A larger source's order is O(1) to build, but deriving its keys costs as much as the
 //! walk of a position (a random position meets another pass at almost every slot): its
-//! orders are kept too, at their overhead alone. Consecutive positions keep touching one
-//! pass per source, so they stay cheap however small the budget.
+//! orders are kept too, at their overhead alone.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -80,7 +81,7 @@ struct KeptOrder {
     /// The store's floor at its last use plus its uses: the lowest goes first (the
     /// greedy-dual rule: an order not used while others are dropped sinks below the floor).
     priority: Cell<u64>,
-    /// When it was last used: among equal priorities, the least recent goes first.
+    /// When it was last used (the store's clock).
     used: Cell<u64>,
 }
 

@@ -25,7 +25,7 @@ pub const MIX_ALGORITHMS: [&str; 2] = ["mix-v1", "mix-v2"];
 /// The ids of token-budget plans by version: budget-v1 on perm-v1, budget-v2 on perm-v2.
 pub const BUDGET_ALGORITHMS: [&str; 2] = ["budget-v1", "budget-v2"];
 
-/// Which construction a [`Permutation`] is.
+/// Which construction a [`Permutation`](crate::Permutation) is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Version {
     /// perm-v1: splitmix64 rounds on a domain of at least 16 bits.

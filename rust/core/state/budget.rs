@@ -77,7 +77,7 @@ impl BudgetEpoch {
     }
 
     /// The epoch and resume point a state dict records, checked as
-    /// [`Sharding::from_state`] checks its own ([`BUDGET`]); whether the resume point fits
+    /// [`Sharding::from_state`](crate::Sharding::from_state) checks its own ([`BUDGET`]); whether the resume point fits
     /// the plan is [`crate::BudgetStart`]'s to check.
     pub fn from_state(
         state: &[(String, Value)],

@@ -24,18 +24,15 @@
 
 mod cursor;
 mod grouping;
+mod pass_orders;
 mod passes;
 mod proof;
 mod tree;
 mod weights;
 
-use std::sync::Arc;
-
 use crate::error::{check_below, Error};
-use crate::permutation::{Permutation, Version};
-use crate::splitmix::chain;
+use crate::permutation::Version;
 use cursor::Cursor;
-use grouping::by_source_and_pass;
 use passes::Passes;
 use tree::Tree;
 use weights::integer_weights;
@@ -299,37 +296,6 @@ impl Mixture {
         (s, stage.before[s] + local)
     }
 
-    /// The permutation of source `s` in pass `pass`: perm-v1's without its table (O(1) to
-    /// build), perm-v2's kept for small sources (their table is O(size) to build).
-    fn pass_order(&self, s: usize, pass: u64) -> Arc<Permutation> {
-        self.pass_orders(&[(s, pass)]).remove(0)
-    }
-
-    /// [`Mixture::pass_order`] of each `(source, pass)` of `keys`, the kept ones looked up
-    /// together.
-    fn pass_orders(&self, keys: &[(usize, u64)]) -> Vec<Arc<Permutation>> {
-        match self.version {
-            Version::V1 => (keys.iter())
-                .map(|&(s, pass)| Arc::new(self.build_pass_order(s, pass)))
-                .collect(),
-            Version::V2 => self
-                .passes
-                .get_all(keys, |s, pass| self.build_pass_order(s, pass)),
-        }
-    }
-
-    /// The permutation of source `s` in pass `pass`, built (perm-v1's without its table).
-    fn build_pass_order(&self, s: usize, pass: u64) -> Permutation {
-        let key = chain(MIX_TAG, &[self.seed]);
-        match self.version {
-            Version::V1 => Permutation::untabled(self.sizes[s], key, pass, s as u64),
-            Version::V2 => {
-                Permutation::of_version(self.version, self.sizes[s], key, pass, s as u64)
-            }
-        }
-        .expect("size >= 1")
-    }
-
     /// `(source, index)` at `position`.
     pub fn at(&self, position: u64) -> Result<(usize, u64), Error> {
         self.check_position(position)?;
@@ -406,71 +372,6 @@ impl Mixture {
             stage.tree.occurrences(&mut qs, &mut found);
             for ((&i, &q), &s) in run.iter().zip(&qs).zip(&found) {
                 (sources[i], occurrences[i]) = (s, stage.before[s as usize] + q);
-            }
-        }
-    }
-
-    /// Replaces each `occurrences[i]` of source `sources[i]` by the sample it reads.
-    fn map_occurrences(&self, sources: &[u64], occurrences: &mut [u64]) {
-        // One pass: the quotient and the remainder of one division.
-        let passes: Vec<u64> = (sources.iter().zip(occurrences.iter_mut()))
-            .map(|(&s, o)| {
-                let size = self.sizes[s as usize];
-                let pass = *o / size;
-                *o -= pass * size;
-                pass
-            })
-            .collect();
-        let walk = |order: &Permutation, offsets: &mut [u64]| order.map_in_place(offsets);
-        // mix-v2: the small sources' orders are kept tables, read slot by slot; the
-        // others' walks go through the permutations batched, pass by pass.
-        let is_tabled = |i: &usize| self.passes.tabled(sources[*i] as usize);
-        let (tabled, walked): (Vec<usize>, Vec<usize>) = match self.version {
-            Version::V1 => (Vec::new(), Vec::new()),
-            Version::V2 => (0..sources.len()).partition(is_tabled),
-        };
-        if tabled.is_empty() {
-            return self.per_pass(sources, &passes, occurrences, walk);
-        }
-        let build = |s: usize, pass: u64| self.build_pass_order(s, pass);
-        (self.passes).map_tabled(tabled.into_iter(), sources, &passes, occurrences, build);
-        if walked.is_empty() {
-            return;
-        }
-        let pick = |values: &[u64]| -> Vec<u64> { walked.iter().map(|&i| values[i]).collect() };
-        let mut values = pick(occurrences);
-        self.per_pass(&pick(sources), &pick(&passes), &mut values, walk);
-        for (&i, v) in walked.iter().zip(values) {
-            occurrences[i] = v;
-        }
-    }
-
-    /// Applies `apply` (a pass's permutation, either way) to each `values[i]` of source
-    /// `sources[i]` in pass `passes[i]`. The slots are grouped by (source, pass) and each
-    /// group goes through the permutation together: the batched (SIMD) walk, instead of
-    /// one scalar walk per position (a small source's walk is long: `2^16 / size` steps).
-    fn per_pass(
-        &self,
-        sources: &[u64],
-        passes: &[u64],
-        values: &mut [u64],
-        apply: impl Fn(&Permutation, &mut [u64]),
-    ) {
-        let order = by_source_and_pass(sources, passes, self.sizes.len());
-        // The runs of slots of one (source, pass), and their orders fetched together.
-        let runs: Vec<&[usize]> = order
-            .chunk_by(|&a, &b| sources[a] == sources[b] && passes[a] == passes[b])
-            .collect();
-        let keys: Vec<(usize, u64)> = (runs.iter())
-            .map(|run| (sources[run[0]] as usize, passes[run[0]]))
-            .collect();
-        let mut batch: Vec<u64> = Vec::new();
-        for (run, pass_order) in runs.iter().zip(self.pass_orders(&keys)) {
-            batch.clear();
-            batch.extend(run.iter().map(|&i| values[i]));
-            apply(&pass_order, &mut batch);
-            for (&i, &v) in run.iter().zip(&batch) {
-                values[i] = v;
             }
         }
     }

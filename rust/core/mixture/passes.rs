@@ -22,15 +22,18 @@ use std::sync::{Arc, Mutex};
 use crate::permutation::Permutation;
 use crate::splitmix::splitmix64;
 
-/// Table entries kept over all sources (2 bytes each: 32 MiB, the inverses aside).
+/// Table entries kept over all sources, overheads included (2 bytes each: 32 MiB, the
+/// inverses aside).
 const CACHED_ENTRIES: u64 = 1 << 24;
 
 /// Largest source whose order is a table (perm-v2's bound): larger ones are O(1) to build.
 const TABLED_MAX: u64 = 1 << 16;
 
-/// What a kept order costs beyond its table's entries (the permutation, the maps' nodes).
-/// A walked order costs this alone.
-const KEPT_OVERHEAD: u64 = 64;
+/// What a kept order costs beyond its table's entries, in entries of 2 bytes: the
+/// permutation, the map's slot, and 128 bytes for the two reference counts, a table's
+/// header and the allocator's (~150 entries, ~300 bytes). A walked order costs this alone.
+const KEPT_OVERHEAD: u64 =
+    (std::mem::size_of::<Permutation>() + std::mem::size_of::<(Key, KeptOrder)>() + 128) as u64 / 2;
 
 /// Uses counted in an order's priority: enough to tell the orders a random batch meets
 /// often (a large table's: its passes hold more positions) from those it meets seldom,

@@ -187,11 +187,9 @@ def blends(folder: str, seconds: float) -> list[tuple[str, float, str]]:
     np.random.default_rng(3).integers(0, 50_000, 15_625 * 64 + 1, dtype=np.uint16).tofile(path)
     source = TokenWindows(path, 64)
     blend = MixedDataset([source, source, source], [1.0, 1.0, 1.0], num_samples=10**6)
-    rows = [np.random.default_rng(k).integers(0, len(source), 64) for k in range(64)]
-    positions = [np.random.default_rng(k).integers(0, len(blend), 64) for k in range(64)]
-    turn = iter(range(1 << 62))
-    alone = best_rate(lambda: len(source.__getitems__(rows[next(turn) % 64])), seconds)
-    mixed = best_rate(lambda: len(blend.__getitems__(positions[next(turn) % 64])), seconds)
+    rows = [np.random.default_rng(k).integers(0, len(source), 64) for k in range(256)]
+    positions = [np.random.default_rng(k).integers(0, len(blend), 64) for k in range(256)]
+    alone, mixed = alternated([(source.__getitems__, rows), (blend.__getitems__, positions)], seconds)
     out.append(("blend of 3 up-sampled sources, items/s", alone, "the source's `__getitems__`"))
     out.append(
         ("blend of 3 up-sampled sources, items/s", mixed, "the blend's `__getitems__`, random positions")
@@ -202,9 +200,8 @@ def blends(folder: str, seconds: float) -> list[tuple[str, float, str]]:
 
 def megatron_style_blend(folder: str, seconds: float) -> list[tuple[str, float, str]]:
     """A blend's ``__getitems__`` over 8 token files of the Megatron-style sizes (1/100 of
-    the windows, two sources with ~100 passes) against the same windows read straight
-    from its sources (concatenated: one call), the two alternated batch by batch so that
-    each meets the pages the other warmed."""
+    the windows) against the same windows read straight from its sources (concatenated:
+    one call), alternated batch by batch."""
     sizes = [300, 600, 20_000, 50_000, 80_000, 120_000, 200_000, 400_000]
     weights = [0.03, 0.06, 0.05, 0.1, 0.12, 0.14, 0.2, 0.3]
     rng = np.random.default_rng(4)
@@ -216,25 +213,34 @@ def megatron_style_blend(folder: str, seconds: float) -> list[tuple[str, float, 
     blend = MixedDataset(parts, weights, num_samples=10**8)
     sources = TokenWindows.concatenate(parts)
     first = np.cumsum([0] + sizes[:-1])
-    batches = []
-    for k in range(256):
-        positions = np.random.default_rng(k).integers(0, len(blend), 64)
-        which, index = blend.mixture.at_positions(positions)
-        batches.append((positions, first[which] + index))
-    spent, items, began = [0.0, 0.0], 0, time.perf_counter()
-    while time.perf_counter() - began < seconds:
-        positions, windows = batches[items // 64 % 256]
-        reads = [(0, sources.__getitems__, windows), (1, blend.__getitems__, positions)]
-        for k, read, asked in reads if items // 64 % 2 else reads[::-1]:
-            start = time.perf_counter()
-            read(asked)
-            spent[k] += time.perf_counter() - start
-        items += 64
+    positions = [np.random.default_rng(k).integers(0, len(blend), 64) for k in range(256)]
+    same: list[Any] = []  # the windows the blend reads at each batch of positions
+    for batch in positions:
+        which, index = blend.mixture.at_positions(batch)  # type: ignore[arg-type]
+        same.append(first[which] + index)
+    direct, mixed = alternated([(sources.__getitems__, same), (blend.__getitems__, positions)], seconds)
     group = "blend of 8 token files, Megatron-style weights, items/s"
     return [
-        (group, items / spent[0], "the same windows from its sources, one `__getitems__`"),
-        (group, items / spent[1], "the blend's `__getitems__`, random positions"),
+        (group, direct, "the same windows from its sources, one `__getitems__`"),
+        (group, mixed, "the blend's `__getitems__`, random positions"),
     ]
+
+
+def alternated(reads: list[tuple[Callable[[Any], Any], list[Any]]], seconds: float) -> list[float]:
+    """Items per second of each ``read(batch)`` over its batches (as many of each, in
+    turn), the reads alternated batch by batch in both orders: each meets the caches and
+    pages the other warmed as often, and the machine's moods alike."""
+    spent, turn, items = [0.0] * len(reads), 0, 0
+    began = time.perf_counter()
+    while time.perf_counter() - began < seconds:
+        order = list(enumerate(reads))
+        for k, (read, batches) in order if turn % 2 else order[::-1]:
+            start = time.perf_counter()
+            read(batches[turn % len(batches)])
+            spent[k] += time.perf_counter() - start
+        items += len(reads[0][1][turn % len(reads[0][1])])
+        turn += 1
+    return [items / t for t in spent]
 
 
 _TAKE = """

@@ -45,22 +45,11 @@ from permshard.data import MemmapRows, MixedDataset, TokenWindows
 WORLD, RANK = 4, 0
 
 
-def best_rate(run: Callable[[], int], seconds: float, rounds: int = 3) -> float:
-    """Items per second of ``run()`` (which returns the items it did), best of rounds of
-    about ``seconds / rounds`` each."""
-    best = 0.0
-    for _ in range(rounds):
-        began, items = time.perf_counter(), 0
-        while time.perf_counter() - began < seconds / rounds:
-            items += run()
-        best = max(best, items / (time.perf_counter() - began))
-    return best
-
-
-def loader_rate(dataset: Any, batch: int, collate: Any, seconds: float) -> float:
-    """Samples per second of one rank's epoch through a plain DataLoader (restarted when
-    it ends), best of three rounds."""
-    sampler = ShardedBatchSampler(ShardedSampler(dataset, WORLD, RANK, seed=1), batch)
+def loader_step(dataset: Any, batch: int, collate: Any) -> Callable[[], int]:
+    """One batch of one rank's epoch through a plain DataLoader (restarted when it ends),
+    as a step returning its samples; the first batch is read here (the map opened, the
+    first pages touched)."""
+    sampler = ShardedBatchSampler(ShardedSampler(dataset, WORLD, RANK, seed=1, auto_epoch=True), batch)
     loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=0)
     state: dict[str, Any] = {"it": iter(loader)}
 
@@ -71,8 +60,28 @@ def loader_rate(dataset: Any, batch: int, collate: Any, seconds: float) -> float
             state["it"] = iter(loader)
             return len(next(state["it"]))
 
-    step()  # the map opened, the first pages touched
-    return best_rate(step, seconds)
+    step()
+    return step
+
+
+def interleaved(steps: list[Callable[[], int]], seconds: float, slice_s: float = 0.1) -> list[float]:
+    """Items per second of each ``step()`` (which returns the items it did), the steps
+    taking turns of ``slice_s`` seconds each, in both orders alternately, for about
+    ``seconds`` in all: a shared machine's slow and fast moments fall on every step alike.
+    (A turn of one step at a time, ``slice_s=0``, also lets each meet the caches and pages
+    the others warmed as often.)"""
+    spent, done = [0.0] * len(steps), [0] * len(steps)
+    order, turn, began = list(enumerate(steps)), 0, time.perf_counter()
+    while time.perf_counter() - began < seconds:
+        for k, step in order if turn % 2 else order[::-1]:
+            start = time.perf_counter()
+            while True:
+                done[k] += step()
+                if time.perf_counter() - start >= slice_s:
+                    break
+            spent[k] += time.perf_counter() - start
+        turn += 1
+    return [d / t for d, t in zip(done, spent)]
 
 
 def records(folder: str, seconds: float) -> list[tuple[str, float, str]]:
@@ -92,8 +101,7 @@ def records(folder: str, seconds: float) -> list[tuple[str, float, str]]:
         np.take(plain, epoch[next(turn) % len(epoch)], axis=0, out=out)
         return batch
 
-    numpy_rate = best_rate(take, seconds)
-    ours = loader_rate(dataset, batch, MemmapRows.collate, seconds)
+    numpy_rate, ours = interleaved([take, loader_step(dataset, batch, MemmapRows.collate)], 2 * seconds)
     return [
         ("records (64 B), rows/s", numpy_rate, "numpy `np.take` of the same rows, one thread"),
         ("records (64 B), rows/s", ours, "MemmapRows through a DataLoader"),
@@ -117,7 +125,6 @@ def windows(folder: str, seconds: float) -> list[tuple[str, float, str]]:
         np.copyto(dest, source[k * len(dest) : (k + 1) * len(dest)])
         return batch_bytes
 
-    copy_rate = best_rate(memcpy, seconds)
     rng = np.random.default_rng(2)
 
     def get_batch() -> int:  # nanoGPT's, without the GPU copy
@@ -125,8 +132,8 @@ def windows(folder: str, seconds: float) -> list[tuple[str, float, str]]:
         torch.stack([torch.from_numpy(data[i : i + seq + 1].astype(np.int64)) for i in ix])
         return batch
 
-    nano = best_rate(get_batch, seconds)
-    ours = loader_rate(TokenWindows(path, seq), batch, TokenWindows.collate, seconds)
+    loader = loader_step(TokenWindows(path, seq), batch, TokenWindows.collate)
+    copy_rate, nano, ours = interleaved([memcpy, get_batch, loader], 3 * seconds)
     return [
         ("token windows, bytes/s", copy_rate, "memcpy of as many bytes"),
         ("token windows, bytes/s", ours * (seq + 1) * 8, "TokenWindows through a DataLoader"),
@@ -154,7 +161,8 @@ def map_rates(m: Mixture, batch: int, seconds: float) -> tuple[float, float]:
         m.at_positions(randoms[next(turn) % len(randoms)])
         return batch
 
-    return best_rate(consecutive, seconds), best_rate(shuffled, seconds)
+    consecutive_rate, shuffled_rate = interleaved([consecutive, shuffled], 2 * seconds)
+    return consecutive_rate, shuffled_rate
 
 
 def blends(folder: str, seconds: float) -> list[tuple[str, float, str]]:
@@ -227,20 +235,22 @@ def megatron_style_blend(folder: str, seconds: float) -> list[tuple[str, float, 
 
 
 def alternated(reads: list[tuple[Callable[[Any], Any], list[Any]]], seconds: float) -> list[float]:
-    """Items per second of each ``read(batch)`` over its batches (as many of each, in
-    turn), the reads alternated batch by batch in both orders: each meets the caches and
-    pages the other warmed as often, and the machine's moods alike."""
-    spent, turn, items = [0.0] * len(reads), 0, 0
-    began = time.perf_counter()
-    while time.perf_counter() - began < seconds:
-        order = list(enumerate(reads))
-        for k, (read, batches) in order if turn % 2 else order[::-1]:
-            start = time.perf_counter()
-            read(batches[turn % len(batches)])
-            spent[k] += time.perf_counter() - start
-        items += len(reads[0][1][turn % len(reads[0][1])])
-        turn += 1
-    return [items / t for t in spent]
+    """Items per second of each ``read(batch)`` over its batches (the k-th call of each
+    reads its k-th batch), the reads taking turns a batch at a time."""
+    turns = [0] * len(reads)
+
+    def step(k: int) -> Callable[[], int]:
+        read, batches = reads[k]
+
+        def one() -> int:
+            batch = batches[turns[k] % len(batches)]
+            turns[k] += 1
+            read(batch)
+            return len(batch)
+
+        return one
+
+    return interleaved([step(k) for k in range(len(reads))], seconds, slice_s=0.0)
 
 
 _TAKE = """

@@ -185,9 +185,12 @@ impl Dealing {
                 if lo + dealt.len() as u64 > pass.num_samples {
                     return false;
                 }
-                let (w, first) = (pass.num_replicas, self.position(pass, rank, lo));
-                (dealt.iter().enumerate())
-                    .fold(true, |ok, (k, &p)| ok & (p == first + k as u64 * w))
+                let (w, mut want) = (pass.num_replicas, self.position(pass, rank, lo));
+                dealt.iter().fold(true, |ok, &p| {
+                    let owned = p == want;
+                    want = want.wrapping_add(w);
+                    ok & owned
+                })
             }
             Layout::Step => {
                 (dealt.iter().enumerate()).all(|(k, &p)| self.owns(pass, p, rank, lo + k as u64))

@@ -301,11 +301,13 @@ pub fn prove_against(
         // The common case first, without a branch per item: every item dealt from its
         // own position and inverted back to it (padding, only at a pass's tail: to its
         // position mod n).
-        let real = dealt.iter().filter(|&&p| p < n).count();
+        // A run's positions ascend, its padding (past n) last: where they do not, a check
+        // below fails and the per-item path finds what is wrong.
+        let real = dealt.partition_point(|&p| p < n);
         let (real_positions, padding_positions) = dealt.split_at(real);
         let (real_found, padding_found) = inverse.split_at(real);
         let clean = dealing.owns_run(&pass, rank, lo, dealt)
-            && (real_positions.iter().zip(real_found)).fold(true, |ok, (&p, &f)| ok & (f == p))
+            && real_positions == real_found
             && (padding_positions.iter().zip(padding_found)).all(|(&p, &f)| p >= n && f == p % n);
         if clean {
             tally.real.fetch_add(real as u64, Ordering::Relaxed);

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from side_by_side import alternated, blend_and_sources, interleaved
 from torch.utils.data import DataLoader
 
 import permshard
@@ -43,6 +44,9 @@ from permshard import Mixture, ShardedBatchSampler, ShardedSampler
 from permshard.data import MemmapRows, MixedDataset, TokenWindows
 
 WORLD, RANK = 4, 0
+# A Megatron-style blend: 8 sources, two of them small and read in ~100 passes.
+MEGATRON_SIZES = [30_000, 60_000, 2_000_000, 5_000_000, 8_000_000, 12_000_000, 20_000_000, 40_000_000]
+MEGATRON_WEIGHTS = [0.03, 0.06, 0.05, 0.1, 0.12, 0.14, 0.2, 0.3]
 
 
 def loader_step(dataset: Any, batch: int, collate: Any) -> Callable[[], int]:
@@ -62,26 +66,6 @@ def loader_step(dataset: Any, batch: int, collate: Any) -> Callable[[], int]:
 
     step()
     return step
-
-
-def interleaved(steps: list[Callable[[], int]], seconds: float, slice_s: float = 0.1) -> list[float]:
-    """Items per second of each ``step()`` (which returns the items it did), the steps
-    taking turns of ``slice_s`` seconds each, in both orders alternately, for about
-    ``seconds`` in all: a shared machine's slow and fast moments fall on every step alike.
-    (A turn of one step at a time, ``slice_s=0``, also lets each meet the caches and pages
-    the others warmed as often.)"""
-    spent, done = [0.0] * len(steps), [0] * len(steps)
-    order, turn, began = list(enumerate(steps)), 0, time.perf_counter()
-    while time.perf_counter() - began < seconds:
-        for k, step in order if turn % 2 else order[::-1]:
-            start = time.perf_counter()
-            while True:
-                done[k] += step()
-                if time.perf_counter() - start >= slice_s:
-                    break
-            spent[k] += time.perf_counter() - start
-        turn += 1
-    return [d / t for d, t in zip(done, spent)]
 
 
 def records(folder: str, seconds: float) -> list[tuple[str, float, str]]:
@@ -169,14 +153,10 @@ def blends(folder: str, seconds: float) -> list[tuple[str, float, str]]:
     out: list[tuple[str, float, str]] = []
     cases = {
         "3 sources of 15,625, 10^6 positions": ([15_625] * 3, [1.0, 1.0, 1.0], 10**6),
-        "Megatron-style blend, 8 sources, 10^8 positions": (
-            [30_000, 60_000, 2_000_000, 5_000_000, 8_000_000, 12_000_000, 20_000_000, 40_000_000],
-            [0.03, 0.06, 0.05, 0.1, 0.12, 0.14, 0.2, 0.3],
-            10**8,
-        ),
+        "Megatron-style blend, 8 sources, 10^8 positions": (MEGATRON_SIZES, MEGATRON_WEIGHTS, 10**8),
         "Megatron-style sizes / 100, 10^8 positions": (
-            [300, 600, 20_000, 50_000, 80_000, 120_000, 200_000, 400_000],
-            [0.03, 0.06, 0.05, 0.1, 0.12, 0.14, 0.2, 0.3],
+            [size // 100 for size in MEGATRON_SIZES],
+            MEGATRON_WEIGHTS,
             10**8,
         ),
     }
@@ -208,49 +188,21 @@ def blends(folder: str, seconds: float) -> list[tuple[str, float, str]]:
 
 def megatron_style_blend(folder: str, seconds: float) -> list[tuple[str, float, str]]:
     """A blend's ``__getitems__`` over 8 token files of the Megatron-style sizes (1/100 of
-    the windows) against the same windows read straight from its sources (concatenated:
-    one call), alternated batch by batch."""
-    sizes = [300, 600, 20_000, 50_000, 80_000, 120_000, 200_000, 400_000]
-    weights = [0.03, 0.06, 0.05, 0.1, 0.12, 0.14, 0.2, 0.3]
+    the windows) against the same windows read straight from its sources."""
     rng = np.random.default_rng(4)
     parts = []
-    for k, windows in enumerate(sizes):
+    for k, windows in enumerate(MEGATRON_SIZES):
         path = os.path.join(folder, f"part{k}.bin")
-        rng.integers(0, 50_000, windows * 64 + 1, dtype=np.uint16).tofile(path)
+        rng.integers(0, 50_000, windows // 100 * 64 + 1, dtype=np.uint16).tofile(path)
         parts.append(TokenWindows(path, 64))
-    blend = MixedDataset(parts, weights, num_samples=10**8)
-    sources = TokenWindows.concatenate(parts)
-    first = np.cumsum([0] + sizes[:-1])
+    blend = MixedDataset(parts, MEGATRON_WEIGHTS, num_samples=10**8)
     positions = [np.random.default_rng(k).integers(0, len(blend), 64) for k in range(256)]
-    same: list[Any] = []  # the windows the blend reads at each batch of positions
-    for batch in positions:
-        which, index = blend.mixture.at_positions(batch)  # type: ignore[arg-type]
-        same.append(first[which] + index)
-    direct, mixed = alternated([(sources.__getitems__, same), (blend.__getitems__, positions)], seconds)
+    mixed, direct = blend_and_sources(blend, positions, seconds)
     group = "blend of 8 token files, Megatron-style weights, items/s"
     return [
         (group, direct, "the same windows from its sources, one `__getitems__`"),
         (group, mixed, "the blend's `__getitems__`, random positions"),
     ]
-
-
-def alternated(reads: list[tuple[Callable[[Any], Any], list[Any]]], seconds: float) -> list[float]:
-    """Items per second of each ``read(batch)`` over its batches (the k-th call of each
-    reads its k-th batch), the reads taking turns a batch at a time."""
-    turns = [0] * len(reads)
-
-    def step(k: int) -> Callable[[], int]:
-        read, batches = reads[k]
-
-        def one() -> int:
-            batch = batches[turns[k] % len(batches)]
-            turns[k] += 1
-            read(batch)
-            return len(batch)
-
-        return one
-
-    return interleaved([step(k) for k in range(len(reads))], seconds, slice_s=0.0)
 
 
 _TAKE = """

@@ -35,6 +35,7 @@ import time
 from typing import Any
 
 import numpy as np
+from side_by_side import blend_and_sources
 
 EOD = 0
 SEQ = 2048
@@ -86,31 +87,6 @@ def per_item(get: Any, n: int, count: int, rng: np.random.Generator) -> float:
     for i in idx:
         get(i)
     return (time.perf_counter() - began) / count
-
-
-def blend_and_sources(
-    blend: Any, batches: int, rng: np.random.Generator, size: int = 32
-) -> tuple[float, float]:
-    """Per item of the blend's ``__getitems__`` of ``size`` random positions, and of the
-    same windows read straight from its sources (concatenated: one call), alternated in
-    both orders so that each meets the pages and caches the other warmed as often. (A
-    source read at random windows of its own touches 1/8 of the pages the blend does:
-    fewer page faults, not less work.)"""
-    from permshard.data import TokenWindows
-
-    sources = TokenWindows.concatenate(blend.datasets)
-    first = np.cumsum([0] + [len(d) for d in blend.datasets[:-1]])
-    spent = [0.0, 0.0]
-    for b in range(batches):
-        positions = rng.integers(0, len(blend), size)
-        which, index = blend.mixture.at_positions(positions)
-        windows = first[which] + index
-        reads = [(0, blend.__getitems__, positions.tolist()), (1, sources.__getitems__, windows)]
-        for k, read, asked in reads if b % 2 == 0 else reads[::-1]:
-            began = time.perf_counter()
-            read(asked)
-            spent[k] += time.perf_counter() - began
-    return spent[0] / (batches * size), spent[1] / (batches * size)
 
 
 class _Tokenizer:
@@ -180,7 +156,9 @@ def permshard_child(paths: list[str], samples: int, flags: bool) -> dict[str, An
     out: dict[str, Any] = {"first_s": first, "written_bytes": 0, "rss_growth_mib": rss_mib() - rss}
     rng = np.random.default_rng(1)
     out["per_item_s"] = per_item(blend.__getitem__, len(blend), 3000, rng)
-    out["batched_s"], out["source_batched_s"] = blend_and_sources(blend, 1000, rng)
+    positions = [rng.integers(0, len(blend), 32) for _ in range(1000)]
+    mixed, direct = blend_and_sources(blend, positions, 3.0)
+    out["batched_s"], out["source_batched_s"] = 1 / mixed, 1 / direct
     for n in (10**8, 10**12):
         began = time.perf_counter()
         b = MixedDataset.from_data_path(data_path, SEQ, n, **options)

@@ -90,8 +90,8 @@ pub struct Schema {
     order_keys: &'static [&'static str],
 }
 
-/// The state of a [`Sharding`](crate::Sharding): the epoch, its blocks, the global positions consumed and
-/// the excluded ids. 0.1 wrote no block fields.
+/// The state of a [`Sharding`](crate::Sharding): the epoch, its blocks, the global
+/// positions consumed and the excluded ids. 0.1 wrote no block fields.
 pub const SHARD: Schema = Schema {
     name: "ShardConfig",
     keys: epoch_keys![

@@ -16,9 +16,10 @@ impl Weights {
         ])
     }
 
-    /// The sharded epoch's part of a weighted stream's `state`, once its draws' fields are
-    /// checked: present, and those of these weights (else the state draws another stream).
-    pub fn sharded_state(&self, state: &[(String, Value)]) -> Result<Vec<(String, Value)>, Error> {
+    /// Checks the draws' fields of a weighted stream's `state`: present, of their types,
+    /// and those of these weights (else the state draws another stream). The rest of the
+    /// state, the keys [`DRAWS`] does not have, is the sharded epoch's.
+    pub fn check_state(&self, state: &[(String, Value)]) -> Result<(), Error> {
         let missing = DRAWS.missing(state);
         if !missing.is_empty() {
             return Err(Error::Invalid(format!(
@@ -39,11 +40,7 @@ impl Weights {
                 )));
             }
         }
-        Ok(state
-            .iter()
-            .filter(|(k, _)| !DRAWS.has(k))
-            .cloned()
-            .collect())
+        Ok(())
     }
 }
 
@@ -63,8 +60,9 @@ mod tests {
         assert_eq!(keys, ["draws", "weights", "num_weights", "replacement"]);
         assert_eq!(state[1].1, Value::Str(format!("{:016x}", weights.digest())));
         state.push(("consumed".into(), Value::Int(6)));
-        let rest = weights.sharded_state(&state).unwrap();
-        assert_eq!(rest, vec![("consumed".to_string(), Value::Int(6))]);
+        weights.check_state(&state).unwrap();
+        let rest: Vec<&(String, Value)> = state.iter().filter(|(k, _)| !DRAWS.has(k)).collect();
+        assert_eq!(rest, [&("consumed".to_string(), Value::Int(6))]);
         // Other weights, another replacement, a field of another type: refused by name.
         for (other, named) in [
             (Weights::new(&[1.0, 2.0, 0.5], true).unwrap(), "weights="),
@@ -73,18 +71,18 @@ mod tests {
                 "replacement=",
             ),
         ] {
-            let err = other.sharded_state(&state).unwrap_err().to_string();
+            let err = other.check_state(&state).unwrap_err().to_string();
             assert!(
                 err.contains(named) && err.contains("build the sampler"),
                 "{err}"
             );
         }
         state[3].1 = Value::Int(1);
-        let err = weights.sharded_state(&state).unwrap_err().to_string();
+        let err = weights.check_state(&state).unwrap_err().to_string();
         assert!(err.contains("replacement"), "{err}");
         // A state without the draws' fields was not saved by a weighted sampler.
         let err = weights
-            .sharded_state(&[("consumed".into(), Value::Int(0))])
+            .check_state(&[("consumed".into(), Value::Int(0))])
             .unwrap_err()
             .to_string();
         assert!(

@@ -68,7 +68,7 @@ impl Weights {
         state: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
         self.inner
-            .sharded_state(&from_mapping(state)?)
+            .check_state(&from_mapping(state)?)
             .map_err(to_py)?;
         // The rest as the caller gave it (the sharded epoch's reader checks it).
         let dict = PyDict::new(py);

@@ -125,20 +125,18 @@ def exact_proofs(rank: int, world: int, n: int, model_parallel: bool) -> dict:
     return out
 
 
-def _first_window_failed(sampler):  # type: ignore[no-untyped-def]
-    """``sampler``'s rank shares, reporting the first window the rank proves as failed
-    (what a broken plan on one process gives)."""
+def _planned_with_another_seed(sampler):  # type: ignore[no-untyped-def]
+    """``sampler``'s pass, planned with the seed after its own (what a process whose
+    sampler silently differs iterates)."""
     from permshard import _core
 
-    proven = sampler._share_of
+    proper = sampler._pass
 
-    def share_of(pass_, rank):  # type: ignore[no-untyped-def]
-        world = sampler.num_replicas
-        words = proven(pass_, rank).words(world)
-        words[1:3] = [1, pass_.start.window + rank]  # failed: the first window rank `rank` proves
-        return _core.BudgetShare.from_words(words, world)
+    def pass_():  # type: ignore[no-untyped-def]
+        planner = sampler.config.replace(seed=sampler.seed + 1).planner()
+        return _core.BudgetPass(planner, sampler._lengths, proper().start, sampler.num_replicas)
 
-    return share_of
+    return pass_
 
 
 def _exact_budget_proofs(rank: int, world: int, n: int, w: int, r: int) -> dict:
@@ -173,9 +171,11 @@ def _exact_budget_proofs(rank: int, world: int, n: int, w: int, r: int) -> dict:
     resumed = sampler()
     resumed.load_state_dict(donor.state_dict())
     out["budget_resumed"] = both(resumed)
+    # The last process plans with another seed while it announces the agreed one: its
+    # plans agree with themselves, and fail against the agreed plan from its first window.
     broken = sampler()
-    if rank == world - 1:  # one process's proof finds its first window broken
-        broken._share_of = _first_window_failed(broken)  # type: ignore[method-assign]
+    if rank == world - 1:
+        broken._pass = _planned_with_another_seed(broken)  # type: ignore[method-assign]
     out["budget_broken"] = expect_error(broken.verify_distributed, ShardingError)
     return out
 

@@ -186,7 +186,8 @@ def test_what_each_sampler_proves_is_the_stream_it_yields(drop_last):
             ShardedBatchSampler(sampler(n, w, r), bs, drop_last),
             StepBatchSampler(sampler(n, w, r), bs, drop_last),
         ):
-            part, config, rank, _ = s.proof_target()
+            target = s.proof_target()
+            part, config, rank = target.pass_, target.config, target.rank
             yielded = [x for item in s for x in (item if isinstance(item, list) else [item])]
             assert part.take_list(rank, 0, part.num_samples) == yielded, type(s).__name__
             assert part.dealing == config.dealing == s.verify().dealing

@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Subset
 
 import permshard
-from permshard import ShardedSampler, ShardingError, _core, check_loader, verify
+from permshard import ShardConfig, ShardedSampler, ShardingError, _core, check_loader, verify
 from permshard._proofs import check_not_presharded, dataset_fingerprint
 
 BOUNDARY_N = [1, 2, 3, 7, 2**10 - 1, 2**10, 2**10 + 1, 2**16 - 1, 2**16, 2**16 + 1, 2**20, 2**20 + 1]
@@ -207,18 +207,24 @@ def test_a_proof_too_large_for_memory_is_a_memory_error():
         permshard.verify(2**64 - 1, 3, method="bitmap")
 
 
-def test_a_failing_share_raises_the_core_s_counter_example(monkeypatch):
+def test_a_failing_share_raises_the_core_s_counter_example():
     # items, real, padding, outside, failures, has a first failure; rank 1's item 2 at
     # position 9 holds sample 7, which inverts to 5 (not a dealing failure).
     failing = _core.Share.from_words([4, 4, 0, 0, 3, 1, 9, 1, 2, 7, 5, 0, 0, 0])
     assert (failing.items, failing.failures, failing.first.rank, failing.first.sample) == (4, 3, 1, 7)
-    monkeypatch.setattr(_core, "prove_ranks", lambda *args, **kwargs: failing)
+    part = ShardConfig(12, 4).partition()
     with pytest.raises(ShardingError) as e:
-        verify(12, 4, rank=1)
+        part.judge_alone(failing)
     assert str(e.value) == (
         "rank 1 at local position 2 (global position 9) holds sample 7, but the order's inverse puts "
         "that sample at position 5: a sample twice, or dealt from the wrong position (3 failures in all)"
     )
+    # The same share among every rank's: the judgement names it too.
+    shares = [part.prove_share(r).words() for r in range(4)]
+    shares[1] = failing.words()
+    with pytest.raises(ShardingError, match="rank 1 at local position 2"):
+        part.judge(shares)
+    assert verify(12, 4, rank=1).ranks == (1,)
 
 
 def test_a_pending_certificate_joins_its_thread_and_reraises_there():

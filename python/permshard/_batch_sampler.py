@@ -12,7 +12,7 @@ from torch.utils.data import BatchSampler
 from . import _core
 from ._config import ShardConfig
 from ._epoch_index import wants_arrays
-from ._proven import ProvenStream
+from ._proven import ProofTarget, ProvenStream
 from ._sampler import ShardedSampler
 from ._validation import as_positive
 
@@ -82,11 +82,11 @@ class ShardedBatchSampler(BatchSampler, ProvenStream):
             dealing=self.dealing, batch_size=self.batch_size, drop_last_batch=self.drop_last
         )
 
-    def proof_target(self) -> tuple[_core.Partition, ShardConfig, int, Any]:
+    def proof_target(self) -> ProofTarget:
         """The pass being run, dealt and batched as this sampler yields it (a dropped
         last batch is declared dropped); see :class:`~permshard._proven.ProvenStream`."""
         part, config = self._dealt()
-        return part, config, self._sharded.rank, self._sharded.dataset
+        return ProofTarget(part, config, self._sharded.rank, self._sharded.dataset)
 
     @property
     def yields_arrays(self) -> bool:

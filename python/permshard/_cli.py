@@ -180,7 +180,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from ._proofs import verify_partition
+    from ._proofs import verify_pass
 
     config = _config(args)
     part = config.partition()
@@ -201,7 +201,7 @@ def _verify(args: argparse.Namespace) -> int:
         last[0] = done
 
     try:
-        cert = verify_partition(
+        cert = verify_pass(
             part, config, method=args.method, rank=args.rank, threads=args.threads, on_progress=on_progress
         )
     except ShardingError as e:

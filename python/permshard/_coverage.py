@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, Callable
+from typing import Any, Callable, Optional, Protocol
 
 import torch.distributed as dist
 
@@ -16,6 +16,27 @@ from ._certificate import Certificate, PendingCertificate
 from ._collectives import gather_by_rank
 from ._config import EpochConfig, ShardConfig
 from ._consensus import FIX_RESUME, Agreed, check_consensus
+
+
+class _Share(Protocol):
+    def words(self) -> list[int]: ...
+
+
+class ProvablePass(Protocol):
+    """What every pass a sampler proves answers, in the core: a partition (round-robin,
+    step) or a token-budget pass. ``reference`` is the pass as the configuration every
+    rank agreed on deals it (the same type)."""
+
+    def check_method(self, method: str) -> None: ...
+    def verify(
+        self, method: str = "inverse", threads: int = 0, progress: Optional[_core.Progress] = None
+    ) -> _core.Verdict: ...
+    def prove_share(
+        self, rank: int, threads: int = 0, progress: Optional[_core.Progress] = None, reference: Any = None
+    ) -> _Share: ...
+    def judge(self, rows: list[list[int]]) -> _core.Verdict: ...
+    def coverage_share(self, rank: int) -> _Share: ...
+    def judge_coverage(self, rows: list[list[int]]) -> _core.Verdict: ...
 
 
 def prove_across_ranks(
@@ -65,55 +86,67 @@ def prove_across_ranks(
 
 
 def prove_pass(
-    part: _core.Partition,
-    config: ShardConfig,
+    pass_: ProvablePass,
+    config: EpochConfig,
     rank: int,
     dataset: Any = None,
     group: Any = None,
     *,
     exact: bool = False,
     background: bool = False,
+    agreed: Optional[Sequence[Agreed]] = None,
+    reference: Optional[ProvablePass] = None,
 ) -> PendingCertificate:
-    """The distributed proof of the pass ``part`` (from its resume point, if any), dealt
-    as ``config`` deals it. Each rank's share is either its coverage fingerprint (count,
-    sum, keyed-hash sum, XOR of what it yields, plus a 1/W slice of the samples outside
-    the pass and of ``[0, n)``: O((n + start) / W) time), or with ``exact`` its own stream
-    proven by the inverse of the order every rank agreed on, and its slice of the
-    positions outside the pass (O(n / W) work). O(1) memory per rank either way.
+    """The distributed proof of ``pass_`` (from its resume point, if any), dealt as
+    ``config`` deals it. Each rank's share is either its coverage fingerprint (count, sum,
+    keyed-hash sum, XOR of what it yields, plus a 1/W slice of the samples outside the pass
+    and of ``[0, n)``: O((n + start) / W) time; partitions only), or with ``exact`` its
+    part of the exact proof (a partition: its own stream, inverted by the order every rank
+    agreed on, and its slice of the positions outside the pass, O(n / W) work; a token
+    budget: every W-th window's plans) checked against ``reference``. O(1) memory per rank
+    (O(window) for a token budget).
 
     Args:
-        part: the pass this process iterates.
+        pass_ (Partition or BudgetPass): the pass this process iterates.
         config: its configuration.
         rank: this process's sampler (data-parallel) rank.
         dataset: its dataset, fingerprinted by the consensus.
         group: the process group (default: the world).
         exact (bool, optional): the exact proof instead of the fingerprint.
         background (bool, optional): prove in a background thread (exact only).
+        agreed (sequence of Agreed, optional): what the ranks must share beside the
+            configuration. Default: a partition's start.
+        reference (optional): the pass as ``config`` deals it, which the exact proof checks
+            ``pass_`` against (a process on another order fails). Default: a partition's
+            ``config.partition(pass_.start)``.
 
     Raises:
         ShardingError: naming the rank, the value that differs and the fix; with
             ``exact=True`` the first counter-example (rank, local position, sample), on
             every rank.
     """
+    method = "inverse" if exact else "fingerprint"
+    pass_.check_method(method)  # before any collective: every rank refuses alike
+    if isinstance(pass_, _core.Partition):  # a partition's defaults (0.4's calls give none)
+        agreed = [Agreed("start", pass_.start, FIX_RESUME)] if agreed is None else agreed
+        if reference is None and isinstance(config, ShardConfig):
+            reference = config.partition(pass_.start)
 
     def prove() -> list[int]:
-        if exact:  # against the order every rank agreed on: a rank on another one fails
-            agreed_order = config.partition(part.start)
-            return _core.prove_ranks(part, rank, rank + 1, reference=agreed_order).words()
-        return part.coverage_share(rank).words()
+        if exact:
+            return pass_.prove_share(rank, reference=reference).words()
+        return pass_.coverage_share(rank).words()
 
     def judge(rows: list[list[int]]) -> _core.Verdict:
-        if exact:
-            return _core.judge(part, [_core.Share.from_words(r) for r in rows])
-        return _core.judge_coverage(part, [_core.CoverageShare.from_words(r) for r in rows])
+        return pass_.judge(rows) if exact else pass_.judge_coverage(rows)
 
     return prove_across_ranks(
         config,
         rank,
         prove=prove,
         judge=judge,
-        method="inverse" if exact else "fingerprint",
-        agreed=[Agreed("start", part.start, FIX_RESUME)],
+        method=method,
+        agreed=agreed or (),
         dataset=dataset,
         group=group,
         background=background,

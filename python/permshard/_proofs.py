@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
 from typing import Callable, Optional, TypeVar
 
 from . import _core
 from ._certificate import Certificate
-from ._config import ShardConfig
+from ._config import EpochConfig, ShardConfig
 from ._consensus import check_consensus, check_layout, dataset_fingerprint
-from ._coverage import verify_distributed
+from ._coverage import ProvablePass, verify_distributed
 from ._guards import check_loader, check_not_presharded, check_not_wrapped_by_accelerate
 from ._validation import as_int
 
@@ -29,7 +28,7 @@ __all__ = [
     "dataset_fingerprint",
     "verify",
     "verify_distributed",
-    "verify_partition",
+    "verify_pass",
 ]
 
 _T = TypeVar("_T")
@@ -65,47 +64,47 @@ def _run(work: Callable[[_core.Progress], _T], on_progress: Optional[Callable[[i
     return result[0]
 
 
-def verify_partition(
-    part: _core.Partition,
-    config: ShardConfig,
+def verify_pass(
+    pass_: ProvablePass,
+    config: EpochConfig,
     *,
     method: str = "inverse",
     rank: Optional[int] = None,
     threads: int = 0,
     on_progress: Optional[Callable[[int], None]] = None,
 ) -> Certificate:
-    """Runs an exact proof on ``part``; ``on_progress(done)`` is called about ten times a
+    """Runs an exact proof on ``pass_``; ``on_progress(done)`` is called about ten times a
     second from this thread while the proof runs in Rust.
 
     Args:
-        part (Partition): the pass to prove.
-        config (ShardConfig): its configuration (recorded in the certificate).
+        pass_ (Partition or BudgetPass): the pass to prove.
+        config (EpochConfig): its configuration (recorded in the certificate).
         method (str, optional): ``"inverse"`` (every item's sample must invert to the
-            position it was dealt from: O(1) memory) or ``"bitmap"`` (``n / 8`` bytes).
+            position it was dealt from: O(1) memory) or ``"bitmap"`` (``n / 8`` bytes; not
+            for token-budget plans).
         rank (int, optional): prove only this rank's stream and its 1/W slice of the
-            positions outside the pass (``"inverse"`` only); every rank's share passing
-            proves the epoch. Default: every rank.
+            positions outside the pass (``"inverse"``, partitions only); every rank's share
+            passing proves the epoch. Default: every rank.
         threads (int, optional): worker threads; ``0`` uses every core.
         on_progress (callable, optional): called with the number of items checked.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    if rank is not None:
-        rank = as_int("rank", rank)
-        if method != "inverse":
-            raise ValueError("a single rank's share is proven by the inverse: pass method='inverse'")
-        if not 0 <= rank < config.num_replicas:
-            raise ValueError(f"rank must be in [0, {config.num_replicas}), got {rank}")
+    pass_.check_method(method)
     began = time.perf_counter()
     if rank is None:
-        prove = _core.verify_inverse if method == "inverse" else _core.verify
-        verdict = _run(lambda progress: prove(part, threads, progress), on_progress)
-        ranks: Sequence[int] = range(config.num_replicas)
-    else:
-        share = _run(lambda progress: _core.prove_ranks(part, rank, rank + 1, threads, progress), on_progress)
-        verdict = _core.judge_alone(part, share)  # the epoch is proven once every share is
-        ranks = (rank,)
-    return Certificate.of(config, verdict, method, ranks, began)
+        verdict = _run(lambda progress: pass_.verify(method, threads, progress), on_progress)
+        return Certificate.of(config, verdict, method, range(config.num_replicas), began)
+    rank = as_int("rank", rank)
+    if method != "inverse":
+        raise ValueError("a single rank's share is proven by the inverse: pass method='inverse'")
+    if not 0 <= rank < config.num_replicas:
+        raise ValueError(f"rank must be in [0, {config.num_replicas}), got {rank}")
+    if not isinstance(pass_, _core.Partition):
+        raise ValueError("a token-budget pass is proven whole: leave rank=None")
+    share = _run(lambda progress: pass_.prove_share(rank, threads, progress), on_progress)
+    verdict = pass_.judge_alone(share)  # the epoch is proven once every share is
+    return Certificate.of(config, verdict, method, (rank,), began)
 
 
 def verify(
@@ -182,6 +181,6 @@ def verify(
         drop_last_batch=drop_last_batch,
         permutation=algorithm,
     )
-    return verify_partition(
+    return verify_pass(
         config.partition(), config, method=method, rank=rank, threads=threads, on_progress=on_progress
     )

@@ -3,20 +3,34 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple, Optional
 
-from . import _core
 from . import _coverage as coverage
 from . import _proofs as proofs
 from ._certificate import Certificate, PendingCertificate
-from ._config import ShardConfig
+from ._config import EpochConfig
+from ._consensus import Agreed
+
+
+class ProofTarget(NamedTuple):
+    """What a sampler proves: the pass it yields (a partition, or a token-budget pass; the
+    same proof methods either way), its configuration, this process's rank, the dataset the
+    consensus fingerprints, and, for the distributed proof, what the ranks must share beside
+    the configuration and the pass as that configuration deals it (``None``: a partition's
+    start, and the partition of ``config``)."""
+
+    pass_: coverage.ProvablePass
+    config: EpochConfig
+    rank: int
+    dataset: Any = None
+    agreed: Optional[Sequence[Agreed]] = None
+    reference: Optional[coverage.ProvablePass] = None
 
 
 class ProvenStream:
     """Proofs of the pass a sampler is running (from its resume point, if any), dealt the
-    way the sampler deals it: a subclass says what it yields with :meth:`proof_target`
-    (or, for a stream that is not a partition's, overrides :meth:`verify` and
-    :meth:`_distributed`).
+    way the sampler deals it: a subclass says what it yields with :meth:`proof_target`.
 
     Example::
 
@@ -25,9 +39,9 @@ class ProvenStream:
         'step'
     """
 
-    def proof_target(self) -> tuple[_core.Partition, ShardConfig, int, Any]:
-        """``(partition, config, rank, dataset)``: the pass this sampler yields, dealt as it
-        deals it, its configuration, this rank and the dataset the consensus fingerprints."""
+    def proof_target(self) -> ProofTarget:
+        """The pass this sampler yields, dealt as it deals it, its configuration, this rank
+        and the dataset the consensus fingerprints."""
         raise NotImplementedError
 
     def verify(self, method: str = "inverse") -> Certificate:
@@ -36,10 +50,11 @@ class ProvenStream:
         the positions outside the pass are checked once; see :func:`permshard.verify`.
 
         Args:
-            method (str, optional): ``"inverse"`` (O(1) memory) or ``"bitmap"``.
+            method (str, optional): ``"inverse"`` (O(1) memory) or ``"bitmap"`` (not for
+                token-budget plans, proven by the inverse only).
         """
-        part, config, _, _ = self.proof_target()
-        return proofs.verify_partition(part, config, method=method)
+        target = self.proof_target()
+        return proofs.verify_pass(target.pass_, target.config, method=method)
 
     def verify_distributed(self, group: Any = None, *, exact: bool = True) -> Certificate:
         """Consensus, then a proof of the pass being run across the ranks of ``group``:
@@ -75,7 +90,16 @@ class ProvenStream:
         return self._distributed(group, exact=True, background=True)
 
     def _distributed(self, group: Any, *, exact: bool, background: bool) -> PendingCertificate:
-        """The distributed proof (consensus now; the rest in ``wait()``); a sampler whose
-        stream is not a partition's proves it its own way here."""
-        part, config, rank, dataset = self.proof_target()
-        return coverage.prove_pass(part, config, rank, dataset, group, exact=exact, background=background)
+        """The distributed proof (consensus now; the rest in ``wait()``)."""
+        target = self.proof_target()
+        return coverage.prove_pass(
+            target.pass_,
+            target.config,
+            target.rank,
+            target.dataset,
+            group,
+            exact=exact,
+            background=background,
+            agreed=target.agreed,
+            reference=target.reference,
+        )

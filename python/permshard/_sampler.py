@@ -17,7 +17,7 @@ from ._epoch_index import wants_epoch
 from ._lifecycle import PassLifecycle
 from ._mesh import MeshDim, resolve_world
 from ._plan import ShardPlan, build_plan
-from ._proven import ProvenStream
+from ._proven import ProofTarget, ProvenStream
 from ._sampler_pass import SamplerPass, WindowPrefetch
 from ._validation import as_int, as_positive, as_u64
 
@@ -380,11 +380,11 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
             raise ValueError(f"items must be in [0, {self.num_samples}] (this pass's length), got {items}")
         return self._current_partition().consumed_after(items)
 
-    def proof_target(self) -> tuple[_core.Partition, ShardConfig, int, Any]:
+    def proof_target(self) -> ProofTarget:
         """The pass being run (from its resume point, if any), dealt round-robin; see
         :class:`~permshard._proven.ProvenStream` for :meth:`verify`,
         :meth:`verify_distributed` and :meth:`verify_in_background`."""
-        return self._current_partition(), self.config, self.rank, self.dataset
+        return ProofTarget(self._current_partition(), self.config, self.rank, self.dataset)
 
     def dealt(self, **dealing: Any) -> tuple[_core.Partition, ShardConfig]:
         """The pass being run (or the next one) dealt as a batch sampler deals it, and its

@@ -5,7 +5,6 @@ re-plans a resume and proves; this module speaks torch."""
 from __future__ import annotations
 
 import bisect
-import time
 from collections.abc import Iterator, Mapping
 from typing import Any, Optional
 
@@ -14,15 +13,13 @@ import numpy.typing as npt
 from torch.utils.data import Sampler
 
 from . import _core
-from ._certificate import Certificate, PendingCertificate
 from ._config import BUDGET_ALGORITHM, BudgetConfig
 from ._consensus import FIX_RESUME, Agreed, check_consensus, digest
-from ._coverage import prove_across_ranks
 from ._lifecycle import PassLifecycle
 from ._loader_count import delivered_batches
 from ._mesh import MeshDim, resolve_world
 from ._plan import BudgetPlan
-from ._proven import ProvenStream
+from ._proven import ProofTarget, ProvenStream
 from ._validation import as_int, as_lengths, as_u64
 
 __all__ = ["BUDGET_ALGORITHM", "BudgetConfig", "TokenBudgetBatchSampler"]
@@ -295,61 +292,15 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
         self._saved = (window, taken, steps, saved.num_replicas)
         self._state_loaded()
 
-    def _share_of(self, pass_: _core.BudgetPass, rank: int) -> _core.BudgetShare:
-        """The proof of rank ``rank``'s share of ``pass_`` (the windows the core assigns it)."""
-        return pass_.prove_share(rank)
-
-    def verify(self, method: str = "inverse") -> Certificate:
-        """Exact proof of the pass being run (from its resume point, if any), by the order's
-        inverse: each window's plan, for every rank, as the sampler hands it out, holds
-        every position of the window not consumed before exactly once (but for declared
-        padding and drops), in whole steps of one batch per rank, every batch under the
-        budget. A window per core at a time: O(window) memory per core at any ``n``.
-
-        Args:
-            method (str, optional): ``"inverse"``, the only proof of these plans.
-
-        Raises:
-            ShardingError: with what is missing, repeated or over the budget.
-        """
-        if method != "inverse":
-            raise ValueError(f"token-budget plans are proven by the inverse: pass 'inverse', not {method!r}")
-        began, pass_ = time.perf_counter(), self._pass()
-        verdict = pass_.judge([pass_.prove_windows(pass_.start.window)])
-        return Certificate.of(self.config, verdict, "inverse", range(pass_.world), began)
-
-    def verify_distributed(self, group: Any = None, *, exact: bool = True) -> Certificate:
-        """Consensus, then the proof of :meth:`verify` split across the ranks of ``group``:
-        rank ``r`` proves the windows ``first + r, first + r + W, ...`` for every rank, one
-        small all-gather adds the counts up (O(n / W) work per rank). A collective.
-
-        Args:
-            group (ProcessGroup, optional): the process group (default: the world).
-            exact (bool, optional): ``True`` (the default, as on every sampler), the only
-                proof of these plans.
-        """
-        return self._distributed(group, exact=exact, background=False).wait()
-
-    def _distributed(self, group: Any, *, exact: bool, background: bool) -> PendingCertificate:
-        if not exact:
-            raise ValueError("token-budget plans have no fingerprint proof: call verify_distributed()")
-        # The pass as it is now, whatever this sampler does next (all of it immutable).
-        pass_, world = self._pass(), self.num_replicas
-
-        def prove() -> list[int]:
-            return self._share_of(pass_, self.rank).words(world)
-
-        def judge(rows: list[list[int]]) -> _core.Verdict:
-            return pass_.judge([_core.BudgetShare.from_words(r, world) for r in rows])
-
-        return prove_across_ranks(
-            self.config,
-            self.rank,
-            prove=prove,
-            judge=judge,
-            method="inverse",
-            agreed=self._agreed(),
-            group=group,
-            background=background,
-            caller="verify_in_background" if background else "verify_distributed",
-        )
+    def proof_target(self) -> ProofTarget:
+        """The pass being run (from its resume point, if any), as the core plans it: its
+        exact proof plans each window as the sampler hands it out and checks it through
+        the order's inverse — every position of the window not consumed before exactly
+        once (but for declared padding and drops), in whole steps of one batch per rank,
+        every batch under the budget; a window per core at a time, O(window) memory per
+        core at any ``n``. Distributed, rank ``r`` proves the windows ``first + r, first +
+        r + W, ...`` against the plan of the configuration every rank agreed on. There is
+        no fingerprint proof (``exact=False``) and no bitmap of these plans."""
+        pass_ = self._pass()
+        agreed_plan = _core.BudgetPass(self.config.planner(), self._lengths, pass_.start, self.num_replicas)
+        return ProofTarget(pass_, self.config, self.rank, agreed=self._agreed(), reference=agreed_plan)

@@ -155,22 +155,38 @@ impl<'a, L: Lengths + ?Sized> BudgetPass<'a, L> {
             .prove(self.lengths, &self.start, k, self.world, plan)
     }
 
-    /// Proves the windows `first, first + stride, ...` of this pass on `threads` threads;
-    /// failures are recorded in the share, not returned.
+    /// The plan it is a pass of.
+    pub fn budget(&self) -> &TokenBudget {
+        self.budget
+    }
+
+    /// Proves the windows `first, first + stride, ...` of this pass as it hands them out,
+    /// checked by `by` (the plan every rank agreed on; see [`TokenBudget::prove_windows`]),
+    /// on `threads` threads, each window's samples counted into `done`; failures are
+    /// recorded in the share, not returned.
     pub fn prove_windows(
         &self,
-        first: u64,
-        stride: u64,
+        windows: (u64, u64),
+        by: &TokenBudget,
         threads: usize,
+        done: &AtomicU64,
     ) -> Result<BudgetShare, Error> {
-        self.budget.prove_windows(
-            self.lengths,
-            &self.start,
-            self.world,
-            first,
-            stride,
-            threads,
-        )
+        let (budget, start) = (self.budget, &self.start);
+        budget.prove_windows(by, self.lengths, start, self.world, windows, threads, done)
+    }
+
+    /// Rank `rank`'s share of the exact proof (the windows `start + rank, start + rank +
+    /// world, ...`), checked by `by` as [`BudgetPass::prove_windows`] does.
+    pub fn prove_share_by(
+        &self,
+        rank: u64,
+        by: &TokenBudget,
+        threads: usize,
+        done: &AtomicU64,
+    ) -> Result<BudgetShare, Error> {
+        check_below("rank", rank, self.world)?;
+        let first = self.start.window() + rank;
+        self.prove_windows((first, self.world), by, threads, done)
     }
 
     /// `(window, step of its plan)` of the pass's step `step`; `None` when `step` is the
@@ -235,8 +251,7 @@ impl<L: Lengths + ?Sized> PassPlan for BudgetPass<'_, L> {
     }
 
     fn prove_share(&self, rank: u64, threads: usize) -> Result<BudgetShare, Error> {
-        check_below("rank", rank, self.world)?;
-        self.prove_windows(self.start.window() + rank, self.world, threads)
+        self.prove_share_by(rank, self.budget, threads, &AtomicU64::new(0))
     }
 
     fn merge(a: &BudgetShare, b: &BudgetShare) -> BudgetShare {

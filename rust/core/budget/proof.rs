@@ -2,6 +2,7 @@
 //! the order's inverse, a window per core at a time (the one work pool); the windows
 //! split across ranks for the distributed proof, and the shares judged together.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use super::{BudgetStart, Lengths, TokenBudget, WindowPlan};
@@ -240,19 +241,35 @@ impl TokenBudget {
     }
 
     /// Proves the windows `first, first + stride, ...` of the pass from `start` (`first`
-    /// at least its window), each planned for `world` ranks as the sampler hands it out,
-    /// on `threads` threads (`0`: all cores). A window that fails its proof is recorded,
-    /// not raised: a distributed proof adds up every rank's share before it judges.
+    /// at least its window), each planned for `world` ranks as this budget hands it out
+    /// and checked by `by` (the plan every rank agreed on: a process that plans with
+    /// another seed or build fails here, though its plans agree with themselves; `self`
+    /// for a proof of its own plans), on `threads` threads (`0`: all cores), each window's
+    /// samples counted into `done` once proven. A window that fails its proof is
+    /// recorded, not raised: a distributed proof adds up every rank's share before it
+    /// judges.
+    #[allow(clippy::too_many_arguments)]
     pub fn prove_windows<L: Lengths + ?Sized>(
         &self,
+        by: &TokenBudget,
         lengths: &L,
         start: &BudgetStart,
         world: u64,
-        first: u64,
-        stride: u64,
+        (first, stride): (u64, u64),
         threads: usize,
+        done: &AtomicU64,
     ) -> Result<BudgetShare, Error> {
         self.check_lengths(lengths, world)?;
+        if (by.n(), by.window()) != (self.n(), self.window()) {
+            return Err(Error::Invalid(format!(
+                "the plans to check cut {} samples in windows of {}, the plan they are checked \
+                 by {} in windows of {}",
+                self.n(),
+                self.window(),
+                by.n(),
+                by.window()
+            )));
+        }
         if first < start.window() || stride == 0 {
             return Err(Error::Invalid(format!(
                 "windows from {first} by {stride} are not windows of the pass from window {}",
@@ -268,10 +285,11 @@ impl TokenBudget {
             |_, t| {
                 let k = first + t * stride;
                 let plan = self.plan(lengths, k, start.taken_in(k), world)?;
-                let proof = match self.prove(lengths, start, k, world, &plan) {
+                let proof = match by.prove(lengths, start, k, world, &plan) {
                     Err(e) if e.is_violation() => None,
                     other => Some(other?),
                 };
+                done.fetch_add(plan.samples.len() as u64, Ordering::Relaxed);
                 let mut share = share.lock().unwrap_or_else(|e| e.into_inner());
                 share.windows += 1;
                 match proof {
@@ -343,6 +361,10 @@ mod tests {
         BudgetStart::default()
     }
 
+    fn done() -> AtomicU64 {
+        AtomicU64::new(0)
+    }
+
     #[test]
     fn every_window_plan_is_proven_and_counted() {
         for (n, window, world, drop_last) in [
@@ -377,7 +399,7 @@ mod tests {
                     steps
                 );
                 let share = b
-                    .prove_windows(l.as_slice(), &whole(), world, 0, 1, threads)
+                    .prove_windows(&b, l.as_slice(), &whole(), world, (0, 1), threads, &done())
                     .unwrap();
                 let verdict = b.judge(l.as_slice(), &whole(), world, &share).unwrap();
                 assert_eq!(verdict.batches, Some(steps));
@@ -391,11 +413,13 @@ mod tests {
         let l = lengths(5000, 2);
         let b = budget(5000, 600, false);
         let start = BudgetStart::new(&b, 2, &[], 3).unwrap();
-        let whole = b.prove_windows(l.as_slice(), &start, 3, 2, 1, 2).unwrap();
+        let whole = b
+            .prove_windows(&b, l.as_slice(), &start, 3, (2, 1), 2, &done())
+            .unwrap();
         let mut merged = BudgetShare::default();
         for r in 0..3 {
             let share = b
-                .prove_windows(l.as_slice(), &start, 3, 2 + r, 3, 1)
+                .prove_windows(&b, l.as_slice(), &start, 3, (2 + r, 3), 1, &done())
                 .unwrap();
             let back = BudgetShare::from_words(&share.to_words(3), 3).unwrap();
             assert_eq!(back, share);
@@ -406,14 +430,49 @@ mod tests {
         assert_eq!(verdict.start, 1200);
         assert_eq!(verdict.covered + verdict.consumed, 5000);
         // A rank's share missing: refused.
-        let part = b.prove_windows(l.as_slice(), &start, 3, 3, 3, 1).unwrap();
+        let part = b
+            .prove_windows(&b, l.as_slice(), &start, 3, (3, 3), 1, &done())
+            .unwrap();
         let e = b
             .judge(l.as_slice(), &start, 3, &part)
             .unwrap_err()
             .to_string();
         assert!(e.contains("windows, the pass has 7"), "{e}");
         assert!(BudgetShare::from_words(&[0; 4], 3).is_err());
-        assert!(b.prove_windows(l.as_slice(), &start, 3, 1, 1, 1).is_err());
+        assert!(b
+            .prove_windows(&b, l.as_slice(), &start, 3, (1, 1), 1, &done())
+            .is_err());
+    }
+
+    #[test]
+    fn plans_of_another_seed_fail_against_the_agreed_plan() {
+        let l = lengths(3000, 5);
+        let agreed = budget(3000, 512, false);
+        let other =
+            crate::budget::test_budget(Version::V2, 3000, 16384, 512, 4, 1, true, false).unwrap();
+        let done = done();
+        // Consistent with itself: its own plans prove, every sample counted.
+        let alone = other
+            .prove_windows(&other, l.as_slice(), &whole(), 2, (0, 1), 1, &done)
+            .unwrap();
+        assert!(alone.failed.is_none());
+        assert_eq!(done.load(Ordering::Relaxed), 3000);
+        // Checked by the agreed plan: every window fails, the first one is named.
+        let by_agreed = other
+            .prove_windows(&agreed, l.as_slice(), &whole(), 2, (0, 1), 1, &done)
+            .unwrap();
+        assert_eq!(by_agreed.failed, Some(0));
+        assert!(agreed.judge(l.as_slice(), &whole(), 2, &by_agreed).is_err());
+        // A plan of another window size is refused by name.
+        let wider = budget(3000, 600, false);
+        let e = other
+            .prove_windows(&wider, l.as_slice(), &whole(), 2, (0, 1), 1, &done)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("windows of 512") && e.contains("windows of 600"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -513,7 +572,7 @@ mod tests {
                 "world {world}: not every sample of windows 1-2 once"
             );
             let share = b
-                .prove_windows(l.as_slice(), &start, world, 1, 1, 0)
+                .prove_windows(&b, l.as_slice(), &start, world, (1, 1), 0, &done())
                 .unwrap();
             let verdict = b.judge(l.as_slice(), &start, world, &share).unwrap();
             assert_eq!(verdict.consumed, 1000 + before.len() as u64);

@@ -12,7 +12,7 @@ use permshard_core::{BudgetPass, BudgetResume, BudgetShare, BudgetStart, PassPla
 use crate::convert::{compute, epoch_spec, field, int64_array, non_negative};
 use crate::errors::to_py;
 use crate::state::{config_fields, from_mapping, to_dict};
-use crate::verify::PyVerdict;
+use crate::verify::{counter, Progress, PyCoverageShare, PyVerdict};
 
 /// Runs `$body` with `$slice` bound to the lengths as a slice of their own dtype.
 macro_rules! with_lengths {
@@ -178,20 +178,22 @@ impl PyWindowPlan {
 #[pyclass(frozen, module = "permshard._core", name = "BudgetShare")]
 pub struct PyBudgetShare {
     inner: BudgetShare,
+    world: u64,
 }
 
 #[pymethods]
 impl PyBudgetShare {
-    /// A share from the record of `words(world)` (another rank's, gathered).
+    /// A share of a pass dealt to `world` ranks from the record of `words()` (another
+    /// rank's, gathered).
     #[staticmethod]
     fn from_words(words: Vec<u64>, world: u64) -> PyResult<Self> {
         let inner = BudgetShare::from_words(&words, world).map_err(to_py)?;
-        Ok(PyBudgetShare { inner })
+        Ok(PyBudgetShare { inner, world })
     }
 
     /// The fixed-size record of `8 + world` unsigned 64-bit words.
-    fn words(&self, world: u64) -> Vec<u64> {
-        self.inner.to_words(world)
+    fn words(&self) -> Vec<u64> {
+        self.inner.to_words(self.world)
     }
 
     /// Windows proven.
@@ -381,7 +383,7 @@ impl PyBudgetPass {
 
     /// The ranks it is dealt to.
     #[getter]
-    fn world(&self) -> u64 {
+    fn num_replicas(&self) -> u64 {
         self.world
     }
 
@@ -418,35 +420,90 @@ impl PyBudgetPass {
         Ok(())
     }
 
-    /// Proves the windows `first, first + stride, ...` of the pass, every core (GIL
-    /// released); failures are recorded, not raised.
-    #[pyo3(signature = (first, stride = 1, threads = 0))]
-    fn prove_windows(
+    /// The exact proof of the whole pass, every window planned as the sampler hands it
+    /// out and checked through the order's inverse (`"inverse"`, the only proof of these
+    /// plans), on `threads` threads (`0`: all cores), GIL released, advancing `progress` by
+    /// each window's samples: the verdict, or ShardingError.
+    #[pyo3(signature = (method = "inverse", threads = 0, progress = None))]
+    fn verify(
         &self,
         py: Python<'_>,
-        first: u64,
-        stride: u64,
+        method: &str,
         threads: usize,
+        progress: Option<&Progress>,
+    ) -> PyResult<PyVerdict> {
+        self.check_method(method)?;
+        let done = counter(progress);
+        let verdict = on_pass!(self, py, pass => py.detach(|| {
+            let first = pass.start().window();
+            pass.prove_windows((first, 1), pass.budget(), threads, &done)
+                .and_then(|share| pass.judge(&share))
+        }).map_err(to_py))?;
+        Ok(verdict.into())
+    }
+
+    /// Rank `rank`'s share of the exact proof: the windows `start + rank, start + rank +
+    /// world, ...` planned as this pass hands them out, checked by `reference`'s plan (the
+    /// pass as the configuration every rank agreed on plans it) or this pass's own; every
+    /// core, GIL released; failures are recorded.
+    #[pyo3(signature = (rank, threads = 0, progress = None, reference = None))]
+    fn prove_share(
+        &self,
+        py: Python<'_>,
+        rank: u64,
+        threads: usize,
+        progress: Option<&Progress>,
+        reference: Option<&PyBudgetPass>,
     ) -> PyResult<PyBudgetShare> {
-        let share = on_pass!(self, py, pass => py.detach(|| pass.prove_windows(first, stride, threads)).map_err(to_py))?;
-        Ok(PyBudgetShare { inner: share })
+        let by = &reference.unwrap_or(self).budget.get().inner;
+        let done = counter(progress);
+        let share = on_pass!(self, py, pass => py.detach(|| pass.prove_share_by(rank, by, threads, &done)).map_err(to_py))?;
+        Ok(PyBudgetShare {
+            inner: share,
+            world: self.world,
+        })
     }
 
-    /// Rank `rank`'s share of the proof of the pass: the windows the core assigns it,
-    /// every core (GIL released); failures are recorded.
-    #[pyo3(signature = (rank, threads = 0))]
-    fn prove_share(&self, py: Python<'_>, rank: u64, threads: usize) -> PyResult<PyBudgetShare> {
-        let share = on_pass!(self, py, pass => py.detach(|| pass.prove_share(rank, threads)).map_err(to_py))?;
-        Ok(PyBudgetShare { inner: share })
-    }
-
-    /// Judges the shares of every rank, added up in the core: the verdict, or
-    /// ShardingError with the first failing window's counter-example.
-    fn judge(&self, py: Python<'_>, shares: Vec<PyRef<'_, PyBudgetShare>>) -> PyResult<PyVerdict> {
-        let total = (shares.iter()).fold(BudgetShare::default(), |t, s| t.merge(&s.inner));
+    /// Judges every rank's share (the words of `prove_share(...).words()`, in rank order),
+    /// added up in the core: the verdict, or ShardingError with the first failing
+    /// window's counter-example.
+    fn judge(&self, py: Python<'_>, rows: Vec<Vec<u64>>) -> PyResult<PyVerdict> {
+        let mut total = BudgetShare::default();
+        for words in &rows {
+            let share = BudgetShare::from_words(words, self.world).map_err(to_py)?;
+            total = total.merge(&share);
+        }
         let window = self.budget.get().inner.window();
         let verdict =
             on_pass!(self, py, pass => compute(py, window, || pass.judge(&total)).map_err(to_py))?;
         Ok(verdict.into())
+    }
+
+    /// Refuses (ValueError, naming the proof to use) a proof these plans do not have: they
+    /// are proven by the inverse (`"inverse"`) only, neither by a bitmap nor by a
+    /// fingerprint (`"fingerprint"`).
+    fn check_method(&self, method: &str) -> PyResult<()> {
+        match method {
+            "inverse" => Ok(()),
+            "fingerprint" => Err(PyValueError::new_err(
+                "token-budget plans have no fingerprint proof: prove them exactly, with \
+                 verify_distributed() (exact=True, the default)",
+            )),
+            _ => Err(PyValueError::new_err(format!(
+                "token-budget plans are proven by the inverse: pass method='inverse', not {method:?}"
+            ))),
+        }
+    }
+
+    /// Token-budget plans have no coverage fingerprint: refused, naming the exact proof.
+    #[allow(unused_variables)] // named as the partition's, which a pass of either kind answers
+    fn coverage_share(&self, rank: u64) -> PyResult<PyCoverageShare> {
+        Err(self.check_method("fingerprint").unwrap_err())
+    }
+
+    /// As `coverage_share`: refused.
+    #[allow(unused_variables)]
+    fn judge_coverage(&self, rows: Vec<Vec<u64>>) -> PyResult<PyVerdict> {
+        Err(self.check_method("fingerprint").unwrap_err())
     }
 }

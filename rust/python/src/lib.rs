@@ -50,8 +50,7 @@ mod _core {
     use super::sharding::Sharding;
     #[pymodule_export]
     use super::verify::{
-        check_rank_layout, judge, judge_alone, judge_coverage, prove_ranks, verify, verify_inverse,
-        Progress, PyCoverageShare, PyFailure, PyShare, PyVerdict,
+        check_rank_layout, Progress, PyCoverageShare, PyFailure, PyShare, PyVerdict,
     };
     #[pymodule_export]
     use super::weighted::{EpochDraws, Weights};

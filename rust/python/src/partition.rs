@@ -1,13 +1,14 @@
 //! `_core.Partition`: one epoch's split across ranks.
 
 use numpy::PyArray1;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use permshard_core::{range_len, CoverageShare};
 
 use crate::convert::{alloc, compute, int64_array};
 use crate::errors::to_py;
-use crate::verify::PyCoverageShare;
+use crate::verify::{self, Progress, PyCoverageShare, PyShare, PyVerdict};
 
 #[pyclass(frozen, module = "permshard._core", name = "Partition")]
 pub struct Partition {
@@ -214,12 +215,74 @@ impl Partition {
         self.inner.locate(sample).map_err(to_py)
     }
 
-    /// This rank's share of the distributed coverage proof (GIL released).
+    /// Refuses (ValueError) a method that is not a proof of partitions: `"inverse"`,
+    /// `"bitmap"` (exact) or `"fingerprint"` (the distributed coverage proof).
+    fn check_method(&self, method: &str) -> PyResult<()> {
+        match method {
+            "inverse" | "bitmap" | "fingerprint" => Ok(()),
+            _ => Err(PyValueError::new_err(format!(
+                "method must be 'inverse' or 'bitmap' ('fingerprint' distributed), got {method:?}"
+            ))),
+        }
+    }
+
+    /// The exact proof of the whole pass (`"inverse"`: O(1) memory; `"bitmap"`: `n / 8`
+    /// bytes) on `threads` threads (`0`: all cores), GIL released, advancing `progress`:
+    /// the verdict, or ShardingError.
+    #[pyo3(signature = (method = "inverse", threads = 0, progress = None))]
+    fn verify(
+        &self,
+        py: Python<'_>,
+        method: &str,
+        threads: usize,
+        progress: Option<&Progress>,
+    ) -> PyResult<PyVerdict> {
+        verify::prove_whole(py, &self.inner, method, threads, progress)
+    }
+
+    /// Rank `rank`'s share of the exact proof (its stream and its slice of the positions
+    /// outside the pass), inverted by `reference`'s order (the pass as the configuration
+    /// every rank agreed on deals it) or this pass's own; failures are counted.
+    #[pyo3(signature = (rank, threads = 0, progress = None, reference = None))]
+    fn prove_share(
+        &self,
+        py: Python<'_>,
+        rank: u64,
+        threads: usize,
+        progress: Option<&Progress>,
+        reference: Option<&Partition>,
+    ) -> PyResult<PyShare> {
+        let order = reference.map_or(self.inner.order(), |r| r.inner.order());
+        verify::prove_rank(py, &self.inner, order, rank, threads, progress)
+    }
+
+    /// Judges every rank's share (the words of `prove_share(...).words()`, in rank order),
+    /// added up in the core: the verdict, or ShardingError with the earliest
+    /// counter-example.
+    fn judge(&self, rows: Vec<Vec<u64>>) -> PyResult<PyVerdict> {
+        verify::judge_rows(&self.inner, &rows)
+    }
+
+    /// Judges one rank's share alone: the verdict, or ShardingError with its first
+    /// counter-example (the pass is proven once every rank's share is).
+    fn judge_alone(&self, share: &PyShare) -> PyResult<PyVerdict> {
+        Ok(permshard_core::judge_alone(&self.inner, &share.inner)
+            .map_err(to_py)?
+            .into())
+    }
+
+    /// Rank `rank`'s share of the distributed coverage proof (GIL released).
     fn coverage_share(&self, py: Python<'_>, rank: u64) -> PyResult<PyCoverageShare> {
         let inner = py
             .detach(|| CoverageShare::of_rank(&self.inner, rank))
             .map_err(to_py)?;
         Ok(PyCoverageShare { inner })
+    }
+
+    /// Judges every rank's coverage share (the words of `coverage_share(...).words()`, in
+    /// rank order) in the core: the verdict, or ShardingError.
+    fn judge_coverage(&self, rows: Vec<Vec<u64>>) -> PyResult<PyVerdict> {
+        verify::judge_coverage_rows(&self.inner, &rows)
     }
 }
 

@@ -1,16 +1,17 @@
-//! The proofs (`verify`: the bitmap; `verify_inverse`, `prove_ranks`, `judge`: by the
-//! inverse; `judge_coverage`: the fingerprint), their shares, their `Verdict` and their
-//! progress counter.
+//! The proofs of a partition (the whole pass by the bitmap or the inverse, a rank's share
+//! by the inverse, the judgement of every rank's share, the coverage fingerprint's), their
+//! shares, their `Verdict` and their progress counter: `_core.Partition`'s proof methods
+//! call these.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use permshard_core::{CoverageShare, Failure, Share, Verdict, OUTSIDE};
 
 use crate::errors::to_py;
-use crate::partition::Partition;
 
 /// What an exact proof established: the counts a certificate reports (see the core's
 /// `Verdict`).
@@ -157,107 +158,74 @@ impl PyShare {
     }
 }
 
-fn counter(progress: Option<&Progress>) -> Arc<AtomicU64> {
+/// The counter of `progress`, or one nobody reads.
+pub fn counter(progress: Option<&Progress>) -> Arc<AtomicU64> {
     progress.map_or_else(|| Arc::new(AtomicU64::new(0)), |p| p.done.clone())
 }
 
-/// A whole proof of `partition` on `threads` threads, GIL released: the verdict, or
-/// ShardingError.
-fn whole_proof(
+/// The exact proof of the whole of `part` on `threads` threads, GIL released: by the
+/// inverse (`"inverse"`, O(1) memory) or the bitmap (`"bitmap"`, `n / 8` bytes); the
+/// verdict, or ShardingError.
+pub fn prove_whole(
     py: Python<'_>,
-    partition: &Partition,
+    part: &permshard_core::Partition,
+    method: &str,
+    threads: usize,
     progress: Option<&Progress>,
-    prove: impl FnOnce(&permshard_core::Partition, &AtomicU64) -> Result<Verdict, permshard_core::Error>
-        + Send,
 ) -> PyResult<PyVerdict> {
+    let prove = match method {
+        "inverse" => permshard_core::verify_inverse,
+        "bitmap" => permshard_core::verify,
+        _ => {
+            return Err(PyValueError::new_err(format!(
+                "method must be 'inverse' or 'bitmap', got {method:?}"
+            )))
+        }
+    };
     let counter = counter(progress);
-    let part = &partition.inner;
-    Ok(py.detach(|| prove(part, &counter)).map_err(to_py)?.into())
+    Ok(py
+        .detach(|| prove(part, threads, &counter))
+        .map_err(to_py)?
+        .into())
 }
 
-/// Proves `partition` exact with the bitmap (`n / 8` bytes).
-#[pyfunction]
-#[pyo3(signature = (partition, threads = 0, progress = None))]
-pub fn verify(
+/// Rank `rank`'s stream of `part` proven, with its slice of the positions outside the
+/// pass, inverted by `order` (the one the ranks agreed on; a stream on another order
+/// fails); failures are counted, not raised.
+pub fn prove_rank(
     py: Python<'_>,
-    partition: &Partition,
+    part: &permshard_core::Partition,
+    order: &permshard_core::Order,
+    rank: u64,
     threads: usize,
     progress: Option<&Progress>,
-) -> PyResult<PyVerdict> {
-    whole_proof(py, partition, progress, |p, c| {
-        permshard_core::verify(p, threads, c)
-    })
-}
-
-/// Proves `partition` exact by the inverse (O(1) memory).
-#[pyfunction]
-#[pyo3(signature = (partition, threads = 0, progress = None))]
-pub fn verify_inverse(
-    py: Python<'_>,
-    partition: &Partition,
-    threads: usize,
-    progress: Option<&Progress>,
-) -> PyResult<PyVerdict> {
-    whole_proof(py, partition, progress, |p, c| {
-        permshard_core::verify_inverse(p, threads, c)
-    })
-}
-
-/// Proves the streams of ranks `[first_rank, stop_rank)` and their slice of the positions
-/// outside the pass; failures are counted, not raised. With `reference`, samples are
-/// inverted by its order (the one the ranks agreed on) instead of the stream's own.
-#[pyfunction]
-#[pyo3(signature = (partition, first_rank, stop_rank, threads = 0, progress = None, reference = None))]
-pub fn prove_ranks(
-    py: Python<'_>,
-    partition: &Partition,
-    first_rank: u64,
-    stop_rank: u64,
-    threads: usize,
-    progress: Option<&Progress>,
-    reference: Option<&Partition>,
 ) -> PyResult<PyShare> {
     let counter = counter(progress);
-    let part = &partition.inner;
-    let order = reference.map_or(part.order(), |r| r.inner.order());
     let share = py
-        .detach(|| {
-            permshard_core::prove_against(part, order, first_rank..stop_rank, threads, &counter)
-        })
+        .detach(|| permshard_core::prove_against(part, order, rank..rank + 1, threads, &counter))
         .map_err(to_py)?;
     Ok(PyShare { inner: share })
 }
 
-/// Judges the shares of every rank, added up in the core: the verdict, or ShardingError
-/// with the earliest counter-example.
-#[pyfunction]
-pub fn judge(partition: &Partition, shares: Vec<PyRef<'_, PyShare>>) -> PyResult<PyVerdict> {
-    let total = shares
-        .iter()
-        .fold(Share::default(), |total, share| total.merge(&share.inner));
-    Ok(permshard_core::judge(&partition.inner, &total)
-        .map_err(to_py)?
-        .into())
+/// Every rank's share of `part`'s exact proof, as the words ranks exchange, added up and
+/// judged in the core: the verdict, or ShardingError with the earliest counter-example.
+pub fn judge_rows(part: &permshard_core::Partition, rows: &[Vec<u64>]) -> PyResult<PyVerdict> {
+    let mut total = Share::default();
+    for words in rows {
+        total = total.merge(&Share::from_words(words).map_err(to_py)?);
+    }
+    Ok(permshard_core::judge(part, &total).map_err(to_py)?.into())
 }
 
-/// Judges one rank's share alone (its stream and its slice of the positions outside the
-/// pass): the verdict, or ShardingError with its first counter-example.
-#[pyfunction]
-pub fn judge_alone(partition: &Partition, share: &PyShare) -> PyResult<PyVerdict> {
-    Ok(permshard_core::judge_alone(&partition.inner, &share.inner)
-        .map_err(to_py)?
-        .into())
-}
-
-/// Judges every rank's coverage share, in rank order, in the core: the verdict, or
-/// ShardingError.
-#[pyfunction]
-pub fn judge_coverage(
-    partition: &Partition,
-    shares: Vec<PyRef<'_, PyCoverageShare>>,
+/// Every rank's coverage share of `part`, as words, in rank order, judged in the core.
+pub fn judge_coverage_rows(
+    part: &permshard_core::Partition,
+    rows: &[Vec<u64>],
 ) -> PyResult<PyVerdict> {
-    let shares: Vec<CoverageShare> = shares.iter().map(|s| s.inner).collect();
-    Ok(permshard_core::judge_coverage(&partition.inner, &shares)
+    let shares = (rows.iter().map(|w| CoverageShare::from_words(w)))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(to_py)?;
+    Ok(permshard_core::judge_coverage(part, &shares)
         .map_err(to_py)?
         .into())
 }

@@ -490,7 +490,7 @@ impl PyBudgetPass {
                  verify_distributed() (exact=True, the default)",
             )),
             _ => Err(PyValueError::new_err(format!(
-                "token-budget plans are proven by the inverse: pass method='inverse', not {method:?}"
+                "token-budget plans are proven by the inverse: pass method='inverse', not '{method}'"
             ))),
         }
     }

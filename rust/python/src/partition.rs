@@ -221,7 +221,7 @@ impl Partition {
         match method {
             "inverse" | "bitmap" | "fingerprint" => Ok(()),
             _ => Err(PyValueError::new_err(format!(
-                "method must be 'inverse' or 'bitmap' ('fingerprint' distributed), got {method:?}"
+                "method must be 'inverse' or 'bitmap' ('fingerprint' distributed), got '{method}'"
             ))),
         }
     }

@@ -178,7 +178,7 @@ pub fn prove_whole(
         "bitmap" => permshard_core::verify,
         _ => {
             return Err(PyValueError::new_err(format!(
-                "method must be 'inverse' or 'bitmap', got {method:?}"
+                "method must be 'inverse' or 'bitmap', got '{method}'"
             )))
         }
     };

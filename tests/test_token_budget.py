@@ -318,6 +318,8 @@ def test_bad_input_names_the_fix():
     s = TokenBudgetBatchSampler(np.ones(10, dtype=np.int64), BUDGET, 1, 0)
     with pytest.raises(ValueError, match="no fingerprint proof"):
         s.verify_distributed(exact=False)
+    with pytest.raises(ValueError, match="proven by the inverse: pass method='inverse', not 'bitmap'"):
+        s.verify("bitmap")
     with pytest.raises(ValueError, match="torch.distributed to be initialized"):
         s.verify_distributed()
 

@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 
 mod block;
 mod budget;
+mod budget_pass;
 mod convert;
 mod errors;
 mod exclusion;
@@ -25,9 +26,9 @@ mod _core {
     #[pymodule_export]
     use super::block::BlockPermutation;
     #[pymodule_export]
-    use super::budget::{
-        BudgetEpoch, PyBudgetPass, PyBudgetShare, PyBudgetStart, PyWindowPlan, TokenBudget,
-    };
+    use super::budget::{BudgetEpoch, PyBudgetStart, PyWindowPlan, TokenBudget};
+    #[pymodule_export]
+    use super::budget_pass::{PyBudgetPass, PyBudgetShare};
     #[pymodule_export]
     use super::errors::ShardingError;
     #[pymodule_export]

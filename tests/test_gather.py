@@ -37,7 +37,7 @@ def test_npy_records_start_after_the_header(tmp_path):
     data = np.arange(40 * 6, dtype=np.int32).reshape(40, 6)
     np.save(tmp_path / "rows.npy", data)
     rows = MemmapRows(tmp_path / "rows.npy")
-    assert np.array_equal(rows.__getitems__([39, 0, 5]).tensor.numpy(), data[[39, 0, 5]])
+    assert np.array_equal(rows.__getitems__(np.array([39, 0, 5])).tensor.numpy(), data[[39, 0, 5]])
 
 
 def test_rows_out_of_range_are_index_errors_naming_the_row(tmp_path):

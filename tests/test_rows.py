@@ -43,6 +43,23 @@ def test_flat_and_npy_files_gather_what_numpy_gathers(records):
         assert clone._map is None and torch.equal(clone[5], rows[5])
 
 
+@pytest.mark.parametrize("workers", [0, 1])
+def test_torch_s_default_collation_stacks_the_rows_of_torch_s_samplers(records, workers):
+    # A DataLoader as anyone writes it first: torch's BatchSampler hands lists of
+    # indices, and the default collation stacks what __getitems__ returns.
+    data, flat, _ = records
+    rows = MemmapRows(flat, np.float32, (16,))
+    shuffled = torch.cat(list(DataLoader(rows, batch_size=64, shuffle=True, num_workers=workers)))
+    assert shuffled.shape == data.shape  # every row once, in some order
+    assert np.array_equal(np.unique(shuffled.numpy(), axis=0), np.unique(data, axis=0))
+    sampler = ShardedSampler(rows, 4, 1, seed=2)
+    sharded = torch.cat(list(DataLoader(rows, batch_size=64, sampler=sampler, num_workers=workers)))
+    assert np.array_equal(sharded.numpy(), data[list(ShardedSampler(rows, 4, 1, seed=2))])
+    # Its own collation takes either form; lists are stacked (a copy).
+    as_list = rows.__getitems__([3, 1, 3])
+    assert isinstance(as_list, list) and np.array_equal(MemmapRows.collate(as_list).numpy(), data[[3, 1, 3]])
+
+
 def test_the_gather_fills_one_writable_batch_pinned_only_when_it_can_be(records, monkeypatch):
     data, flat, _ = records
     rows = MemmapRows(flat, np.float32, (16,), pin_memory=True)
@@ -58,7 +75,7 @@ def test_the_gather_fills_one_writable_batch_pinned_only_when_it_can_be(records,
     assert batch.is_pinned() == torch.cuda.is_available()
     assert rows.__getitems__(np.array([], dtype=np.int64)).tensor.shape == (0, 16)
     scalar = MemmapRows(flat, np.float32)  # one element per record
-    assert np.array_equal(scalar.__getitems__([5, 0]).tensor.numpy(), data.reshape(-1)[[5, 0]])
+    assert np.array_equal(MemmapRows.collate(scalar.__getitems__([5, 0])).numpy(), data.reshape(-1)[[5, 0]])
 
 
 def test_bad_files_and_indices_name_the_fix(records, tmp_path):
@@ -140,7 +157,7 @@ def test_batches_gathered_ahead_are_what_numpy_gathers(records, monkeypatch):
     stream, got = iter(loader), []
     for k, batch in enumerate(stream):
         if k % 3 == 1:
-            assert np.array_equal(rows.__getitems__([k, -k]).tensor.numpy(), data[[k, -k]])
+            assert np.array_equal(MemmapRows.collate(rows.__getitems__([k, -k])).numpy(), data[[k, -k]])
         got.append(batch.numpy())
     assert np.array_equal(np.concatenate(got), expected_epoch(data, 2))
     assert clone_has_no_thread(rows)

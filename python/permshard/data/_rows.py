@@ -27,9 +27,12 @@ def page_locked(asked: bool) -> bool:
 
 
 class RowBatch(Sequence[torch.Tensor]):
-    """The rows of one batch, held as one ``(batch, *shape)`` tensor (``.tensor``, which
+    """The rows of one batch fetched with an int64 array of indices (permshard's batch
+    samplers), held as one ``(batch, *shape)`` tensor (``.tensor``, which
     :meth:`MemmapRows.collate` returns without a copy); a sequence of rows to everything
-    else, made on demand (no Python object per row until one is asked for).
+    else, made on demand (no Python object per row until one is asked for). It is not a
+    list: collate it with ``collate_fn=MemmapRows.collate`` (torch's default collation
+    stacks only lists and tuples).
 
     Args:
         tensor (torch.Tensor): the gathered rows.
@@ -151,9 +154,13 @@ class MemmapRows:
             raise IndexError(f"row {i} out of range for {self._rows} rows")
         return torch.from_numpy(np.array(self._records()[i]))
 
-    def __getitems__(self, indices: Any) -> RowBatch:
+    def __getitems__(self, indices: Any) -> Union[RowBatch, list[torch.Tensor]]:
         """A whole batch: one gather in Rust from the memmap into one tensor (split over
         ``torch.get_num_threads()`` threads when it is large: one in a DataLoader worker).
+
+        Returns the batch as a :class:`RowBatch` for an int64 array of indices
+        (permshard's batch samplers: collate with :meth:`collate`, no copy), else as a
+        list of its rows (torch's samplers: what torch's default collation stacks).
 
         Args:
             indices (int64 array or sequence of int): rows, in ``[-len, len)``; an
@@ -166,7 +173,7 @@ class MemmapRows:
         ahead = self._ahead.take(idx)
         if ahead is not None:  # the batch gathered ahead, in memory of its own
             batch = torch.from_numpy(ahead.view(self.dtype).reshape(shape))
-            return RowBatch(batch.pin_memory() if page_locked(self.pin_memory) else batch)
+            return self._as_fetched(batch.pin_memory() if page_locked(self.pin_memory) else batch, indices)
         if page_locked(self.pin_memory):
             dtype = torch.from_numpy(self._records()[:0]).dtype
             batch = torch.empty(shape, dtype=dtype, pin_memory=True)
@@ -176,7 +183,16 @@ class MemmapRows:
             batch = torch.from_numpy(array)
         out = array.reshape(-1).view(np.uint8)  # the batch's own memory
         _core.gather_records(self._raw(), self._record_bytes, idx, out, torch.get_num_threads())
-        return RowBatch(batch)
+        return self._as_fetched(batch, indices)
+
+    @staticmethod
+    def _as_fetched(batch: torch.Tensor, indices: Any) -> Union[RowBatch, list[torch.Tensor]]:
+        """The batch as its fetcher takes it: whole, for an array of indices (permshard's
+        batch samplers, collated by :meth:`collate`); as a list of row views for a list
+        (torch's samplers, collated by torch's default, which stacks lists)."""
+        if isinstance(indices, np.ndarray):
+            return RowBatch(batch)
+        return list(batch.unbind(0))
 
     def gather_ahead(self, indices: Any) -> None:
         """Starts gathering the batch ``indices`` on a thread of its own (GIL released),
@@ -221,7 +237,7 @@ class MemmapRows:
         (no copy), or the stacked rows of per-item fetches.
 
         Args:
-            batch: a :class:`RowBatch`, or a list of row tensors.
+            batch: a :class:`RowBatch`, or a list of row tensors (stacked: a copy).
         """
         if isinstance(batch, RowBatch):
             return batch.tensor

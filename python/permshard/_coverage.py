@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, Callable, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import torch.distributed as dist
 
@@ -17,26 +17,11 @@ from ._collectives import gather_by_rank
 from ._config import EpochConfig, ShardConfig
 from ._consensus import FIX_RESUME, Agreed, check_consensus
 
+if TYPE_CHECKING:  # the proofs every pass answers, declared once in the core's stub
+    from ._core import BudgetShare, ProvablePass, Share
 
-class _Share(Protocol):
-    def words(self) -> list[int]: ...
-
-
-class ProvablePass(Protocol):
-    """What every pass a sampler proves answers, in the core: a partition (round-robin,
-    step) or a token-budget pass. ``reference`` is the pass as the configuration every
-    rank agreed on deals it (the same type)."""
-
-    def check_method(self, method: str) -> None: ...
-    def verify(
-        self, method: str = "inverse", threads: int = 0, progress: Optional[_core.Progress] = None
-    ) -> _core.Verdict: ...
-    def prove_share(
-        self, rank: int, threads: int = 0, progress: Optional[_core.Progress] = None, reference: Any = None
-    ) -> _Share: ...
-    def judge(self, rows: list[list[int]]) -> _core.Verdict: ...
-    def coverage_share(self, rank: int) -> _Share: ...
-    def judge_coverage(self, rows: list[list[int]]) -> _core.Verdict: ...
+    #: A pass of either dealing (a partition, a token budget's), as the proofs take it.
+    AnyPass = ProvablePass[Union[Share, BudgetShare]]
 
 
 def prove_across_ranks(
@@ -86,7 +71,7 @@ def prove_across_ranks(
 
 
 def prove_pass(
-    pass_: ProvablePass,
+    pass_: AnyPass,
     config: EpochConfig,
     rank: int,
     dataset: Any = None,
@@ -95,7 +80,7 @@ def prove_pass(
     exact: bool = False,
     background: bool = False,
     agreed: Optional[Sequence[Agreed]] = None,
-    reference: Optional[ProvablePass] = None,
+    reference: Optional[AnyPass] = None,
 ) -> PendingCertificate:
     """The distributed proof of ``pass_`` (from its resume point, if any), dealt as
     ``config`` deals it. Each rank's share is either its coverage fingerprint (count, sum,

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Optional, TypeVar
+from typing import TYPE_CHECKING, Callable, Optional, TypeVar
 
 from . import _core
 from ._certificate import Certificate
 from ._config import EpochConfig, ShardConfig
 from ._consensus import check_consensus, check_layout, dataset_fingerprint
-from ._coverage import ProvablePass, verify_distributed
+from ._coverage import verify_distributed
 from ._guards import check_loader, check_not_presharded, check_not_wrapped_by_accelerate
 from ._validation import as_int
+
+if TYPE_CHECKING:
+    from ._coverage import AnyPass
 
 __all__ = [
     "Certificate",
@@ -65,7 +68,7 @@ def _run(work: Callable[[_core.Progress], _T], on_progress: Optional[Callable[[i
 
 
 def verify_pass(
-    pass_: ProvablePass,
+    pass_: AnyPass,
     config: EpochConfig,
     *,
     method: str = "inverse",

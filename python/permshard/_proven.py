@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 from . import _coverage as coverage
 from . import _proofs as proofs
 from ._certificate import Certificate, PendingCertificate
 from ._config import EpochConfig
 from ._consensus import Agreed
+
+if TYPE_CHECKING:
+    from ._coverage import AnyPass
 
 
 class ProofTarget(NamedTuple):
@@ -20,12 +23,12 @@ class ProofTarget(NamedTuple):
     the configuration and the pass as that configuration deals it (``None``: a partition's
     start, and the partition of ``config``)."""
 
-    pass_: coverage.ProvablePass
+    pass_: AnyPass
     config: EpochConfig
     rank: int
     dataset: Any = None
     agreed: Optional[Sequence[Agreed]] = None
-    reference: Optional[coverage.ProvablePass] = None
+    reference: Optional[AnyPass] = None
 
 
 class ProvenStream:

@@ -72,15 +72,15 @@ def _rank_main(rank: int, world: int, paths: list[str], task: dict[str, Any]) ->
     seen: list[int] = []
     tokens = 0
     state = None
-    # The loop's own counter: global samples of the epoch consumed since the epoch start.
-    consumed = task["state"]["consumed"] if task.get("state") is not None else 0
+    taken = 0  # the loop's own count of the items this rank received in this pass
     for step, (indices, batch) in enumerate(loader):
         assert batch.shape[1] == SEQ_LEN + 1
         seen.extend(indices)
         tokens += batch.numel()
-        consumed += len(indices) * sampler.num_replicas
+        taken += len(indices)
         if task.get("stop_after") == step + 1:
-            state = sampler.state_dict(consumed_samples=consumed)
+            # The epoch's global count once every rank took as many: the sampler's rule.
+            state = sampler.state_dict(consumed_samples=sampler.consumed_after(taken))
             break
     seconds = time.perf_counter() - began
     cert = sampler.verify_distributed(exact=False) if task.get("prove") else None

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import torch.distributed as dist
 from torch.utils.data import DistributedSampler, Subset
 
+from ._config import ShardConfig
 from ._core import ShardingError
 from ._validation import as_u64
 
@@ -20,6 +21,17 @@ if TYPE_CHECKING:
     from torch.utils.data import DataLoader
 
 FIX_DOUBLE_SPLIT = "shard once: pass the full dataset, or use num_replicas=1 on a pre-sharded dataset"
+
+
+def _each_rank_sees(*splits: int) -> str:
+    """What splitting the data by each of ``splits`` in turn leaves a rank."""
+    return f"each rank would see 1/{math.prod(splits)} of the data"
+
+
+def _share(total: int, world: int, drop_last: bool) -> int:
+    """A rank's share of ``total`` samples dealt round-robin over ``world`` ranks, as
+    ``DistributedSampler`` deals them: the core's length of the same pass."""
+    return ShardConfig(total, world, shuffle=False, drop_last=drop_last).partition().num_samples
 
 
 def _arithmetic_step(indices: Sequence[int]) -> Optional[tuple[int, int]]:
@@ -81,7 +93,7 @@ def check_not_presharded(dataset: Any, num_replicas: int, *, cross_rank: bool) -
     warnings.warn(
         f"the dataset is a Subset with indices range({first}, {full}, {step}): if each rank "
         f"holds its own such slice, the sampler splits it again across {num_replicas} replicas "
-        f"and each rank sees 1/{step * num_replicas} of the data ({FIX_DOUBLE_SPLIT}). If the "
+        f"and {_each_rank_sees(step, num_replicas)} ({FIX_DOUBLE_SPLIT}). If the "
         "same subset is on every rank, this is fine; with torch.distributed initialized the "
         "first iteration checks it across ranks",
         UserWarning,
@@ -107,8 +119,8 @@ def check_not_wrapped_by_accelerate(num_replicas: int, owners: Sequence[Any]) ->
             raise ShardingError(
                 f"accelerate's BatchSamplerShard (num_processes={owner.num_processes}) is "
                 f"splitting a permshard sampler that already splits across {num_replicas} "
-                f"replicas: each rank would see 1/{owner.num_processes * num_replicas} of the "
-                "data. Use permshard.accelerate.prepare_data_loader(accelerator, loader) instead "
+                f"replicas: {_each_rank_sees(owner.num_processes, num_replicas)}. Use "
+                "permshard.accelerate.prepare_data_loader(accelerator, loader) instead "
                 "of accelerator.prepare(loader)"
             )
 
@@ -130,8 +142,8 @@ def double_split(everyone: list[dict[str, int]]) -> Optional[str]:
     return (
         f"every process holds a different per-rank shard of the dataset (a Subset with "
         f"indices range(first, N, {step}), first = {sorted(firsts)}) and the sampler splits it "
-        f"again across {everyone[0]['num_replicas']} replicas: each rank would see "
-        f"1/{step * everyone[0]['num_replicas']} of the data. {FIX_DOUBLE_SPLIT}"
+        f"again across {everyone[0]['num_replicas']} replicas: "
+        f"{_each_rank_sees(step, everyone[0]['num_replicas'])}. {FIX_DOUBLE_SPLIT}"
     )
 
 
@@ -189,9 +201,8 @@ def check_loader(dataloader: DataLoader[Any], total: Optional[int] = None) -> in
             splitters.append((f"{type(obj).__name__}(num_replicas={obj.num_replicas})", obj.num_replicas))
     if len(splitters) > 1:
         names = " around ".join(name for name, _ in splitters)
-        share = math.prod(w for _, w in splitters)
         raise ShardingError(
-            f"the DataLoader splits the data twice ({names}): each rank sees 1/{share} of it. "
+            f"the DataLoader splits the data twice ({names}): {_each_rank_sees(*(w for _, w in splitters))}. "
             f"{FIX_DOUBLE_SPLIT}; with accelerate use permshard.accelerate.prepare_data_loader "
             "instead of accelerator.prepare for this loader"
         )
@@ -209,13 +220,12 @@ def check_loader(dataloader: DataLoader[Any], total: Optional[int] = None) -> in
         drawn = 0
         for item in source:
             drawn += len(item) if isinstance(item, (list, tuple)) else 1
-    low = total // world
+    low, share = (_share(total, world, drop_last) for drop_last in (True, False))
     batch = getattr(dataloader, "batch_size", None) or 1
-    high = -(-total // world) + batch  # even_batches may top up the last batch
-    if not low <= drawn <= high:
+    if not low <= drawn <= share + batch:  # even_batches may top up the last batch
         raise ShardingError(
             f"this rank draws {drawn} samples per epoch but its share of {total} samples over "
-            f"{world} ranks is {low}..{-(-total // world)}: the data is split "
+            f"{world} ranks is {low}..{share}: the data is split "
             f"{'more than once' if drawn < low else 'too little'}. {FIX_DOUBLE_SPLIT}"
         )
     return drawn

@@ -121,6 +121,20 @@ def test_verify_errors(args, exc, text):
     # Never a silently reinterpreted positional: seed, epoch, shuffle are keywords only.
     with pytest.raises(TypeError):
         verify(10, 2, 1)  # type: ignore[misc]
+    with pytest.raises(TypeError, match="'sed'"):  # a misspelt field is named, never ignored
+        verify(10, 2, sed=1)
+
+
+def test_verify_proves_the_pass_a_sampler_with_the_same_fields_yields():
+    fields = dict(seed=3, drop_last=True, exclude=[1, 5, 8, 40])
+    cert = verify(50, 4, epoch=2, **fields)
+    samplers = [ShardedSampler(50, num_replicas=4, rank=r, **fields) for r in range(4)]
+    for sampler in samplers:
+        sampler.set_epoch(2)
+    read = [i for s in samplers for i in s]
+    assert list(cert.lengths) == [len(s) for s in samplers] == [11] * 4  # 46 kept, 2 dropped
+    assert len(set(read)) == len(read) == cert.covered and not set(read) & {1, 5, 8, 40}
+    assert cert.config == samplers[0].verify().config and (cert.dropped, cert.padding) == (2, 0)
 
 
 def test_presharded_subset_without_a_group_warns_and_is_not_refused():

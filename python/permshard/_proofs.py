@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
 
 from . import _core
 from ._certificate import Certificate
@@ -114,20 +114,12 @@ def verify(
     n: int,
     num_replicas: int,
     *,
-    seed: int = 0,
-    epoch: int = 0,
-    shuffle: bool = True,
-    drop_last: bool = False,
-    block_size: int = 0,
-    window_blocks: int = 0,
-    dealing: str = "round-robin",
-    batch_size: int = 0,
-    drop_last_batch: bool = False,
     algorithm: str = _core.ALGORITHM,
     method: str = "inverse",
     rank: Optional[int] = None,
     threads: int = 0,
     on_progress: Optional[Callable[[int], None]] = None,
+    **fields: Any,
 ) -> Certificate:
     r"""Proves, exactly, that ``num_replicas`` ShardedSamplers over ``n`` samples yield
     every sample once (plus declared padding, minus declared drops), dealt round-robin
@@ -145,18 +137,19 @@ def verify(
     Args:
         n (int): dataset length.
         num_replicas (int): number of ranks.
-        seed, epoch, shuffle, drop_last, block_size, window_blocks (keyword-only): as for
-            :class:`ShardedSampler` (``0`` block fields: no blocks).
-        dealing (str, optional): ``"round-robin"`` or ``"step"``. Default: round-robin.
-        batch_size (int, optional): items per batch of a batch sampler (``>= 1`` for
-            ``"step"``; ``0``: an item sampler). Default: ``0``.
-        drop_last_batch (bool, optional): the batch sampler drops its last partial batch.
         algorithm (str, optional): the keyed permutation of the shuffle, ``"perm-v2"``
             (default) or ``"perm-v1"``.
         method (str, optional): ``"inverse"`` or ``"bitmap"``. Default: ``"inverse"``.
         rank (int, optional): prove this rank's share only. Default: every rank.
         threads (int, optional): worker threads; ``0`` uses every core. Default: ``0``.
         on_progress (callable, optional): called with the number of items checked so far.
+        **fields: the pass's other fields, keyword-only, as :class:`ShardConfig` takes
+            them: ``seed``, ``epoch``, ``shuffle``, ``drop_last``, ``block_size`` and
+            ``window_blocks`` as for :class:`ShardedSampler` (``0`` block fields: no
+            blocks); ``dealing`` (``"round-robin"``, the default, or ``"step"``);
+            ``batch_size`` (items per batch of a batch sampler: ``>= 1`` for ``"step"``,
+            ``0`` for an item sampler); ``drop_last_batch``; ``exclude`` (sample ids never
+            to read).
 
     Returns:
         Certificate: lengths, coverage, padding, drops, the method, the ranks proven and
@@ -170,20 +163,7 @@ def verify(
         >>> print(permshard.verify(1000, 8, seed=1))  # doctest: +ELLIPSIS
         PROVEN (inverse, perm-v2, round-robin): n=1,000 over 8 ranks x 125 samples ...
     """
-    config = ShardConfig(
-        n,
-        num_replicas,
-        seed=seed,
-        epoch=epoch,
-        shuffle=shuffle,
-        drop_last=drop_last,
-        block_size=block_size,
-        window_blocks=window_blocks,
-        dealing=dealing,
-        batch_size=batch_size,
-        drop_last_batch=drop_last_batch,
-        permutation=algorithm,
-    )
+    config = ShardConfig(n, num_replicas, permutation=algorithm, **fields)
     return verify_pass(
         config.partition(), config, method=method, rank=rank, threads=threads, on_progress=on_progress
     )

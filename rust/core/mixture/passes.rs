@@ -220,6 +220,7 @@ impl Passes {
             let mut kept = self.lock();
             let (mut clock, floor) = (kept.clock, kept.floor);
             let mut last: Vec<Option<(u64, &Permutation)>> = vec![None; self.costs.len()];
+            let mut found: Vec<(usize, &[u16])> = Vec::with_capacity(values.len());
             for i in slots {
                 let (s, pass) = (sources[i] as usize, passes[i]);
                 let order = match last[s] {
@@ -235,7 +236,13 @@ impl Passes {
                         &*entry.order
                     }
                 };
-                values[i] = order.forward_unchecked(values[i]);
+                found.push((i, order.forward_table().expect("a tabled source's order")));
+            }
+            // The table reads apart from the lookups: independent of each other, in a loop
+            // short enough that the CPU keeps many in flight (random positions miss the
+            // caches at almost every slot; interleaved with the lookups, two or three).
+            for (i, table) in found {
+                values[i] = u64::from(table[values[i] as usize]);
             }
             drop(last);
             kept.clock = clock;

@@ -10,6 +10,13 @@ use super::{Mixture, MIX_TAG};
 use crate::permutation::{Permutation, Version};
 use crate::splitmix::chain;
 
+/// Slots of one walked pass that go through its order as a batch of their own (the
+/// lanes share its keys); fewer join the batched walk of their source's other passes.
+const BATCHED_FROM: usize = 64;
+
+/// Maps values, each through its own order of one source (`Permutation::map_each`).
+type MapEach = fn(&[&Permutation], &mut [u64]);
+
 impl Mixture {
     /// The permutation of source `s` in pass `pass`: perm-v1's without its table (O(1) to
     /// build), perm-v2's kept for small sources (their table is O(size) to build).
@@ -62,7 +69,13 @@ impl Mixture {
             Version::V2 => (0..sources.len()).partition(is_tabled),
         };
         if tabled.is_empty() {
-            return self.per_pass(sources, &passes, occurrences, walk);
+            return self.per_pass(
+                sources,
+                &passes,
+                occurrences,
+                walk,
+                Some(Permutation::map_each),
+            );
         }
         let build = |s: usize, pass: u64| self.build_pass_order(s, pass);
         (self.passes).map_tabled(tabled.into_iter(), sources, &passes, occurrences, build);
@@ -71,7 +84,8 @@ impl Mixture {
         }
         let pick = |values: &[u64]| -> Vec<u64> { walked.iter().map(|&i| values[i]).collect() };
         let mut values = pick(occurrences);
-        self.per_pass(&pick(sources), &pick(&passes), &mut values, walk);
+        let each = Some(Permutation::map_each as MapEach);
+        self.per_pass(&pick(sources), &pick(&passes), &mut values, walk, each);
         for (&i, v) in walked.iter().zip(values) {
             occurrences[i] = v;
         }
@@ -81,12 +95,16 @@ impl Mixture {
     /// `sources[i]` in pass `passes[i]`. The slots are grouped by (source, pass) and each
     /// group goes through the permutation together: the batched (SIMD) walk, instead of
     /// one scalar walk per position (a small source's walk is long: `2^16 / size` steps).
+    /// With `each`, the slots of the walked passes met by fewer than [`BATCHED_FROM`] slots
+    /// (random positions: a few a pass) go through `each` a source at a time, every slot
+    /// with its own pass's order: one batched walk instead of a short one per pass.
     pub(super) fn per_pass(
         &self,
         sources: &[u64],
         passes: &[u64],
         values: &mut [u64],
         apply: impl Fn(&Permutation, &mut [u64]),
+        each: Option<MapEach>,
     ) {
         let order = by_source_and_pass(sources, passes, self.sizes.len());
         // The runs of slots of one (source, pass), and their orders fetched together.
@@ -96,14 +114,35 @@ impl Mixture {
         let keys: Vec<(usize, u64)> = (runs.iter())
             .map(|run| (sources[run[0]] as usize, passes[run[0]]))
             .collect();
+        let orders = self.pass_orders(&keys);
         let mut batch: Vec<u64> = Vec::new();
-        for (run, pass_order) in runs.iter().zip(self.pass_orders(&keys)) {
+        // The lone slots in the runs' order (by source), each with its pass's order.
+        let (mut lone, mut lone_orders): (Vec<usize>, Vec<&Permutation>) = Default::default();
+        for (run, pass_order) in runs.iter().zip(&orders) {
+            let walked = pass_order.forward_table().is_none();
+            if each.is_some() && walked && run.len() < BATCHED_FROM {
+                lone.extend_from_slice(run);
+                lone_orders.extend(std::iter::repeat_n(&**pass_order, run.len()));
+                continue;
+            }
             batch.clear();
             batch.extend(run.iter().map(|&i| values[i]));
-            apply(&pass_order, &mut batch);
+            apply(pass_order, &mut batch);
             for (&i, &v) in run.iter().zip(&batch) {
                 values[i] = v;
             }
+        }
+        let Some(each) = each else { return };
+        let mut orders = &lone_orders[..];
+        for group in lone.chunk_by(|&a, &b| sources[a] == sources[b]) {
+            let (these, rest) = orders.split_at(group.len());
+            batch.clear();
+            batch.extend(group.iter().map(|&i| values[i]));
+            each(these, &mut batch);
+            for (&i, &v) in group.iter().zip(&batch) {
+                values[i] = v;
+            }
+            orders = rest;
         }
     }
 }

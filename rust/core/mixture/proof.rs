@@ -11,6 +11,7 @@
 use super::cursor::Cursor;
 use super::Mixture;
 use crate::error::{range_len, Error};
+use crate::permutation::Permutation;
 use crate::pool::CHUNK;
 
 /// What a mixture proof checked.
@@ -181,9 +182,8 @@ impl Mixture {
                 )));
             }
         }
-        self.per_pass(&reads.sources, &passes, &mut offsets, |order, values| {
-            order.invert_in_place(values)
-        });
+        let invert = |order: &Permutation, values: &mut [u64]| order.invert_in_place(values);
+        self.per_pass(&reads.sources, &passes, &mut offsets, invert, None);
         for k in 0..reads.positions.len() {
             let (p, s, o) = (reads.positions[k], reads.sources[k], reads.occurrences[k]);
             let su = s as usize;

@@ -13,6 +13,7 @@
 //! (`vpmuludq`) and NEON (`umull`) vectorise as AVX-512 does.
 
 mod feistel;
+mod keyed;
 mod simd;
 mod table;
 

@@ -87,41 +87,48 @@ pub(super) fn best() -> Level {
     chosen().as_ref().map_or(Level::Portable, |l| *l)
 }
 
-/// Defines `$name(perm, lanes)` (at the best level) and `$at(level, perm, lanes)`
-/// (at a given level that this CPU supports): `$method` compiled per level.
+/// Defines `$name(args)` (at the best level) and `$at(level, args)` (at a given level that
+/// this CPU supports): `$body` compiled per level.
 macro_rules! dispatch {
-    ($name:ident, $at:ident, $method:ident) => {
+    ($name:ident, $at:ident, ($($arg:ident: $ty:ty),*) => $body:expr) => {
         #[inline]
-        pub(super) fn $name(perm: &Permutation, lanes: &mut [u64]) {
-            $at(best(), perm, lanes)
+        pub(super) fn $name($($arg: $ty),*) {
+            $at(best(), $($arg),*)
         }
 
         #[inline]
-        pub(super) fn $at(level: Level, perm: &Permutation, lanes: &mut [u64]) {
+        pub(super) fn $at(level: Level, $($arg: $ty),*) {
             #[cfg(target_arch = "x86_64")]
             {
                 #[target_feature(enable = "avx512f,avx512dq,avx512vl")]
-                fn avx512(perm: &Permutation, lanes: &mut [u64]) {
-                    perm.$method(lanes)
+                fn avx512($($arg: $ty),*) {
+                    $body
                 }
                 #[target_feature(enable = "avx2")]
-                fn avx2(perm: &Permutation, lanes: &mut [u64]) {
-                    perm.$method(lanes)
+                fn avx2($($arg: $ty),*) {
+                    $body
                 }
                 match level {
                     // SAFETY: `level` comes from `available()`, which probed the CPU.
-                    Level::Avx512 => return unsafe { avx512(perm, lanes) },
+                    Level::Avx512 => return unsafe { avx512($($arg),*) },
                     // SAFETY: as above.
-                    Level::Avx2 => return unsafe { avx2(perm, lanes) },
+                    Level::Avx2 => return unsafe { avx2($($arg),*) },
                     Level::Portable => {}
                 }
             }
             let _ = level;
-            perm.$method(lanes)
+            $body
         }
     };
 }
 
-dispatch!(map_block, map_block_at, map_block_generic);
-dispatch!(encrypt_block, encrypt_block_at, encrypt_block_generic);
-dispatch!(invert_block, invert_block_at, invert_block_generic);
+type Lanes<'a> = &'a mut [u64];
+
+dispatch!(map_block, map_block_at, (perm: &Permutation, lanes: Lanes) => perm.map_block_generic(lanes));
+dispatch!(encrypt_block, encrypt_block_at, (perm: &Permutation, lanes: Lanes) => perm.encrypt_block_generic(lanes));
+dispatch!(invert_block, invert_block_at, (perm: &Permutation, lanes: Lanes) => perm.invert_block_generic(lanes));
+dispatch!(
+    map_each_block,
+    map_each_block_at,
+    (orders: &[&Permutation], lanes: Lanes) => Permutation::map_each_block_generic(orders, lanes)
+);

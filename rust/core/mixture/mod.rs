@@ -606,23 +606,26 @@ mod tests {
     #[test]
     fn random_positions_over_many_passes_of_walked_sources_agree_with_one_at_a_time() {
         // Sources above perm-v2's tables, read many times: a batch of random positions
-        // meets most passes once or twice, and those slots go through their orders in one
+        // meets most passes a few times, and those slots go through their orders in one
         // batched walk per source.
         let sizes = [65_537, 70_000, 1 << 18];
         for version in [Version::V1, Version::V2] {
             let m = Mixture::new(&sizes, &[0.3, 0.3, 0.4], Some(20_000_000), 5)
                 .unwrap()
                 .with_version(version);
-            let positions: Vec<u64> = (0..3_000u64).map(|k| splitmix64(k) % 20_000_000).collect();
-            let (mut sources, mut indices) = (vec![0u64; 3_000], vec![0u64; 3_000]);
-            m.fill_at(&positions, &mut sources, &mut indices).unwrap();
-            for (k, &p) in positions.iter().enumerate() {
-                let (s, i) = m.at(p).unwrap();
-                assert_eq!(
-                    (sources[k], indices[k]),
-                    (s as u64, i),
-                    "{version:?} position {p}"
-                );
+            // ~2 slots a pass (batched together), ~10 (some passes in blocks of their own).
+            for count in [600u64, 3_000] {
+                let positions: Vec<u64> = (0..count)
+                    .map(|k| splitmix64(k ^ count) % 20_000_000)
+                    .collect();
+                let mut sources = vec![0u64; count as usize];
+                let mut indices = vec![0u64; count as usize];
+                m.fill_at(&positions, &mut sources, &mut indices).unwrap();
+                for (k, &p) in positions.iter().enumerate() {
+                    let (s, i) = m.at(p).unwrap();
+                    let found = (sources[k], indices[k]);
+                    assert_eq!(found, (s as u64, i), "{version:?} position {p}");
+                }
             }
         }
     }

@@ -12,7 +12,11 @@ use crate::splitmix::chain;
 
 /// Slots of one walked pass that go through its order as a batch of their own (the
 /// lanes share its keys); fewer join the batched walk of their source's other passes.
-const BATCHED_FROM: usize = 64;
+const BATCHED_FROM: usize = 8;
+
+/// Slots of a source's short runs that go through one batched walk: fewer cost more in
+/// the batch's setup than their walks one pass at a time.
+const EACH_FROM: usize = 32;
 
 /// Maps values, each through its own order of one source (`Permutation::map_each`).
 type MapEach = fn(&[&Permutation], &mut [u64]);
@@ -95,9 +99,10 @@ impl Mixture {
     /// `sources[i]` in pass `passes[i]`. The slots are grouped by (source, pass) and each
     /// group goes through the permutation together: the batched (SIMD) walk, instead of
     /// one scalar walk per position (a small source's walk is long: `2^16 / size` steps).
-    /// With `each`, the slots of the walked passes met by fewer than [`BATCHED_FROM`] slots
-    /// (random positions: a few a pass) go through `each` a source at a time, every slot
-    /// with its own pass's order: one batched walk instead of a short one per pass.
+    /// With `each`, the slots of a source's walked passes met by fewer than
+    /// [`BATCHED_FROM`] slots each, when there are [`EACH_FROM`] of them in several passes
+    /// (random positions: a few slots a pass), go through `each` together, every slot with
+    /// its own pass's order: one batched walk instead of a short one per pass.
     pub(super) fn per_pass(
         &self,
         sources: &[u64],
@@ -116,33 +121,51 @@ impl Mixture {
             .collect();
         let orders = self.pass_orders(&keys);
         let mut batch: Vec<u64> = Vec::new();
-        // The lone slots in the runs' order (by source), each with its pass's order.
         let (mut lone, mut lone_orders): (Vec<usize>, Vec<&Permutation>) = Default::default();
-        for (run, pass_order) in runs.iter().zip(&orders) {
-            let walked = pass_order.forward_table().is_none();
-            if each.is_some() && walked && run.len() < BATCHED_FROM {
-                lone.extend_from_slice(run);
-                lone_orders.extend(std::iter::repeat_n(&**pass_order, run.len()));
-                continue;
+        let ks: Vec<usize> = (0..runs.len()).collect();
+        for source_runs in ks.chunk_by(|&a, &b| sources[runs[a][0]] == sources[runs[b][0]]) {
+            // The short runs of walked passes (random positions: a few slots in each of many
+            // passes), in one batched walk when there are enough of them.
+            let short = |k: &&usize| {
+                runs[**k].len() < BATCHED_FROM && orders[**k].forward_table().is_none()
+            };
+            let (passes_met, slots) = (source_runs.iter().filter(short))
+                .fold((0, 0), |(passes, slots), &k| {
+                    (passes + 1, slots + runs[k].len())
+                });
+            let batched = each.filter(|_| passes_met > 1 && slots >= EACH_FROM);
+            if let Some(each) = batched {
+                lone.clear();
+                lone_orders.clear();
+                for &k in source_runs.iter().filter(short) {
+                    lone.extend_from_slice(runs[k]);
+                    lone_orders.extend(std::iter::repeat_n(&*orders[k], runs[k].len()));
+                }
+                through(values, &mut batch, &lone, |batch| each(&lone_orders, batch));
             }
-            batch.clear();
-            batch.extend(run.iter().map(|&i| values[i]));
-            apply(pass_order, &mut batch);
-            for (&i, &v) in run.iter().zip(&batch) {
-                values[i] = v;
+            for &k in source_runs
+                .iter()
+                .filter(|k| !(batched.is_some() && short(k)))
+            {
+                let order = &*orders[k];
+                through(values, &mut batch, runs[k], |batch| apply(order, batch));
             }
         }
-        let Some(each) = each else { return };
-        let mut orders = &lone_orders[..];
-        for group in lone.chunk_by(|&a, &b| sources[a] == sources[b]) {
-            let (these, rest) = orders.split_at(group.len());
-            batch.clear();
-            batch.extend(group.iter().map(|&i| values[i]));
-            each(these, &mut batch);
-            for (&i, &v) in group.iter().zip(&batch) {
-                values[i] = v;
-            }
-            orders = rest;
-        }
+    }
+}
+
+/// `values[i]` of the slots `slots`, gathered into `batch`, mapped by `map` and written
+/// back.
+fn through(
+    values: &mut [u64],
+    batch: &mut Vec<u64>,
+    slots: &[usize],
+    map: impl FnOnce(&mut [u64]),
+) {
+    batch.clear();
+    batch.extend(slots.iter().map(|&i| values[i]));
+    map(batch);
+    for (&i, &v) in slots.iter().zip(batch.iter()) {
+        values[i] = v;
     }
 }

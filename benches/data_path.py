@@ -154,6 +154,11 @@ def blends(folder: str, seconds: float) -> list[tuple[str, float, str]]:
     cases = {
         "3 sources of 15,625, 10^6 positions": ([15_625] * 3, [1.0, 1.0, 1.0], 10**6),
         "Megatron-style blend, 8 sources, 10^8 positions": (MEGATRON_SIZES, MEGATRON_WEIGHTS, 10**8),
+        "4 sources of 80,000-400,000 read ~100 times, 10^8 positions": (
+            [80_000, 120_000, 200_000, 400_000],
+            [0.12, 0.14, 0.2, 0.3],
+            10**8,
+        ),
         "Megatron-style sizes / 100, 10^8 positions": (
             [size // 100 for size in MEGATRON_SIZES],
             MEGATRON_WEIGHTS,

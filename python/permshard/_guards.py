@@ -220,7 +220,7 @@ def check_loader(dataloader: DataLoader[Any], total: Optional[int] = None) -> in
         drawn = 0
         for item in source:
             drawn += len(item) if isinstance(item, (list, tuple)) else 1
-    low, share = (_share(total, world, drop_last) for drop_last in (True, False))
+    low, share = _share(total, world, drop_last=True), _share(total, world, drop_last=False)
     batch = getattr(dataloader, "batch_size", None) or 1
     if not low <= drawn <= share + batch:  # even_batches may top up the last batch
         raise ShardingError(

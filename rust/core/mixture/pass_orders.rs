@@ -65,6 +65,7 @@ impl Mixture {
             })
             .collect();
         let walk = |order: &Permutation, offsets: &mut [u64]| order.map_in_place(offsets);
+        let each: Option<MapEach> = Some(Permutation::map_each);
         // mix-v2: the small sources' orders are kept tables, read slot by slot; the
         // others' walks go through the permutations batched, pass by pass.
         let is_tabled = |i: &usize| self.passes.tabled(sources[*i] as usize);
@@ -73,13 +74,7 @@ impl Mixture {
             Version::V2 => (0..sources.len()).partition(is_tabled),
         };
         if tabled.is_empty() {
-            return self.per_pass(
-                sources,
-                &passes,
-                occurrences,
-                walk,
-                Some(Permutation::map_each),
-            );
+            return self.per_pass(sources, &passes, occurrences, walk, each);
         }
         let build = |s: usize, pass: u64| self.build_pass_order(s, pass);
         (self.passes).map_tabled(tabled.into_iter(), sources, &passes, occurrences, build);
@@ -88,7 +83,6 @@ impl Mixture {
         }
         let pick = |values: &[u64]| -> Vec<u64> { walked.iter().map(|&i| values[i]).collect() };
         let mut values = pick(occurrences);
-        let each = Some(Permutation::map_each as MapEach);
         self.per_pass(&pick(sources), &pick(&passes), &mut values, walk, each);
         for (&i, v) in walked.iter().zip(values) {
             occurrences[i] = v;

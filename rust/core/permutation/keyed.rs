@@ -27,6 +27,7 @@ impl Permutation {
     #[inline(always)]
     pub(super) fn map_each_block_generic(orders: &[&Permutation], lanes: &mut [u64]) {
         let (n, cipher, len) = (orders[0].n, &orders[0].cipher, lanes.len());
+        debug_assert!(len <= LANES && orders.len() == len);
         let mut keys = [[0u64; LANES]; ROUNDS];
         for (lane, order) in orders.iter().enumerate() {
             debug_assert!(order.n == n && order.cipher.version == cipher.version);

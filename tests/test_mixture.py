@@ -192,6 +192,24 @@ def test_random_access_both_ways():
         m[300]
 
 
+def test_the_table_store_is_sized_by_the_environment(monkeypatch):
+    # A small source read in ~1,700 passes at random positions: its tables outgrow a
+    # store of 1 MiB, so they are dropped and built again, to the same samples.
+    def blend():
+        return Mixture([300, 70_000], [0.5, 0.5], num_samples=10**6, seed=1)
+
+    positions = np.random.default_rng(0).integers(0, 10**6, 1 << 14)
+    sources, indices = blend().at_positions(positions)
+    monkeypatch.setenv("PERMSHARD_MIX_TABLE_MIB", "1")
+    small = blend()
+    for batch in np.split(np.arange(len(positions)), 16):
+        got_sources, got_indices = small.at_positions(positions[batch])
+        assert np.array_equal(got_sources, sources[batch]) and np.array_equal(got_indices, indices[batch])
+    monkeypatch.setenv("PERMSHARD_MIX_TABLE_MIB", "32MiB")
+    with pytest.raises(ValueError, match=r"PERMSHARD_MIX_TABLE_MIB=\"32MiB\" is not a size in MiB.*unset it"):
+        blend()
+
+
 def test_default_length_is_the_longest_without_repeats():
     sizes = [1000, 300, 50]
     m = Mixture(sizes, [0.5, 0.3, 0.2])

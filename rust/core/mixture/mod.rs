@@ -151,7 +151,7 @@ impl Mixture {
             num_samples: 1,
             seed,
             version: Version::V1,
-            passes: Passes::new(sizes),
+            passes: Passes::new(sizes)?,
         };
         mixture.num_samples = match num_samples {
             Some(0) => {

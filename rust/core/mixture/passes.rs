@@ -19,12 +19,33 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex};
 
+use crate::error::Error;
 use crate::permutation::Permutation;
 use crate::splitmix::splitmix64;
 
 /// Table entries kept over all sources, overheads included (2 bytes each: 32 MiB, the
-/// inverses aside).
+/// inverses aside), unless [`TABLES_ENV`] says otherwise.
 const CACHED_ENTRIES: u64 = 1 << 24;
+
+/// The environment variable that sizes a mixture's store of tables, in MiB (read when the
+/// mixture is built, in each process: DataLoader workers inherit it). A blend read at
+/// random keeps its reads cheap while the tables of its passes fit: 2 bytes per sample of
+/// each pass of a source of at most 2^16 samples.
+const TABLES_ENV: &str = "PERMSHARD_MIX_TABLE_MIB";
+
+/// The store's budget in table entries for the value of [`TABLES_ENV`] (`None`: unset).
+fn budget_from(value: Option<&str>) -> Result<u64, Error> {
+    let Some(value) = value.map(str::trim).filter(|v| !v.is_empty()) else {
+        return Ok(CACHED_ENTRIES);
+    };
+    match value.parse::<u64>() {
+        Ok(mib) if (1..=1 << 20).contains(&mib) => Ok(mib << 19), // 2^20 bytes, 2 an entry
+        _ => Err(Error::Invalid(format!(
+            "{TABLES_ENV}={value:?} is not a size in MiB: set a whole number from 1 to \
+             1048576 (the default is 32), or unset it"
+        ))),
+    }
+}
 
 /// Largest source whose order is a table (perm-v2's bound): larger ones are O(1) to build.
 const TABLED_MAX: u64 = 1 << 16;
@@ -133,9 +154,10 @@ pub(super) struct Passes {
 }
 
 impl Passes {
-    /// An empty store for sources of `sizes`.
-    pub(super) fn new(sizes: &[u64]) -> Passes {
-        Passes::with_budget(sizes, CACHED_ENTRIES)
+    /// An empty store for sources of `sizes`, of the size [`TABLES_ENV`] gives.
+    pub(super) fn new(sizes: &[u64]) -> Result<Passes, Error> {
+        let budget = budget_from(std::env::var(TABLES_ENV).ok().as_deref())?;
+        Ok(Passes::with_budget(sizes, budget))
     }
 
     /// As [`Passes::new`], keeping at most `budget` entries.
@@ -328,8 +350,23 @@ mod tests {
     }
 
     #[test]
+    fn the_store_is_sized_by_its_environment_variable() {
+        assert_eq!(budget_from(None).unwrap(), CACHED_ENTRIES);
+        assert_eq!(budget_from(Some("")).unwrap(), CACHED_ENTRIES);
+        assert_eq!(budget_from(Some("32")).unwrap(), CACHED_ENTRIES);
+        assert_eq!(budget_from(Some(" 256 ")).unwrap(), 256 << 19);
+        for bad in ["0", "-1", "1.5", "32MiB", "1048577"] {
+            let error = budget_from(Some(bad)).unwrap_err().to_string();
+            assert!(
+                error.contains(TABLES_ENV) && error.contains("unset it"),
+                "{error}"
+            );
+        }
+    }
+
+    #[test]
     fn walked_orders_are_kept_at_their_overhead() {
-        let passes = Passes::new(&[TABLED_MAX, 100, TABLED_MAX + 1]);
+        let passes = Passes::new(&[TABLED_MAX, 100, TABLED_MAX + 1]).unwrap();
         let costs = [
             TABLED_MAX + KEPT_OVERHEAD,
             100 + KEPT_OVERHEAD,
@@ -355,7 +392,7 @@ mod tests {
 
     #[test]
     fn passes_in_any_order_are_built_once_within_the_budget() {
-        let passes = Passes::new(&[10, 20]);
+        let passes = Passes::new(&[10, 20]).unwrap();
         let mut built = 0;
         let mut get = |s: usize, pass: u64| {
             passes.get(s, pass, || {
@@ -506,7 +543,7 @@ mod tests {
 
     #[test]
     fn a_copy_keeps_nothing() {
-        let passes = Passes::new(&[10]);
+        let passes = Passes::new(&[10]).unwrap();
         passes.get(0, 0, || order(10, 0, 0));
         assert!(passes.clone().lock().orders.is_empty());
     }

@@ -205,14 +205,14 @@ impl Permutation {
         })
     }
 
-    /// π(position) for `position < n` (checked by the caller).
-    #[inline]
     /// The forward table of a small permutation (`None` when positions are walked): for
     /// callers that read many permutations' entries in one tight loop.
     pub(crate) fn forward_table(&self) -> Option<&[u16]> {
         self.table.as_deref().map(Table::forward)
     }
 
+    /// π(position) for `position < n` (checked by the caller).
+    #[inline]
     pub(crate) fn forward_unchecked(&self, position: u64) -> u64 {
         match &self.table {
             Some(t) => t.forward[position as usize] as u64,

@@ -32,8 +32,11 @@ def _blocks() -> list[tuple[str, str, str]]:
 BLOCKS = _blocks()
 
 
-# The guides pin memory for GPUs; this machine may have none.
+# The guides pin memory for GPUs; this machine may have none. Their toy corpora stand for
+# sources of millions of windows: up-sampled to a guide's 10^8 samples, a toy source is
+# read in millions of passes, whose tables outgrow a mixture's store (warned).
 @pytest.mark.filterwarnings("ignore:'pin_memory' argument is set as true:UserWarning")
+@pytest.mark.filterwarnings("ignore:a shuffled sampler reads this MixedDataset at random:UserWarning")
 @pytest.mark.parametrize("name, code, why", BLOCKS, ids=[b[0] for b in BLOCKS])
 def test_the_block_runs(name, code, why, example_root, monkeypatch, group_of_one):
     if why:

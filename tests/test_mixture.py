@@ -8,6 +8,7 @@ import json
 import math
 import pickle
 import random
+import warnings
 from collections import Counter
 
 import numpy as np
@@ -208,6 +209,48 @@ def test_the_table_store_is_sized_by_the_environment(monkeypatch):
     monkeypatch.setenv("PERMSHARD_MIX_TABLE_MIB", "32MiB")
     with pytest.raises(ValueError, match=r"PERMSHARD_MIX_TABLE_MIB=\"32MiB\" is not a size in MiB.*unset it"):
         blend()
+
+
+def test_table_bytes_counts_every_pass_of_the_small_sources(monkeypatch):
+    # Sizes 300 and 2**16 are tables (mix-v2), 2**16 + 1 is not; passes counted from the
+    # map itself: a source's occurrences over its size, the last pass in part.
+    sizes, n = [300, 2**16, 2**16 + 1], 400_000
+    m = Mixture(sizes, [0.2, 0.3, 0.5], num_samples=n, seed=2)
+    sources, _ = m.take(0, n)
+    passes = [-(-int(np.count_nonzero(sources == s)) // size) for s, size in enumerate(sizes)]
+    assert passes[0] > 200 and passes[2] > 1
+    entries = passes[0] * sizes[0] + passes[1] * sizes[1]
+    overhead = m.table_bytes - 2 * entries  # what keeping an order costs beyond its table
+    assert 0 < overhead <= (passes[0] + passes[1]) * 1024
+    assert Mixture(sizes, [0.2, 0.3, 0.5], num_samples=2 * n, seed=2).table_bytes > m.table_bytes
+    assert Mixture(sizes, [0.2, 0.3, 0.5], num_samples=n, algorithm="perm-v1").table_bytes == 0
+    assert Mixture([2**16 + 1], [1.0], num_samples=n).table_bytes == 0
+    assert m.table_store_bytes == 32 * 2**20
+    monkeypatch.setenv("PERMSHARD_MIX_TABLE_MIB", "3")
+    assert Mixture(sizes, [0.2, 0.3, 0.5], num_samples=n).table_store_bytes == 3 * 2**20
+
+
+def test_random_positions_past_the_store_are_warned_with_the_fixes(monkeypatch):
+    # 300 samples up-sampled to ~3,300 passes: ~3 MiB of tables.
+    def blend():
+        return MixedDataset([list(range(300)), list(range(10**5))], [0.5, 0.5], num_samples=2 * 10**6)
+
+    monkeypatch.setenv("PERMSHARD_MIX_TABLE_MIB", "1")
+    ds = blend()
+    need = -(-ds.mixture.table_bytes // 2**20)
+    assert need > 1
+    with pytest.warns(
+        UserWarning,
+        match=rf"tables .* take {need} MiB, more than the 1 MiB .*"
+        rf"PERMSHARD_MIX_TABLE_MIB={need} .*block_size.*perm-v1",
+    ):
+        next(iter(ShardedSampler(ds, num_replicas=4, rank=1)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        next(iter(ShardedSampler(ds, num_replicas=4, rank=1, shuffle=False)))  # in order
+        next(iter(ShardedSampler(ds, num_replicas=4, rank=1, block_size=4096, window_blocks=4)))  # in blocks
+        monkeypatch.setenv("PERMSHARD_MIX_TABLE_MIB", str(need))  # the fix it names
+        next(iter(ShardedSampler(blend(), num_replicas=4, rank=1)))
 
 
 def test_default_length_is_the_longest_without_repeats():

@@ -158,6 +158,29 @@ class Mixture:
         """The map's id: ``mix-v2`` or ``mix-v1``."""
         return str(self._inner.algorithm)
 
+    @property
+    def table_bytes(self) -> int:
+        """Bytes of the tables of all its passes: mix-v2 orders a source of at most 2**16
+        samples by an exact shuffle table (2 bytes a sample a pass); mix-v1 has none (0).
+        Positions read in order need one pass of a source at a time. Random positions (a
+        shuffled sampler) meet every pass throughout the epoch: each costs O(1) while all
+        the tables fit :attr:`table_store_bytes`, else most rebuild one (O(source size)).
+
+        Example::
+
+            >>> m = Mixture([300, 10**6], [0.5, 0.5], num_samples=10**8)
+            >>> m.table_bytes > m.table_store_bytes  # 166,667 passes of 300 samples
+            True
+        """
+        return self._inner.table_bytes
+
+    @property
+    def table_store_bytes(self) -> int:
+        """Bytes of tables this mixture keeps between reads, in each process that reads it
+        (every DataLoader worker keeps its own): ``PERMSHARD_MIX_TABLE_MIB`` MiB as set when
+        the mixture was built, else 32 MiB."""
+        return self._inner.table_store_bytes
+
     def __len__(self) -> int:
         return self._inner.num_samples
 

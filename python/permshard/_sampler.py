@@ -264,7 +264,7 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
         loader = self._begin_pass(stacklevel=3)
         config = self.config  # read once: its fields are the sampler's
         read_by = getattr(self.dataset, "read_by", None)
-        if callable(read_by):  # a dataset that checks changes against what was handed out
+        if callable(read_by):  # a dataset that checks how it is read, and changes against it
             read_by(self)
         part = self._partition_of(config, self._start)
         prefetch = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 import weakref
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -236,7 +237,9 @@ class MixedDataset(Dataset[Any]):
     def read_by(self, sampler: Any) -> None:
         """Told by a ``ShardedSampler`` as it starts a pass over this dataset (the protocol
         :meth:`set_weights` checks ``start`` against; nothing is kept in workers). A
-        shuffled sampler over a changed schedule is refused.
+        shuffled sampler over a changed schedule is refused; one that reads positions at
+        random (not in blocks) is warned when the mixture's tables outgrow its store
+        (:attr:`Mixture.table_bytes`).
 
         Args:
             sampler (ShardedSampler): the sampler reading this dataset.
@@ -248,6 +251,27 @@ class MixedDataset(Dataset[Any]):
                 "ShardedSampler(ds, shuffle=False)"
             )
         self._reader = weakref.ref(sampler)
+        if sampler.shuffle and not sampler.block_size:
+            self._check_tables_fit()
+
+    def _check_tables_fit(self) -> None:
+        """Warns when random positions would rebuild the passes' tables (they outgrow the
+        store), with the three ways out."""
+        need, store = self.mixture.table_bytes, self.mixture.table_store_bytes
+        if need <= store:
+            return
+        mib = -(-need // 2**20)
+        warnings.warn(
+            f"a shuffled sampler reads this MixedDataset at random positions, and the shuffle "
+            f"tables of its small sources' passes take {mib:,} MiB, more than the "
+            f"{store // 2**20:,} MiB its mixture keeps: most positions would rebuild a table "
+            "(O(source size) each, many times slower than reading in order). Set "
+            f"PERMSHARD_MIX_TABLE_MIB={mib} before building the dataset (each DataLoader worker "
+            "keeps its own tables), shuffle in blocks (ShardedSampler(..., block_size=...)), "
+            "or start a new run with algorithm='perm-v1' (mix-v1: no tables)",
+            UserWarning,
+            stacklevel=5,  # the sampler's iteration (check, read_by, begin_pass, __iter__)
+        )
 
     def _check_reader(self, start: int) -> None:
         sampler = self._reader() if self._reader is not None else None

@@ -274,6 +274,28 @@ impl Mixture {
         hi
     }
 
+    /// Bytes of the tables of all its passes (mix-v2's orders of sources of at most 2^16
+    /// samples: 2 bytes a sample a pass, and each kept order's overhead; mix-v1 has none,
+    /// 0). Consecutive positions need one pass of a source at a time; random positions
+    /// over the whole mixture (a shuffled sampler) meet every pass at every stretch of the
+    /// epoch, and cost O(1) a position only while all of them fit the store
+    /// ([`Mixture::table_store_bytes`]); beyond, most rebuild a table, O(size).
+    pub fn table_bytes(&self) -> u64 {
+        if self.version == Version::V1 {
+            return 0;
+        }
+        let passes: Vec<u64> = (self.counts(self.num_samples).iter().zip(&self.sizes))
+            .map(|(&taken, &size)| taken.div_ceil(size))
+            .collect();
+        self.passes.table_bytes(&passes)
+    }
+
+    /// Bytes of tables its store keeps (`PERMSHARD_MIX_TABLE_MIB` when the mixture was
+    /// built, else 32 MiB), in each process that reads it.
+    pub fn table_store_bytes(&self) -> u64 {
+        self.passes.budget_bytes()
+    }
+
     /// How many of the positions `[0, n)` each source takes. O(sources), any `n`.
     pub fn counts(&self, n: u64) -> Vec<u64> {
         let stage = self.stage_of(n);
@@ -469,6 +491,29 @@ mod tests {
             }
             assert_eq!(m.counts(5000), brute_counts(&m, 5000));
         }
+    }
+
+    #[test]
+    fn table_bytes_is_what_random_positions_keep() {
+        // Tables read in 1 to ~160 passes, the last one partly, 2^16 the largest table.
+        let sizes = [300, 1_000, 7_000, 1 << 16];
+        let n = 160_000;
+        let mut m = Mixture::new(&sizes, &[0.3, 0.2, 0.1, 0.4], Some(n), 5)
+            .unwrap()
+            .with_version(Version::V2);
+        assert_eq!(m.table_store_bytes(), 32 << 20);
+        m.passes = Passes::with_budget(&sizes, u64::MAX / 4); // keeps every order it builds
+        let shuffled = crate::Permutation::new(Version::V2, n, 1, 0).unwrap();
+        for p in 0..n {
+            m.at(shuffled.forward(p).unwrap()).unwrap();
+        }
+        assert!(m.table_bytes() > 2 * n); // every position is a table entry
+        assert_eq!(m.table_bytes(), 2 * m.passes.kept_entries());
+        // No tables: a source above 2^16 (walked), or mix-v1.
+        let walked = Mixture::new(&[(1 << 16) + 1], &[1.0], Some(1 << 20), 5).unwrap();
+        assert_eq!(walked.with_version(Version::V2).table_bytes(), 0);
+        let mix_v1 = Mixture::new(&sizes, &[0.3, 0.2, 0.1, 0.4], Some(n), 5).unwrap();
+        assert_eq!(mix_v1.table_bytes(), 0);
     }
 
     #[test]

@@ -223,6 +223,21 @@ impl Passes {
         self.tables[s]
     }
 
+    /// Bytes of the tables of `passes[s]` passes of each tabled source `s`, overheads
+    /// included: what keeping all of them at once costs.
+    pub(super) fn table_bytes(&self, passes: &[u64]) -> u64 {
+        let entries: u128 = (passes.iter().zip(&self.costs).zip(&self.tables))
+            .filter(|(_, &table)| table)
+            .map(|((&n, &cost), _)| u128::from(n) * u128::from(cost))
+            .sum();
+        u64::try_from(2 * entries).unwrap_or(u64::MAX)
+    }
+
+    /// The store's budget in bytes.
+    pub(super) fn budget_bytes(&self) -> u64 {
+        2 * self.budget
+    }
+
     /// Maps `values[i]`, for each slot `i` of `slots` (of tabled sources), through the
     /// order of `(sources[i], passes[i])`. The kept orders are read in place under one
     /// lock, a table entry a slot (random positions touch another pass at almost every
@@ -275,6 +290,12 @@ impl Passes {
                 .get(s, pass, || build(s, pass))
                 .forward_unchecked(values[i]);
         }
+    }
+
+    /// Entries (and overheads) of the orders kept now.
+    #[cfg(test)]
+    pub(super) fn kept_entries(&self) -> u64 {
+        self.lock().entries
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {

@@ -51,6 +51,18 @@ impl Mixture {
         self.inner.num_samples()
     }
 
+    /// Bytes of the tables of all its passes (0 for mix-v1).
+    #[getter]
+    fn table_bytes(&self) -> u64 {
+        self.inner.table_bytes()
+    }
+
+    /// Bytes of tables its store keeps in this process.
+    #[getter]
+    fn table_store_bytes(&self) -> u64 {
+        self.inner.table_store_bytes()
+    }
+
     /// `(source, index)` at `position`.
     fn at(&self, position: u64) -> PyResult<(usize, u64)> {
         self.inner.at(position).map_err(to_py)

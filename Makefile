@@ -8,7 +8,7 @@ ifneq ($(wildcard $(PY)),)
 export PYO3_PYTHON := $(abspath $(PY))
 endif
 
-.PHONY: help demo docs test test-fast bench bench-megatron bench-mixture bench-blocks bench-stream bench-data build build-fast lint lint-rust lint-py rust-test py-test clean
+.PHONY: help demo docs test test-fast gpu-smoke bench bench-megatron bench-mixture bench-blocks bench-stream bench-data build build-fast lint lint-rust lint-py rust-test py-test clean
 
 # What the extension is built from: a build runs again only when one of them changed.
 SOURCES := Cargo.toml Cargo.lock pyproject.toml $(shell find rust -name '*.rs' -o -name Cargo.toml)
@@ -136,6 +136,9 @@ bench-stream: build  ## WeightedShardedSampler vs WeightedRandomSampler, exclusi
 
 bench-data: build $(VENV)/.dev  ## The data path against its references in one run (gathers, blends, perm-v2's rounds, proofs); writes docs/data_path.md
 	$(PY) benches/data_path.py --markdown docs/data_path.md
+
+gpu-smoke: build  ## On a CUDA machine: pinned batches to the GPU, NCCL's consensus and an exact proof in a group of one
+	$(PY) benches/gpu_smoke.py
 
 bench-blocks: build  ## block-v1 vs perm-v1 on a cold page cache (writes a 4 GiB file in /tmp) and its quality table
 	$(PY) benches/block_order_cold_cache.py --gib 4 --markdown docs/block_order.md

@@ -214,6 +214,7 @@ def test_the_table_store_is_sized_by_the_environment(monkeypatch):
 def test_table_bytes_counts_every_pass_of_the_small_sources(monkeypatch):
     # Sizes 300 and 2**16 are tables (mix-v2), 2**16 + 1 is not; passes counted from the
     # map itself: a source's occurrences over its size, the last pass in part.
+    monkeypatch.delenv("PERMSHARD_MIX_TABLE_MIB", raising=False)
     sizes, n = [300, 2**16, 2**16 + 1], 400_000
     m = Mixture(sizes, [0.2, 0.3, 0.5], num_samples=n, seed=2)
     sources, _ = m.take(0, n)

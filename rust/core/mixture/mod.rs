@@ -501,7 +501,9 @@ mod tests {
         let mut m = Mixture::new(&sizes, &[0.3, 0.2, 0.1, 0.4], Some(n), 5)
             .unwrap()
             .with_version(Version::V2);
-        assert_eq!(m.table_store_bytes(), 32 << 20);
+        if std::env::var_os("PERMSHARD_MIX_TABLE_MIB").is_none() {
+            assert_eq!(m.table_store_bytes(), 32 << 20);
+        }
         m.passes = Passes::with_budget(&sizes, u64::MAX / 4); // keeps every order it builds
         let shuffled = crate::Permutation::new(Version::V2, n, 1, 0).unwrap();
         for p in 0..n {

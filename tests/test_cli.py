@@ -230,6 +230,18 @@ def test_mix_prints_realised_proportions(capsys):
     assert run("mix", "--sizes", "10,10", "--weights", "1,-1").returncode == 2
 
 
+def test_mix_says_what_random_reads_keep(capsys, monkeypatch):
+    monkeypatch.delenv("PERMSHARD_MIX_TABLE_MIB", raising=False)
+    for n, verdict in (("1e6", "fit"), ("1e8", "do not fit")):
+        assert cli.main(["mix", "--sizes", "300,1e6", "--weights", "0.5,0.5", "-n", n]) == 0
+        last = capsys.readouterr().out.strip().splitlines()[-1]
+        need = Mixture([300, 10**6], [0.5, 0.5], int(float(n))).table_bytes / 2**20
+        assert last == (
+            f"read at random (a shuffled sampler), the shuffle tables of its passes take {need:,.1f} MiB "
+            f"and {verdict} the 32 MiB a mixture keeps (PERMSHARD_MIX_TABLE_MIB)"
+        )
+
+
 def test_exclude_file_on_verify_plan_and_locate(capsys, tmp_path):
     text, array = tmp_path / "takedown.txt", tmp_path / "takedown.npy"
     text.write_text("# a takedown request\n3\n9\n\n17\n9\n")

@@ -50,6 +50,23 @@ pub(super) fn round_v2(half: u64, key: u64) -> u64 {
     b ^ (b >> 32)
 }
 
+/// One round forward on `x`, halves of widths `(h, l)`: `hi ^= F(lo)`, then `lo`
+/// becomes the high part.
+#[inline(always)]
+pub(super) fn encrypt_round(x: u64, key: u64, h: u32, l: u32, f: impl Fn(u64, u64) -> u64) -> u64 {
+    let lo = x & mask(l);
+    let hi = (x >> l) ^ (f(lo, key) & mask(h));
+    (lo << h) | hi
+}
+
+/// [`encrypt_round`] undone: `y` as that round left it, the widths as it took them.
+#[inline(always)]
+pub(super) fn decrypt_round(y: u64, key: u64, h: u32, l: u32, f: impl Fn(u64, u64) -> u64) -> u64 {
+    let lo = y >> h;
+    let hi = (y & mask(h)) ^ (f(lo, key) & mask(h));
+    (hi << l) | lo
+}
+
 impl Feistel {
     pub(super) fn new(bits: u32, key: u64, version: Version) -> Self {
         let mut keys = [0u64; ROUNDS];
@@ -78,9 +95,7 @@ impl Feistel {
     pub(super) fn encrypt(&self, mut x: u64) -> u64 {
         let (mut h, mut l) = (self.hi_bits, self.lo_bits);
         for &k in &self.keys {
-            let lo = x & mask(l);
-            let hi = (x >> l) ^ (self.f(lo, k) & mask(h));
-            x = (lo << h) | hi;
+            x = encrypt_round(x, k, h, l, |half, key| self.f(half, key));
             std::mem::swap(&mut h, &mut l);
         }
         x
@@ -94,9 +109,7 @@ impl Feistel {
             } else {
                 (self.lo_bits, self.hi_bits)
             };
-            let lo = y >> h;
-            let hi = (y & mask(h)) ^ (self.f(lo, k) & mask(h));
-            y = (hi << l) | lo;
+            y = decrypt_round(y, k, h, l, |half, key| self.f(half, key));
         }
         y
     }

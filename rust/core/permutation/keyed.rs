@@ -3,7 +3,7 @@
 //! value would leave the vector units idle, so the rounds run over all the values
 //! together, each lane with its own permutation's keys.
 
-use super::feistel::{mask, round_fn, round_v2, Feistel, ROUNDS};
+use super::feistel::{encrypt_round, round_fn, round_v2, Feistel, ROUNDS};
 use super::{simd, Permutation};
 use crate::algorithm::Version;
 
@@ -81,11 +81,8 @@ fn rounds(
 ) {
     let (mut h, mut l) = (cipher.hi_bits, cipher.lo_bits);
     for round in keys {
-        let (mask_h, mask_l) = (mask(h), mask(l));
         for (x, &k) in lanes.iter_mut().zip(round) {
-            let lo = *x & mask_l;
-            let hi = (*x >> l) ^ (f(lo, k) & mask_h);
-            *x = (lo << h) | hi;
+            *x = encrypt_round(*x, k, h, l, &f);
         }
         std::mem::swap(&mut h, &mut l);
     }

@@ -298,11 +298,8 @@ impl Permutation {
     fn encrypt_rounds(&self, lanes: &mut [u64], f: impl Fn(u64, u64) -> u64) {
         let (mut h, mut l) = (self.cipher.hi_bits, self.cipher.lo_bits);
         for &k in &self.cipher.keys {
-            let (mask_h, mask_l) = (mask(h), mask(l));
             for x in lanes.iter_mut() {
-                let lo = *x & mask_l;
-                let hi = (*x >> l) ^ (f(lo, k) & mask_h);
-                *x = (lo << h) | hi;
+                *x = encrypt_round(*x, k, h, l, &f);
             }
             std::mem::swap(&mut h, &mut l);
         }
@@ -402,11 +399,8 @@ impl Permutation {
             } else {
                 (self.cipher.lo_bits, self.cipher.hi_bits)
             };
-            let mask_h = mask(h);
             for y in lanes.iter_mut() {
-                let lo = *y >> h;
-                let hi = (*y & mask_h) ^ (f(lo, k) & mask_h);
-                *y = (hi << l) | lo;
+                *y = decrypt_round(*y, k, h, l, &f);
             }
         }
     }

@@ -87,15 +87,15 @@ def test_a_state_dict_counts_what_the_loop_received_through_a_generator_wrapper(
     del it
 
 
-def test_a_wrapper_without_a_batch_size_is_counted_with_a_warning():
+def test_a_wrapper_without_a_batch_size_is_refused_naming_the_fix():
     n = 64
     batches = ShardedBatchSampler(ShardedSampler(n, num_replicas=1, rank=0, shuffle=False), 4)
     it = iter(DataLoader(range(n), batch_sampler=Wrapper(batches), num_workers=1, prefetch_factor=4))
     for _ in range(3):
         next(it)
     # The loader's 3 batches cannot be turned into samples: what the sampler yielded
-    # (prefetched batches too) is counted, and the fix named.
-    with pytest.warns(RuntimeWarning, match="a Wrapper, has no batch_size.*consumed_samples"):
-        assert batches.state_dict()["consumed"] > 12
+    # (prefetched batches too) is never counted instead; the fix is named.
+    with pytest.raises(ValueError, match="a Wrapper, has no batch_size.*consumed_samples"):
+        batches.state_dict()
     assert batches.state_dict(consumed_samples=12)["consumed"] == 12
     del it

@@ -27,18 +27,31 @@ def _loader(rank: int, num_workers: int, context=None, persistent=False, kind="i
     return sampler, DataLoader(list(range(N)), batch_sampler=cls(sampler, B), **extra)
 
 
-def _read_then_resume(num_workers: int, context=None, persistent=False, kind="item", epochs=1) -> None:
+def _read_then_resume(
+    num_workers: int, context=None, persistent=False, kind="item", epochs=1, loop="break"
+) -> None:
     """Both ranks read READ batches through a prefetching loader (after ``epochs - 1``
     whole epochs), save the default state, resume on fresh samplers: every sample of the
-    epoch exactly once, plus the declared padding."""
+    epoch exactly once, plus the declared padding.
+
+    ``loop="break"`` is the usual training loop: ``for step, batch in enumerate(loader)``
+    left with ``break``, the state saved after it, when a loader without persistent workers
+    has dropped its iterator. ``loop="open"`` saves while the iterator is still held."""
     head, states = [], []
     for rank in range(W):
         sampler, loader = _loader(rank, num_workers, context, persistent, kind)
-        for epoch in range(epochs):
+        for epoch in range(epochs - 1):
             sampler.set_epoch(epoch)
-            it = iter(loader)
-            if epoch < epochs - 1:
-                list(it)
+            list(loader)
+        sampler.set_epoch(epochs - 1)
+        if loop == "break":
+            for step, batch in enumerate(loader, 1):
+                head += batch.tolist()
+                if step == READ:
+                    break
+            states.append(sampler.state_dict())
+            continue
+        it = iter(loader)
         head += [x for batch in itertools.islice(it, READ) for x in batch.tolist()]
         states.append(sampler.state_dict())
         # Drained, not dropped mid-stream: the workers end their own loops (a spawned
@@ -58,33 +71,45 @@ def _read_then_resume(num_workers: int, context=None, persistent=False, kind="it
     assert set(head + rest) == set(range(N))
 
 
+@pytest.mark.parametrize("loop", ["break", "open"])
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_a_default_state_counts_what_the_loop_received(num_workers):
-    _read_then_resume(num_workers)
+def test_a_default_state_counts_what_the_loop_received(num_workers, loop):
+    _read_then_resume(num_workers, loop=loop)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])
 def test_every_worker_start_method_and_persistent_workers(context):
-    _read_then_resume(2, context)
-    _read_then_resume(2, context, persistent=True, epochs=2)
+    for loop in ("break", "open"):
+        _read_then_resume(2, context, loop=loop)
+        _read_then_resume(2, context, persistent=True, epochs=2, loop=loop)
 
 
+@pytest.mark.parametrize("loop", ["break", "open"])
 @pytest.mark.parametrize("kind", ["batches", "step"])
-def test_batch_samplers_count_what_the_loop_received(kind):
-    _read_then_resume(2, "fork", kind=kind)
+def test_batch_samplers_count_what_the_loop_received(kind, loop):
+    _read_then_resume(2, "fork", kind=kind, loop=loop)
 
 
-def test_a_token_budget_state_counts_what_the_loop_received():
+@pytest.mark.parametrize("loop", ["break", "open"])
+def test_a_token_budget_state_counts_what_the_loop_received(loop):
     lengths = np.arange(N) % 13 + 1
     make = lambda: TokenBudgetBatchSampler(lengths, 40, W, 0, window=64, check_consensus=False)  # noqa: E731
     reference = list(make())
     sampler = make()
     loader = DataLoader(list(range(N)), batch_sampler=sampler, num_workers=2, collate_fn=list)
-    it = iter(loader)
-    head = [next(it) for _ in range(READ)]
-    state = sampler.state_dict()
-    del it
+    head = []
+    if loop == "break":
+        for step, batch in enumerate(loader, 1):
+            head.append(batch)
+            if step == READ:
+                break
+        state = sampler.state_dict()
+    else:
+        it = iter(loader)
+        head = [next(it) for _ in range(READ)]
+        state = sampler.state_dict()
+        del it
     resumed = make()
     resumed.load_state_dict(state)
     assert head + list(resumed) == reference
@@ -221,20 +246,33 @@ def test_a_mutated_state_is_refused_or_resumes_exactly(which, data):
     assert len(list(itertools.islice(iter(sampler), 50))) > 0 or len(sampler) == 0
 
 
-def test_a_loader_whose_count_cannot_be_read_warns_once_naming_the_fix(monkeypatch):
+def test_a_loader_whose_count_cannot_be_read_refuses_naming_the_fix(monkeypatch):
     from permshard import _loader_count as loader_count
 
-    # A torch whose DataLoader iterator renamed its count: never a silent overcount.
+    # A torch whose DataLoader iterator renamed its count: refused, never an overcount.
     monkeypatch.setattr(loader_count, "_COUNTED", ("_num_yielded", "_renamed_in_a_later_torch"))
-    monkeypatch.setattr(loader_count, "_warned", set())
     sampler, loader = _loader(0, 0)
-    with pytest.warns(RuntimeWarning, match=r"consumed_samples=") as caught:
-        for epoch in range(2):
-            sampler.set_epoch(epoch)
-            it = iter(loader)
-            next(it)
-            sampler.state_dict()  # the count is read where a state is saved
-    assert len([w for w in caught if "consumed_samples" in str(w.message)]) == 1
-    assert "_renamed_in_a_later_torch" in str(caught[0].message)
+    it = iter(loader)
+    next(it)
+    with pytest.raises(ValueError, match=r"_renamed_in_a_later_torch.*consumed_samples="):
+        sampler.state_dict()
     exact = sampler.state_dict(consumed_samples=B * W)
     assert exact["consumed"] == B * W
+
+
+def test_a_loader_whose_batches_were_not_counted_refuses_once_its_iterator_is_gone():
+    # Another wrapper replaced the iterator's _next_data before the pass: while the
+    # iterator lives its own count is read; once a break dropped it, nothing is guessed.
+    sampler, loader = _loader(0, 2, "fork")
+    it = iter(loader)
+    it._next_data = lambda: type(it)._next_data(it)  # someone else's wrapper
+    head = [next(it) for _ in range(READ)]
+    assert sampler.state_dict()["consumed"] == READ * B * W
+    for _ in it:
+        pass
+    sampler.set_epoch(1)
+    for step, _ in enumerate(loader, 1):
+        if step == READ:
+            break
+    assert sampler.state_dict()["consumed"] == READ * B * W  # a fresh iterator: counted
+    assert len(head) == READ

@@ -13,6 +13,27 @@ from typing import Any, Optional
 _OWN_FILES = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
+def _torch_files() -> tuple[str, ...]:
+    """torch's own folder (its DataLoader iterates samplers), where torch is importable."""
+    import torch
+
+    return (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,)
+
+
+#: The libraries between a user's line and a warning permshard raises.
+_LIBRARY_FILES = (_OWN_FILES, *_torch_files())
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` of a warning raised inside permshard that points at the user's
+    line: the first frame, from the caller's up, that is neither permshard's nor torch's
+    (a sampler's pass starts inside torch's DataLoader, a fixed level would name torch)."""
+    level, frame = 1, sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_LIBRARY_FILES):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def iterating(depth: int = 16, until: Optional[type] = None) -> tuple[Any, ...]:
     """The ``self`` of each method among the ``depth`` frames from the caller's up (but
     permshard's own): the one walk of a pass, read by the accelerate guard and by the

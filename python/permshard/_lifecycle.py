@@ -11,7 +11,7 @@ from typing import Any, Optional
 import torch.distributed as dist
 
 from . import _guards as guards
-from ._callers import iterating
+from ._callers import iterating, user_stacklevel
 from ._config import HoldsConfig
 from ._loader_count import LOADER_ITERATOR, find_loader_iterator
 
@@ -94,15 +94,11 @@ class PassLifecycle(HoldsConfig):
         if self._resuming():
             self._forget_resume_point()
 
-    def _begin_pass(self, stacklevel: int) -> Any:
+    def _begin_pass(self) -> Any:
         """Starts a pass: settles the last one, refuses accelerate's second split, warns
         on (or with ``auto_epoch`` advances past) a repeated epoch, runs the consensus once
-        per epoch. Returns the DataLoader iterator pulling the pass (a weak reference, or
-        ``None``): what state dicts count.
-
-        Args:
-            stacklevel (int): the repeated-epoch warning's ``stacklevel`` as the caller
-                would pass it (``2``: the caller's caller).
+        per epoch. Returns what the DataLoader iterator pulling the pass hands to the loop
+        (a ``LoaderCount``, or ``None``): what state dicts count.
         """
         if not self._settled:
             self._settle()
@@ -122,7 +118,7 @@ class PassLifecycle(HoldsConfig):
                     "set_epoch(): the order repeats. Call sampler.set_epoch(epoch) before each "
                     "epoch, or pass auto_epoch=True.",
                     UserWarning,
-                    stacklevel=stacklevel + 1,
+                    stacklevel=user_stacklevel(),
                 )
         if self.check_consensus and self._agreed_epoch != epoch:
             if dist.is_available() and dist.is_initialized():

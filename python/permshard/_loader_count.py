@@ -1,39 +1,44 @@
 """What a DataLoader has handed to the training loop, so that a default ``state_dict()``
-is exact while workers prefetch.
+is exact while workers prefetch, or refuses.
 
 A DataLoader iterates its sampler ahead of the loop (``num_workers * prefetch_factor``
 batches with workers): a count of what the sampler yielded overcounts what the loop
 received, and a resume from it would skip samples. The DataLoader's own iterator counts
 the batches it handed out (``_num_yielded``); a sampler finds that iterator once per pass,
 on the call stack where the pass starts, and reads the count when a state is saved.
+
+The usual loop ends with a ``break`` and saves the state after it, when a loader without
+persistent workers has already dropped its iterator. So the count is also kept beside the
+iterator: each batch the iterator hands out is counted as it leaves (its ``_next_data``,
+wrapped on that one instance), and the count outlives the iterator. A count that cannot be
+known is never guessed: :meth:`LoaderCount.batches` raises, naming ``consumed_samples=``.
 """
 
 from __future__ import annotations
 
-import warnings
 import weakref
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 #: What the count of a torch DataLoader iterator is read from.
-_COUNTED = ("_num_yielded", "_index_sampler", "_auto_collation")
+_COUNTED = ("_num_yielded", "_index_sampler", "_auto_collation", "_next_data")
+
+#: The attribute of a DataLoader iterator that holds the count of its current pass.
+_ATTRIBUTE = "_permshard_count"
 
 
-def find_loader_iterator(owners: Sequence[Any]) -> Optional[weakref.ref[Any]]:
-    """The DataLoader iterator pulling the caller's items (a weak reference), or ``None``
-    when the sampler is iterated by anything else. What it counts is read when a state is
-    saved (:func:`counting`): the iterator may still be setting itself up when the pass
-    starts.
+def find_loader_iterator(owners: Sequence[Any]) -> Optional[LoaderCount]:
+    """The count of the DataLoader iterator pulling the caller's items, or ``None`` when
+    the sampler is iterated by anything else.
 
     Args:
         owners (sequence): the objects iterating the sampler (``callers.iterating()``).
     """
     if LOADER_ITERATOR is None:
-        _warn_once("this torch has no torch.utils.data.dataloader._BaseDataLoaderIter")
         return None
     for owner in owners:
         if isinstance(owner, LOADER_ITERATOR):
-            return weakref.ref(owner)
+            return LoaderCount(owner)
     return None
 
 
@@ -50,76 +55,144 @@ def _loader_iterator_type() -> Optional[type]:
 LOADER_ITERATOR: Optional[type] = _loader_iterator_type()
 
 
-def counting(loader: Optional[weakref.ref[Any]]) -> Any:
-    """The live DataLoader iterator behind ``loader`` whose count is the loop's, or ``None``
-    where the sampler's own count is right: no loader, or torchdata's
-    ``StatefulDataLoader``, which saves its sampler's state itself as it draws each batch's
-    indices. A torch whose iterator no longer has the count warns once, naming
-    ``consumed_samples=``, and counts what the sampler yielded.
+class LoaderCount:
+    """The batches one DataLoader iterator handed to the training loop in one pass, read
+    while the iterator lives and kept after it is gone.
 
     Args:
-        loader (weakref, optional): from :func:`find_loader_iterator`.
+        iterator: the DataLoader iterator pulling the pass (found where the pass starts,
+            before it hands out a batch of it).
+
+    Example::
+
+        >>> count = find_loader_iterator(callers.iterating(until=LOADER_ITERATOR))
+        >>> count.items(yielded=576)  # the loop took 20 batches of 16
+        320
     """
-    iterator = loader() if loader is not None else None
-    if iterator is None or hasattr(iterator, "_sampler_iter_yielded"):
-        return None
-    missing = [name for name in _COUNTED if not hasattr(iterator, name)]
-    if missing:
-        _warn_once(f"its iterator has no {', '.join(missing)}")
-        return None
-    return iterator
 
+    def __init__(self, iterator: Any) -> None:
+        self._iterator = weakref.ref(iterator)
+        # torchdata's StatefulDataLoader saves its sampler's state itself as it draws each
+        # batch's indices: the sampler's own count is its count.
+        self._own_count = _counts_itself(iterator)
+        # Without workers the iterator pulls a batch's indices as it hands the batch out.
+        self._prefetches = int(getattr(iterator, "_num_workers", 0) or 0) > 0
+        self._per_batch: Optional[int] = None
+        self._batch_sampler = type(getattr(iterator, "_index_sampler", None)).__name__
+        self._handed = 0  # batches handed to the loop, as counted when they left
+        self._counted = False  # whether every batch of the pass is counted as it leaves
+        if self._prefetches and not self._own_count and not _missing(iterator):
+            self._per_batch = _batch_size(iterator)
+            self._counted = _count_batches_of(iterator, self)
 
-#: The reasons already warned about in this process.
-_warned: set[str] = set()
+    def batches(self, handed: int) -> Optional[int]:
+        """Batches of ``handed`` (what the sampler handed out, in batches) that the loop
+        received, or ``None`` where the sampler's own count is the loop's.
 
+        Args:
+            handed (int): batches the batch sampler handed out in the pass.
 
-def _warn_once(why: str) -> None:
-    """Warns, once per process and reason, that a default ``state_dict()`` counts what the
-    sampler yielded, which includes what a loader's workers prefetched."""
-    if why in _warned:
-        return
-    _warned.add(why)
-    warnings.warn(
-        f"permshard cannot read what the DataLoader handed to the training loop ({why}): a "
-        "state_dict() without an argument counts what the sampler yielded, prefetched "
-        "samples included. Pass state_dict(consumed_samples=step_in_epoch * batch_size * "
-        "world_size) to save an exact resume point",
-        RuntimeWarning,
-        stacklevel=4,
-    )
+        Raises:
+            ValueError: the count cannot be known (a torch whose iterator renamed its
+                count): a state must be saved with ``consumed_samples=``.
+        """
+        iterator = self._iterator()
+        if iterator is not None:  # read where the state is saved: it may have been setting up
+            self._own_count = self._own_count or _counts_itself(iterator)
+        if self._own_count:
+            return None
+        if iterator is not None:
+            missing = _missing(iterator)
+            if missing:
+                _refuse(f"its iterator has no {', '.join(missing)}")
+            return min(handed, int(iterator._num_yielded))
+        if not self._prefetches:
+            return None  # it pulled no batch it did not hand out
+        if not self._counted:
+            _refuse("its iterator is gone and its batches were not counted as they left")
+        return min(handed, self._handed)
 
+    def items(self, yielded: int) -> int:
+        """Items of ``yielded`` (what an item sampler handed out) that the loop received:
+        its batches times their size (every batch full but the last).
 
-def delivered_items(loader: Optional[weakref.ref[Any]], yielded: int) -> int:
-    """Items of ``yielded`` that the DataLoader behind ``loader`` handed to the loop: its
-    batches times their size (every batch full but the last), never more than
-    ``yielded``; ``yielded`` itself where its count is not the loop's (:func:`counting`).
+        Args:
+            yielded (int): items the sampler handed out in the pass.
 
-    Args:
-        loader (weakref, optional): from :func:`find_loader_iterator`.
-        yielded (int): items the sampler handed out in the pass.
-    """
-    iterator = counting(loader)
-    if iterator is None:
-        return yielded
-    per_batch = 1
-    if iterator._auto_collation:  # batches of the loader's batch sampler
-        size = getattr(iterator._index_sampler, "batch_size", None)
-        if not isinstance(size, int) or size < 1:
-            name = type(iterator._index_sampler).__name__
-            _warn_once(f"its batch sampler, a {name}, has no batch_size")
+        Raises:
+            ValueError: as :meth:`batches`, or the loader's batch sampler has no
+                ``batch_size``.
+        """
+        iterator = self._iterator()
+        per_batch = _batch_size(iterator) if iterator is not None else self._per_batch
+        batches = self.batches(yielded)
+        if batches is None:
             return yielded
-        per_batch = size
-    return min(yielded, int(iterator._num_yielded) * per_batch)
+        if per_batch is None:
+            _refuse(f"its batch sampler, a {self._batch_sampler}, has no batch_size")
+        return min(yielded, batches * per_batch)
+
+    def _left(self, handed: int) -> None:
+        """The iterator is handing out its ``handed``-th batch of the pass."""
+        self._handed = handed
 
 
-def delivered_batches(loader: Optional[weakref.ref[Any]], handed: int) -> int:
-    """Batches of ``handed`` that the DataLoader behind ``loader`` handed to the loop (a
-    batch sampler's count); ``handed`` where its count is not the loop's.
+def _counts_itself(iterator: Any) -> bool:
+    """Whether ``iterator`` is torchdata's, which counts what it draws from the sampler."""
+    return hasattr(iterator, "_sampler_iter_yielded")
 
-    Args:
-        loader (weakref, optional): from :func:`find_loader_iterator`.
-        handed (int): batches the batch sampler handed out in the pass.
+
+def _missing(iterator: Any) -> list[str]:
+    """What of its count ``iterator`` lacks (a torch that renamed it)."""
+    return [name for name in _COUNTED if not hasattr(iterator, name)]
+
+
+def _batch_size(iterator: Any) -> Optional[int]:
+    """Items per batch the iterator hands out (``None`` when its batch sampler has no
+    ``batch_size``)."""
+    if not iterator._auto_collation:  # items one by one, collated by the dataset
+        return 1
+    size = getattr(iterator._index_sampler, "batch_size", None)
+    return size if isinstance(size, int) and size >= 1 else None
+
+
+def _count_batches_of(iterator: Any, count: LoaderCount) -> bool:
+    """Counts each batch ``iterator`` hands out into ``count`` (from now on: its current
+    pass). Returns whether it could (not where another wrapper replaced ``_next_data``).
+
+    ``__next__`` calls ``_next_data()`` and hands its result to the loop: a batch that
+    came out of ``_next_data`` is the loop's. The wrapper holds the iterator weakly and
+    the count is held by the iterator, so nothing keeps the iterator (and its workers)
+    alive longer than the loop does.
     """
-    iterator = counting(loader)
-    return handed if iterator is None else min(handed, int(iterator._num_yielded))
+    setattr(iterator, _ATTRIBUTE, count)
+    own = vars(iterator).get("_next_data")
+    if own is not None:
+        return getattr(own, "_permshard_counts", False) is True
+    wrapper = _counting(weakref.ref(iterator), type(iterator)._next_data)
+    iterator._next_data = wrapper
+    return True
+
+
+def _counting(ref: weakref.ref[Any], next_data: Callable[[Any], Any]) -> Callable[[], Any]:
+    """``next_data`` (the iterator class's) for the iterator behind ``ref``, counting each
+    batch it returns into the iterator's current :class:`LoaderCount`."""
+
+    def counted_next_data() -> Any:
+        iterator = ref()
+        data = next_data(iterator)
+        getattr(iterator, _ATTRIBUTE)._left(int(iterator._num_yielded) + 1)
+        return data
+
+    counted_next_data._permshard_counts = True  # type: ignore[attr-defined]
+    return counted_next_data
+
+
+def _refuse(why: str) -> None:
+    """A default ``state_dict()`` cannot know what the loop received: refused, with the fix."""
+    raise ValueError(
+        f"permshard cannot tell what the DataLoader handed to the training loop ({why}), and "
+        "a count of what the sampler yielded would include what the loader's workers "
+        "prefetched: a resume from it would skip samples. Pass state_dict(consumed_samples="
+        "step_in_epoch * batch_size * world_size) (a batch sampler: consumed_steps=step_in_epoch)"
+    )

@@ -261,7 +261,7 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
             SamplerPass: the pass's partition, rank and item counter.
         """
         self._check_dataset_unchanged()
-        loader = self._begin_pass(stacklevel=3)
+        loader = self._begin_pass()
         config = self.config  # read once: its fields are the sampler's
         read_by = getattr(self.dataset, "read_by", None)
         if callable(read_by):  # a dataset that checks how it is read, and changes against it
@@ -437,8 +437,8 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
             )
         start = self._pass_start()
         current = self._pass
-        yielded = current.delivered() if current is not None and current.epoch == self.epoch else 0
         if consumed_samples is None:
+            yielded = current.delivered() if current is not None and current.epoch == self.epoch else 0
             consumed = self._partition(self.epoch, start).consumed_after(yielded)
         else:
             consumed = as_int("consumed_samples", consumed_samples)

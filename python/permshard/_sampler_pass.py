@@ -12,7 +12,7 @@ import numpy.typing as npt
 
 from . import _core
 from ._epoch_index import EpochIndices, tag
-from ._loader_count import delivered_items
+from ._loader_count import LoaderCount
 
 
 class WindowPrefetch:
@@ -70,8 +70,8 @@ class SamplerPass:
         rank (int): this rank.
         epoch_dependent (bool): tag indices with the epoch (see ``EpochIndex``).
         prefetch (WindowPrefetch, optional): announces a block order's windows.
-        loader (weakref, optional): the DataLoader iterator pulling the items
-            (``loader_count.find_loader_iterator``); its count is what state dicts save.
+        loader (LoaderCount, optional): what the DataLoader iterator pulling the items
+            handed to the loop (``loader_count.find_loader_iterator``): what state dicts save.
 
     Example::
 
@@ -91,7 +91,7 @@ class SamplerPass:
         *,
         epoch_dependent: bool = False,
         prefetch: Optional[WindowPrefetch] = None,
-        loader: Any = None,
+        loader: Optional[LoaderCount] = None,
     ) -> None:
         self.epoch, self.partition, self.rank = epoch, partition, rank
         self._epoch_dependent = epoch_dependent
@@ -183,4 +183,5 @@ class SamplerPass:
     def delivered(self) -> int:
         """Items of this pass the training loop has received: what the DataLoader pulling
         them handed out (its workers may have prefetched more), else :meth:`yielded`."""
-        return delivered_items(self._loader, self.yielded())
+        yielded = self.yielded()
+        return yielded if self._loader is None else self._loader.items(yielded)

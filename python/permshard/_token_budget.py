@@ -16,7 +16,7 @@ from . import _core
 from ._config import BUDGET_ALGORITHM, BudgetConfig
 from ._consensus import FIX_RESUME, Agreed, check_consensus, digest
 from ._lifecycle import PassLifecycle
-from ._loader_count import delivered_batches
+from ._loader_count import LoaderCount
 from ._mesh import MeshDim, resolve_world
 from ._plan import BudgetPlan
 from ._proven import ProofTarget, ProvenStream
@@ -124,7 +124,7 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
         self._entered: list[int] = []
         self._window_starts: list[_core.BudgetStart] = []
         self._handed = 0
-        self._loader: Any = None  # the DataLoader iterator pulling the batches, if any
+        self._loader: Optional[LoaderCount] = None  # what the DataLoader pulling the batches handed out
 
     def __getstate__(self) -> dict[str, Any]:
         if not self._settled:  # a started pass is accounted for first (a copy does not resume it again)
@@ -156,7 +156,7 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
         return _core.BudgetPass(self._planner, self._lengths, start, self.num_replicas)
 
     def __iter__(self) -> Iterator[Any]:
-        loader = self._begin_pass(stacklevel=2)  # at the first next(): a generator
+        loader = self._begin_pass()  # at the first next(): a generator
         pass_ = self._pass()
         start = pass_.start
         self._forget_pass()
@@ -252,7 +252,8 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
                 handed out; pass the loop's count when a wrapper draws batches ahead).
         """
         if consumed_steps is None:
-            done = delivered_batches(self._loader, self._handed)
+            counted = None if self._loader is None else self._loader.batches(self._handed)
+            done = self._handed if counted is None else counted
         else:
             done = as_int("consumed_steps", consumed_steps)
         if not 0 <= done <= self._handed:

@@ -12,6 +12,7 @@ from typing import Any, Optional, Union
 import numpy as np
 from torch.utils.data import Dataset
 
+from .._callers import user_stacklevel
 from .._mixture import MIX_ALGORITHM, Mixture, as_floats
 from .._mixture_summary import MixtureSummary
 from .._validation import as_positive, as_u64
@@ -268,9 +269,11 @@ class MixedDataset(Dataset[Any]):
             "(O(source size) each, many times slower than reading in order). Set "
             f"PERMSHARD_MIX_TABLE_MIB={mib} before building the dataset (each DataLoader worker "
             "keeps its own tables), shuffle in blocks (ShardedSampler(..., block_size=...)), "
-            "or start a new run with algorithm='perm-v1' (mix-v1: no tables)",
+            "or start a new run with a mixture of no tables: MixedDataset(..., "
+            "algorithm='perm-v1') or MixedDataset.from_data_path(..., algorithm='perm-v1') "
+            "(mix-v1; the sampler's own algorithm= does not change the mixture's)",
             UserWarning,
-            stacklevel=5,  # the sampler's iteration (check, read_by, begin_pass, __iter__)
+            stacklevel=user_stacklevel(),
         )
 
     def _check_reader(self, start: int) -> None:

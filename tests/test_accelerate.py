@@ -44,6 +44,19 @@ def test_accelerate_train_eval_resume(tmp_path, world, resume_world, n):
     assert sum(counts.values()) - n == second[0]["padding"]  # repeats only as declared
 
 
+def test_accelerate_that_counts_fewer_processes_than_the_group_is_refused():
+    # Accelerator() on a machine without a GPU runs as one process under torchrun: read on
+    # every rank before; now refused naming cpu=True, whether the loader's sampler was
+    # built by the user (over the group) or by the integration (over accelerate's world).
+    results = launch(integration_workers.accelerate_without_cpu, 2, 100)
+    for r in results:
+        assert r["accelerate_world"] == 1
+        for message in (r["prepared"], r["plain"]):
+            assert message.startswith("ShardingError"), message
+            assert "has 2" in message and "Accelerator(cpu=True)" in message
+            assert "ACCELERATE_USE_CPU=1" in message and "ParallelismConfig" in message
+
+
 def test_hf_trainer_recipe_shards_once(tmp_path):
     pytest.importorskip("transformers")
     n, world = 203, 2

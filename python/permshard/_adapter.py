@@ -22,6 +22,7 @@ import importlib
 from types import ModuleType
 from typing import Any
 
+import torch.distributed as dist
 from torch.utils.data import DistributedSampler, RandomSampler, SequentialSampler
 
 from ._batch_sampler import ShardedBatchSampler
@@ -59,6 +60,29 @@ def kept_options(loader: Any) -> dict[str, Any]:
         for name in _WORKERS_ONLY:
             kept.pop(name, None)
     return kept
+
+
+def check_group(world: int, framework: str, fix: str) -> None:
+    """Raises ``ShardingError`` when torch.distributed runs a process group of another size
+    than the framework's data-parallel world and no device mesh says which processes share
+    a data-parallel rank: the framework would have each process read as if it were the
+    only one (every sample read by every process), or split what another split already.
+
+    Args:
+        world (int): the data-parallel ranks the framework counts.
+        framework (str): the framework's name, for the message.
+        fix (str): what makes the framework join the group, for the message.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    size = dist.get_world_size()
+    if size != world:
+        raise ShardingError(
+            f"{framework} counts {world} data-parallel process(es), but torch.distributed's "
+            f"process group has {size}: each process would read the data as if it were one of "
+            f"{world}, so every sample would be read {size // max(world, 1)} times or the split "
+            f"would be wrong. {fix}"
+        )
 
 
 def check_world(sampler: Any, world: int, rank: int, framework: str) -> None:

@@ -65,9 +65,13 @@ class LoaderCount:
 
     Example::
 
-        >>> count = find_loader_iterator(callers.iterating(until=LOADER_ITERATOR))
-        >>> count.items(yielded=576)  # the loop took 20 batches of 16
-        320
+        >>> sampler = ShardedSampler(64, num_replicas=1, rank=0)
+        >>> loader = DataLoader(range(64), batch_size=4, sampler=sampler, num_workers=1)
+        >>> for step, batch in enumerate(loader, 1):
+        ...     if step == 3:
+        ...         break
+        >>> sampler.state_dict()["consumed"]  # what the loop took, not what was prefetched
+        12
     """
 
     def __init__(self, iterator: Any) -> None:

@@ -21,13 +21,21 @@ from typing import Any, Optional
 
 from torch.utils.data import BatchSampler, DataLoader
 
-from ._adapter import check_world, kept_options, optional_import, sharded_sampler
+from ._adapter import check_group, check_world, kept_options, optional_import, sharded_sampler
 from ._batch_sampler import ShardedBatchSampler, StepBatchSampler
 from ._mesh import mesh_world
 from ._sampler import ShardedSampler
 from ._token_budget import TokenBudgetBatchSampler
 
 __all__ = ["StepBatchSampler", "data_parallel_world", "prepare_data_loader"]
+
+#: How accelerate comes to count the processes torchrun started.
+FIX_ACCELERATE_GROUP = (
+    "On a machine without a GPU, pass Accelerator(cpu=True) or set ACCELERATE_USE_CPU=1: accelerate "
+    "then joins the process group. Under model "
+    "parallelism, declare it (Accelerator(parallelism_config=ParallelismConfig(...))) so the "
+    "data-parallel ranks come from its device mesh."
+)
 
 
 def _sharded_sampler(
@@ -50,18 +58,26 @@ def _sharded_sampler(
 def data_parallel_world(accelerator: Any) -> tuple[int, int]:
     """``(num_replicas, rank)`` of this process among the data-parallel ranks.
 
-    Without model parallelism: accelerate's process count and index. With a
+    Without model parallelism: accelerate's process count and index, which must be the
+    process group's (``Accelerator()`` on a machine without a GPU runs as one process even
+    under ``torchrun`` unless told ``cpu=True``: refused, never read on every rank). With a
     ``ParallelismConfig`` (tensor, context or sequence parallel dims), the coordinate along
     its data-parallel dims (``dp_replicate``, ``dp_shard``) of ``accelerator.torch_device_mesh``:
     model-parallel peers read the same batches.
 
     Args:
         accelerator (accelerate.Accelerator): the accelerator of this process.
+
+    Raises:
+        ShardingError: a process group of another size than accelerate's process count,
+            and no parallelism config that says why.
     """
     config = getattr(accelerator, "parallelism_config", None)
     mesh = getattr(accelerator, "torch_device_mesh", None)
     if config is None or mesh is None:
-        return int(accelerator.num_processes), int(accelerator.process_index)
+        world = int(accelerator.num_processes)
+        check_group(world, f"accelerate ({accelerator.distributed_type})", FIX_ACCELERATE_GROUP)
+        return world, int(accelerator.process_index)
     dims = tuple(config.dp_dim_names)
     return mesh_world(mesh, dims) if dims else (1, 0)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import pathlib
-import subprocess
-import sys
 from collections import Counter
 
 import pytest
+
+from torchrun import finish, torchrun
 
 from permshard.launch import free_port
 
@@ -17,21 +17,6 @@ pytestmark = pytest.mark.multiprocess
 
 EXAMPLE = pathlib.Path(__file__).parent.parent / "examples" / "model_parallel.py"
 N = 1001
-
-
-def torchrun(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def finish(*runs: subprocess.Popen[str]) -> None:
-    for run in runs:
-        out, _ = run.communicate(timeout=300)
-        assert run.returncode == 0, out
 
 
 def results(folder: pathlib.Path, prefix: str, world: int) -> list[dict]:

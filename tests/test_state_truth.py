@@ -276,3 +276,25 @@ def test_a_loader_whose_batches_were_not_counted_refuses_once_its_iterator_is_go
             break
     assert sampler.state_dict()["consumed"] == READ * B * W  # a fresh iterator: counted
     assert len(head) == READ
+
+
+@pytest.mark.multiprocess
+def test_a_break_then_a_resume_on_another_world_under_torchrun(tmp_path):
+    # The usual loop (workers, a break, the state saved after it) on 2 ranks, resumed on 3:
+    # every sample of the epoch exactly once, but the declared padding.
+    import json
+    import pathlib
+
+    from torchrun import finish, torchrun
+
+    script = pathlib.Path(__file__).parent / "scripts" / "break_and_resume.py"
+    finish(torchrun("--standalone", "--nproc-per-node", "2", str(script), "first", str(tmp_path)))
+    states = [json.loads((tmp_path / f"state-{r}.json").read_text()) for r in range(2)]
+    assert states[0] == states[1] and states[0]["consumed"] == 2 * 10 * 16
+    finish(torchrun("--standalone", "--nproc-per-node", "3", str(script), "resume", str(tmp_path)))
+    read = Counter()
+    for mode, world in (("first", 2), ("resume", 3)):
+        for r in range(world):
+            read.update(json.loads((tmp_path / f"{mode}-{r}.json").read_text()))
+    assert set(read) == set(range(1000))
+    assert sum(read.values()) - 1000 == json.loads((tmp_path / "padding.json").read_text())

@@ -106,7 +106,7 @@ def test_block_resume_onto_another_world_size_is_exactly_once():
 def test_state_dicts_name_the_order():
     block = ShardedSampler(100, 2, 0, block_size=10, window_blocks=2)
     plain = ShardedSampler(100, 2, 0)
-    with pytest.raises(ValueError, match="algorithm 'block-v2', this sampler runs 'perm-v2'"):
+    with pytest.raises(ValueError, match="algorithm 'block-v2', this one runs 'perm-v2'"):
         plain.load_state_dict(block.state_dict())
     with pytest.raises(ValueError, match="block_size"):
         ShardedSampler(100, 2, 0, block_size=20, window_blocks=2).load_state_dict(block.state_dict())

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Sequence, Sized
 from typing import TYPE_CHECKING, Any, Optional
 
 import torch.distributed as dist
@@ -191,6 +191,11 @@ def check_loader(dataloader: DataLoader[Any], total: Optional[int] = None) -> in
     Returns:
         int: the number of indices this rank draws per epoch.
     """
+    if not hasattr(dataloader, "batch_sampler") and not hasattr(dataloader, "sampler"):
+        raise TypeError(
+            f"check_loader needs the DataLoader the training loop iterates, got "
+            f"{type(dataloader).__name__}: pass the DataLoader (or accelerate's prepared loader)"
+        )
     chain = list(_unwrap(dataloader))
     splitters = []
     for obj in chain:
@@ -212,7 +217,12 @@ def check_loader(dataloader: DataLoader[Any], total: Optional[int] = None) -> in
         world = dist.get_world_size()
     if total is None:
         base = samplers[0].dataset if samplers else getattr(dataloader, "dataset", None)
-        total = len(base) if not isinstance(base, int) else base  # type: ignore[arg-type]
+        if not isinstance(base, (int, Sized)):
+            raise TypeError(
+                f"check_loader cannot tell the dataset's length (a {type(base).__name__}): "
+                "pass total=len(full_dataset)"
+            )
+        total = len(base) if not isinstance(base, int) else base
     total = as_u64("total", total, minimum=1)
     batches = getattr(dataloader, "batch_sampler", None)
     source = batches if batches is not None else getattr(dataloader, "sampler", dataloader)

@@ -6,6 +6,7 @@ and loaders split twice)."""
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
@@ -163,6 +164,18 @@ def verify(
         >>> print(permshard.verify(1000, 8, seed=1))  # doctest: +ELLIPSIS
         PROVEN (inverse, perm-v2, round-robin): n=1,000 over 8 ranks x 125 samples ...
     """
+    known = sorted(
+        name
+        for config in (EpochConfig, ShardConfig)
+        for name in inspect.signature(config.__init__).parameters
+        if name not in ("self", "n", "num_replicas", "permutation", "epoch")
+    ) + ["epoch"]
+    unknown = sorted(set(fields) - set(known))
+    if unknown:
+        raise TypeError(
+            f"verify() got unexpected keyword argument(s) {unknown}: the fields of a pass are "
+            f"{known} (with algorithm=, method=, rank=, threads=, on_progress=)"
+        )
     config = ShardConfig(n, num_replicas, permutation=algorithm, **fields)
     return verify_pass(
         config.partition(), config, method=method, rank=rank, threads=threads, on_progress=on_progress

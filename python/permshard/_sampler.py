@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sized
+from numbers import Integral
 from typing import Any, Callable, ClassVar, Optional, Union
 
 import torch.distributed as dist
@@ -30,8 +31,13 @@ def dataset_length(dataset: Any) -> int:
     """
     if isinstance(dataset, bool):
         raise TypeError("dataset must be a dataset with __len__ or an int, got a bool")
-    if isinstance(dataset, int):
-        n = dataset
+    if isinstance(dataset, Integral):  # an int, or numpy's integers
+        n = int(dataset)
+        if n < 1:
+            raise ValueError(
+                f"a dataset length must be at least 1, got {n}: pass the number of samples "
+                "(or the dataset itself)"
+            )
     elif isinstance(dataset, Sized):
         n = len(dataset)
     else:
@@ -156,7 +162,9 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
         exclude: Any = None,
     ) -> None:
         # DistributedSampler.__init__ is not called: it would compute nothing we use.
-        self.dataset = dataset  # type: ignore[assignment]
+        # A length given as a numpy integer is kept as the int it is.
+        plain = isinstance(dataset, Integral) and not isinstance(dataset, (bool, int))
+        self.dataset = int(dataset) if plain else dataset  # type: ignore[assignment]
         num_replicas, self.rank = resolve_world(num_replicas, rank, device_mesh, mesh_dim)
         self._init_lifecycle(auto_epoch=auto_epoch, check_consensus=check_consensus)
         # The only epoch state: checked here (block_size needs shuffle and window_blocks).

@@ -48,6 +48,8 @@ def as_lengths(lengths: Any) -> tuple[Any, Any]:
     import numpy as np
 
     array = lengths if isinstance(lengths, np.ndarray) else np.asarray(lengths)
+    if array.size == 0:
+        raise ValueError("lengths is empty: a sampler needs at least one sample (one length per sample)")
     if array.ndim != 1 or array.dtype.kind not in "ui":
         raise TypeError(
             f"lengths must be a 1-D integer array (one length per sample), got {array.ndim}-D {array.dtype}"

@@ -21,6 +21,15 @@ from ._schedule import ScheduleChanges
 _WEIGHTS_IN = ("samples", "tokens")
 
 
+def _is_number(word: str) -> bool:
+    """Whether a ``--data-path`` word is a weight."""
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True
+
+
 class MixedDataset(Dataset[Any]):
     r"""A map-style dataset over a weighted mixture of ``datasets``: ``ds[p]`` is
     ``datasets[s][i]`` for ``(s, i) = ds.mixture[p]``.
@@ -171,12 +180,15 @@ class MixedDataset(Dataset[Any]):
             raise ValueError("data_path is empty: give 'w1 prefix1 w2 prefix2 ...' or 'prefix1 prefix2 ...'")
         weights: Optional[list[float]] = None
         prefixes = words
-        if len(words) % 2 == 0:
-            try:
-                weights = [float(w) for w in words[0::2]]
-                prefixes = words[1::2]
-            except ValueError:
-                weights = None
+        if _is_number(words[0]):  # weighted, as Megatron reads it: "w1 prefix1 w2 prefix2 ..."
+            if len(words) % 2 or not all(_is_number(w) for w in words[0::2]):
+                raise ValueError(
+                    f"data_path {' '.join(words)!r} starts with a weight, so it must be pairs "
+                    f"'weight prefix' ({len(words)} words given): give a weight before every "
+                    "prefix ('0.3 web 0.7 code'), or no weights at all ('web code')"
+                )
+            weights = [float(w) for w in words[0::2]]
+            prefixes = words[1::2]
         # Each prefix's .idx is validated in Rust with the GIL released: in parallel.
         with ThreadPoolExecutor(max_workers=min(len(prefixes), os.cpu_count() or 1)) as pool:
             sources = list(pool.map(lambda p: TokenWindows(p, seq_len, **windows), prefixes))

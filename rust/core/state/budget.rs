@@ -154,8 +154,14 @@ mod tests {
         assert_eq!(
             Sharding::from_state(&state, true)
                 .err()
-                .map(|e| e.to_string().contains("missing")),
-            Some(true)
+                .map(|e| e.to_string()),
+            Some(
+                "state_dict is a state of another kind of sampler: it was saved by a \
+                 TokenBudgetBatchSampler, not by a ShardedSampler (or a ShardedBatchSampler or \
+                 StepBatchSampler) (it lacks ['consumed'] of a ShardConfig). Load it into a \
+                 TokenBudgetBatchSampler"
+                    .to_string()
+            )
         );
         assert_eq!(
             BudgetEpoch::from_state(&state, true).unwrap(),

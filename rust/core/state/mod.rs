@@ -84,6 +84,8 @@ macro_rules! epoch_keys {
 /// The keys a family's state dicts hold, and what its configuration is called in errors.
 pub struct Schema {
     name: &'static str,
+    /// The samplers whose state dicts these are, as the user knows them.
+    saved_by: &'static str,
     keys: &'static [Key],
     /// The saved fields that decide the order, beside `algorithm`, `n` and `seed`: named
     /// when a state's algorithm does not follow from them.
@@ -94,6 +96,7 @@ pub struct Schema {
 /// positions consumed and the excluded ids. 0.1 wrote no block fields.
 pub const SHARD: Schema = Schema {
     name: "ShardConfig",
+    saved_by: "ShardedSampler (or a ShardedBatchSampler or StepBatchSampler)",
     keys: epoch_keys![
         key("block_size", Kind::Int, Presence::Since(0)),
         key("window_blocks", Kind::Int, Presence::Since(0)),
@@ -108,6 +111,7 @@ pub const SHARD: Schema = Schema {
 /// wrote the block fields of a sharded epoch, always 0.
 pub const BUDGET: Schema = Schema {
     name: "BudgetConfig",
+    saved_by: "TokenBudgetBatchSampler",
     keys: epoch_keys![
         key("max_tokens", Kind::Int, Presence::Always),
         key("window", Kind::Int, Presence::Always),
@@ -123,6 +127,7 @@ pub const BUDGET: Schema = Schema {
 /// One layer of an iterable's state: a run before a resume ([`crate::Layer`]).
 pub const LAYER: Schema = Schema {
     name: "ShardedIterable layer",
+    saved_by: "ShardedIterable",
     keys: &[
         key("dealt", Kind::Str, Presence::Always),
         key("ranks", Kind::Int, Presence::Always),
@@ -137,6 +142,7 @@ pub const LAYER: Schema = Schema {
 /// draws' id, the weights' digest, their number and `replacement`.
 pub const DRAWS: Schema = Schema {
     name: "WeightedShardedSampler",
+    saved_by: "WeightedShardedSampler",
     keys: &[
         key("draws", Kind::Str, Presence::Always),
         key("weights", Kind::Str, Presence::Always),
@@ -217,6 +223,20 @@ impl Schema {
         let find = |name: &str| state.iter().find(|(k, _)| k == name).map(|(_, v)| v);
         let missing = self.missing(state);
         if !missing.is_empty() {
+            if let Some(other) = [&SHARD, &BUDGET]
+                .into_iter()
+                .find(|other| other.name != self.name && other.missing(state).is_empty())
+            {
+                return Err(Error::Invalid(format!(
+                    "state_dict is a state of another kind of sampler: it was saved by a {}, \
+                     not by a {} (it lacks {} of a {}). Load it into a {}",
+                    other.saved_by,
+                    self.saved_by,
+                    py_list(&missing),
+                    self.name,
+                    other.saved_by
+                )));
+            }
             let saved_by = match find("algorithm") {
                 Some(Value::Str(a)) => format!(" (of algorithm {})", py_str(a)),
                 _ => String::new(),
@@ -406,18 +426,26 @@ impl Schema {
         let (saved_algorithm, algorithm) = (value(saved, "algorithm"), value(now, "algorithm"));
         let mut differ = pairs.iter().filter(|(_, saved, now)| saved != now);
         if saved_algorithm != algorithm {
-            let because: String = differ
-                .map(|(k, saved, now)| {
-                    format!(
-                        "; state_dict has {k}={}, this sampler {}",
-                        repr(saved),
-                        repr(now)
-                    )
-                })
-                .collect();
+            // The first field that differs is why the algorithm does; else the permutation.
+            let (fix, why) = match differ.next() {
+                Some((k, saved, now)) => (
+                    format!("{k}={}", repr(saved)),
+                    format!("state_dict has {k}={}, this sampler {k}={}", repr(saved), repr(now)),
+                ),
+                None => match &saved_algorithm {
+                    Value::Str(id) => match crate::algorithm::Version::of_order(id) {
+                        Some(version) => (
+                            format!("algorithm={}", py_str(version.algorithm())),
+                            "it is built on another permutation".to_string(),
+                        ),
+                        None => ("the same fields".to_string(), "another order".to_string()),
+                    },
+                    _ => ("the same fields".to_string(), "another order".to_string()),
+                },
+            };
             return Err(Error::Invalid(format!(
-                "state_dict is for algorithm {}, this sampler runs {}; the saved order cannot \
-                 be reproduced{because}",
+                "state_dict was saved by a sampler of algorithm {}, this one runs {} ({why}): \
+                 the saved order cannot be reproduced. Build the sampler with {fix} to resume",
                 repr(&saved_algorithm),
                 repr(&algorithm)
             )));

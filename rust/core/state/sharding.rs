@@ -186,7 +186,8 @@ mod tests {
         let v1 = sharding().with_permutation(Version::V1);
         let err = sharding().check_resumable(&v1).unwrap_err().to_string();
         assert!(
-            err.contains("'perm-v1', this sampler runs 'perm-v2'"),
+            err.contains("'perm-v1', this one runs 'perm-v2'")
+                && err.contains("Build the sampler with algorithm='perm-v1' to resume"),
             "{err}"
         );
         assert!(sharding()

@@ -204,7 +204,7 @@ def test_huge_dataset_in_constant_memory():
             r"Invalid rank 3, rank should be in the interval \[0, 2\]",
         ),
         ({"dataset": 10, "num_replicas": 3, "rank": -1}, ValueError, "Invalid rank -1"),
-        ({"dataset": 0, "num_replicas": 1, "rank": 0}, ValueError, "empty"),
+        ({"dataset": 0, "num_replicas": 1, "rank": 0}, ValueError, "at least 1, got 0"),
         ({"dataset": [], "num_replicas": 1, "rank": 0}, ValueError, "empty"),
         ({"dataset": iter([1]), "num_replicas": 1, "rank": 0}, TypeError, "__len__"),
         ({"dataset": True, "num_replicas": 1, "rank": 0}, TypeError, "bool"),

@@ -298,3 +298,71 @@ def test_a_break_then_a_resume_on_another_world_under_torchrun(tmp_path):
             read.update(json.loads((tmp_path / f"{mode}-{r}.json").read_text()))
     assert set(read) == set(range(1000))
     assert sum(read.values()) - 1000 == json.loads((tmp_path / "padding.json").read_text())
+
+
+# -- a state belongs to its dataset ---------------------------------------------------------
+
+
+def _token_files(folder, name: str, seed: int):
+    path = folder / name
+    np.random.default_rng(seed).integers(0, 1000, 4097).astype(np.uint16).tofile(path)
+    return path
+
+
+def test_a_state_over_other_token_files_of_the_same_length_is_refused(tmp_path):
+    from permshard.data import TokenWindows
+
+    web, code = _token_files(tmp_path, "web.bin", 1), _token_files(tmp_path, "code.bin", 2)
+    first = ShardedSampler(TokenWindows(web, 64), 2, 0, seed=3, check_consensus=False)
+    list(itertools.islice(iter(first), 5))
+    state = first.state_dict()
+    assert isinstance(state["dataset"], str)
+    same = ShardedSampler(TokenWindows(web, 64), 2, 0, seed=3, check_consensus=False)
+    same.load_state_dict(state)  # the same file, opened again: resumes
+    other = ShardedSampler(TokenWindows(code, 64), 2, 0, seed=3, check_consensus=False)
+    assert len(other.dataset) == len(same.dataset)  # the same length, other samples
+    with pytest.raises(ValueError, match="saved over another dataset.*remove the state's 'dataset' key"):
+        other.load_state_dict(state)
+    del state["dataset"]  # on purpose: the user's call
+    other.load_state_dict(state)
+
+
+def test_a_state_over_another_hf_dataset_of_the_same_length_is_refused():
+    datasets = pytest.importorskip("datasets")
+    a = datasets.Dataset.from_dict({"x": list(range(100))})
+    b = datasets.Dataset.from_dict({"x": list(range(100, 200))})
+    state = ShardedSampler(a, 1, 0, seed=1).state_dict()
+    assert state["dataset"] == a._fingerprint
+    ShardedSampler(datasets.Dataset.from_dict({"x": list(range(100))}), 1, 0, seed=1).load_state_dict(state)
+    with pytest.raises(ValueError, match="saved over another dataset"):
+        ShardedSampler(b, 1, 0, seed=1).load_state_dict(state)
+
+
+def test_a_state_without_a_fingerprint_loads_as_before():
+    # States of 0.1-0.5 record none, and a list has none: nothing is refused for it.
+    state = ShardedSampler(list(range(50)), 1, 0).state_dict()
+    assert "dataset" not in state
+    ShardedSampler(list(range(50, 100)), 1, 0).load_state_dict(state)
+
+
+def test_an_iterable_state_over_other_shards_is_refused(tmp_path):
+    import json
+
+    from permshard.data import ShardedIterable
+
+    for name in ("a.jsonl", "b.jsonl", "c.jsonl"):
+        (tmp_path / name).write_text("".join(json.dumps(i) + "\n" for i in range(10)))
+
+    def read(path):
+        with open(path) as f:
+            yield from map(json.loads, f)
+
+    files = [str(tmp_path / n) for n in ("a.jsonl", "b.jsonl")]
+    docs = ShardedIterable(files, open_shard=read, world_size=1, rank=0)
+    batches = iter(DataLoader(docs, batch_size=2))
+    next(batches)
+    state = docs.state_dict(batches)
+    ShardedIterable(files, open_shard=read, world_size=1, rank=0).load_state_dict(state)
+    others = [str(tmp_path / n) for n in ("a.jsonl", "c.jsonl")]
+    with pytest.raises(ValueError, match="saved over other shards"):
+        ShardedIterable(others, open_shard=read, world_size=1, rank=0).load_state_dict(state)

@@ -64,6 +64,56 @@ def dataset_fingerprint(dataset: Any) -> dict[str, Any]:
     return {"type": kind, "len": len(dataset), "content": content}
 
 
+def stable_fingerprint(dataset: Any) -> Optional[str]:
+    """An identity of ``dataset``'s content that is the same in every process and every
+    run over the same data, or ``None`` where it has none: a Hugging Face dataset's own
+    fingerprint, or ``fingerprint()`` of permshard's datasets (token files and Megatron
+    prefixes by their names and sizes, memmapped rows, mixtures of them). A state dict
+    records it, and a resume over another dataset of the same length is refused.
+
+    Args:
+        dataset: a dataset, or an int (a length).
+    """
+    own = getattr(dataset, "fingerprint", None)
+    if callable(own):
+        value = own()
+        return value if isinstance(value, str) else None
+    hf = getattr(dataset, "_fingerprint", None)
+    return hf if isinstance(hf, str) else None
+
+
+def content_id(*parts: Any) -> str:
+    """A dataset's ``fingerprint()`` from plain values that identify its content (file
+    names, sizes, options): 16 hex digits.
+
+    Args:
+        *parts: plain data (numbers, strings, tuples and lists of them).
+    """
+    return f"{digest(parts):016x}"
+
+
+def check_same_dataset(saved: Any, dataset: Any) -> None:
+    """Raises ValueError when a state recorded the fingerprint ``saved`` (``None``: it
+    recorded none) and ``dataset``'s differs.
+
+    Args:
+        saved: the state dict's ``"dataset"`` value.
+        dataset: the dataset the sampler now reads.
+    """
+    if saved is None:
+        return
+    if not isinstance(saved, str):
+        raise TypeError(f"state_dict['dataset'] must be a str (a dataset's fingerprint), got {saved!r}")
+    now = stable_fingerprint(dataset)
+    if now is not None and now != saved:
+        raise ValueError(
+            f"state_dict was saved over another dataset (fingerprint {saved}, this dataset's is "
+            f"{now}), though of the same length: its resume point would read other samples. "
+            "Build the sampler over the dataset the state was saved with; to resume over a "
+            "changed dataset on purpose, remove the state's 'dataset' key"
+        )
+
+
 #: The fix for a resume point that differs between processes.
 FIX_RESUME = "load the same state dict on every rank (saved by any one rank) before iterating"
 

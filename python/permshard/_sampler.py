@@ -463,6 +463,9 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
         changes = schedule() if callable(schedule) else None
         if changes is not None:
             state["schedule"] = changes  # the dataset's weights changed at run time
+        fingerprint = consensus.stable_fingerprint(self.dataset)
+        if fingerprint is not None:
+            state["dataset"] = fingerprint  # a resume over another dataset is refused
         return state
 
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> None:
@@ -479,7 +482,8 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
         schedule = None
         if isinstance(state_dict, Mapping):  # else from_state_dict names the type
             schedule = state_dict.get("schedule")
-            state_dict = {k: v for k, v in state_dict.items() if k != "schedule"}
+            consensus.check_same_dataset(state_dict.get("dataset"), self.dataset)
+            state_dict = {k: v for k, v in state_dict.items() if k not in ("schedule", "dataset")}
         if schedule is not None and not callable(getattr(self.dataset, "load_schedule", None)):
             raise ValueError(
                 "state_dict carries weights changed at run time (schedule), but this sampler's dataset "

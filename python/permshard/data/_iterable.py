@@ -14,6 +14,7 @@ import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .. import _core
+from .._consensus import content_id
 from .._mesh import MeshDim, from_mesh
 from .._validation import as_int
 from ._iterable_resume import left_over, loader_layer, read_layers
@@ -306,11 +307,15 @@ class ShardedIterable(IterableDataset[T], Generic[T]):
         shards = self._num_shards() if self.open_shard is not None else None
         dealt = "stride" if self._resumed else _core.fresh_spread(shards, self.world_size, self.even)
         layer = loader_layer(loader, dealt, self.world_size, consumed_batches)
-        return {
+        state: dict[str, Any] = {
             "dealt_by": "ShardedIterable",
             "shards": shards,
             "layers": [*self._resumed, layer],
         }
+        names = self._shard_names() if shards is not None else None
+        if names is not None:
+            state["shard_names"] = names  # a resume over other shards is refused
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continues after the runs a :meth:`state_dict` recorded: iterating reads only the
@@ -328,10 +333,30 @@ class ShardedIterable(IterableDataset[T], Generic[T]):
                 f"state_dict was saved over {state.get('shards')} shards, this dataset has {shards}: "
                 "build it over the same source to resume"
             )
+        saved, names = state.get("shard_names"), self._shard_names() if shards is not None else None
+        if saved is not None and names is not None and saved != names:
+            raise ValueError(
+                f"state_dict was saved over other shards ({shards} of them, as here, but named "
+                "otherwise): its layers would skip other elements. Build it over the same list "
+                "of shards, in the same order, to resume"
+            )
         layers = state.get("layers")
         if not isinstance(layers, (list, tuple)):
             raise ValueError("state_dict['layers'] must be a list: pass a dict saved by state_dict()")
         self._resumed = tuple(layer.state() for layer in read_layers(layers))
+
+    def _shard_names(self) -> Optional[str]:
+        """An identity of the list of shards when they are named (paths, strings, numbers):
+        the same in every process and run over the same list; ``None`` for other shards."""
+        names = []
+        for shard in self.source:
+            if isinstance(shard, (str, os.PathLike)):
+                names.append(os.path.basename(os.fspath(shard)))
+            elif isinstance(shard, int) and not isinstance(shard, bool):
+                names.append(str(shard))
+            else:
+                return None
+        return content_id("shards", names)
 
     def _num_shards(self) -> int:
         if not isinstance(self.source, Sized):

@@ -13,6 +13,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from .._callers import user_stacklevel
+from .._consensus import content_id, stable_fingerprint
 from .._mixture import MIX_ALGORITHM, Mixture, as_floats
 from .._mixture_summary import MixtureSummary
 from .._validation import as_positive, as_u64
@@ -196,6 +197,14 @@ class MixedDataset(Dataset[Any]):
             weights = [float(len(s)) for s in sources]
             weights_in = "samples"
         return cls(sources, weights, num_samples, seed, weights_in=weights_in, algorithm=algorithm)
+
+    def fingerprint(self) -> str:
+        """An identity of this blend, the same in every process and run over the same
+        sources: each source's own fingerprint (its length where it has none), the seed and
+        the algorithm (the weights may change at run time: the state's schedule holds
+        them). A sampler's state dict records it; a resume over another blend is refused."""
+        sources = [stable_fingerprint(d) or len(d) for d in self.datasets]
+        return content_id("MixedDataset", sources, self.mixture.sizes, self.mixture.seed, self.mixture.algorithm)
 
     def __len__(self) -> int:
         return len(self.mixture)

@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from .. import _core
+from .._consensus import content_id
 from .._validation import as_positive
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -144,6 +145,14 @@ class MemmapRows:
 
     def __getstate__(self) -> dict[str, Any]:
         return dict(self.__dict__, _map=None, _bytes=None, _ahead=None)
+
+    def fingerprint(self) -> str:
+        """An identity of these rows, the same in every process and run over the same file:
+        its name (not its folder), the record's dtype and shape, the rows and their offset.
+        A sampler's state dict records it; a resume over another file is refused."""
+        return content_id(
+            "MemmapRows", os.path.basename(self.path), self.dtype.str, self.shape, self._rows, self._offset
+        )
 
     def __len__(self) -> int:
         return self._rows

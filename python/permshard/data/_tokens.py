@@ -18,6 +18,7 @@ import torch
 from torch.utils.data import Dataset
 
 from .. import _core
+from .._consensus import content_id
 from .._epoch_index import epoch_of
 from .._validation import as_int, as_positive, as_u64
 from ._documents import DocumentBatch, collate_items
@@ -242,6 +243,22 @@ class TokenWindows(WindowProvenance, Dataset[Any]):
         """The shift for ``indices``: their epoch's when they carry one (EpochIndex)."""
         epoch = epoch_of(indices)
         return self.shift if epoch is None else self.shift_for(epoch)
+
+    def fingerprint(self) -> str:
+        """An identity of these windows, the same in every process and run over the same
+        files: the files' names (not their folders) and sizes, and the windowing options.
+        A sampler's state dict records it; a resume over other files is refused."""
+        return content_id(
+            "TokenWindows",
+            [os.path.basename(p) for p in self.paths],
+            [int(m) for m in self.sizes],
+            self.seq_len,
+            self.split,
+            self.part,
+            self.documents,
+            self.shift_per_epoch,
+            self.seed,
+        )
 
     def __len__(self) -> int:
         return int(self.starts[-1])

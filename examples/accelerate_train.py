@@ -1,5 +1,7 @@
-"""accelerate without the double split: `accelerate launch --num_processes 2 --cpu
-examples/accelerate_train.py` (or `torchrun --nproc_per_node 2 examples/accelerate_train.py`).
+"""accelerate without the double split: `torchrun --nproc_per_node 2 examples/accelerate_train.py`.
+
+(On a machine without a GPU, `accelerate launch --num_processes 2 --cpu` starts one
+process, not two: torchrun starts the processes, and `Accelerator(cpu=True)` joins them.)
 
 Trains, evaluates with gather_for_metrics (exactly N predictions), saves and restores the
 loader position with save_state / load_state.

@@ -203,12 +203,18 @@ def test_examples_run_under_torchrun(script):
 
     pytest.importorskip("accelerate")
     pytest.importorskip("torchdata")
-    path = pathlib.Path(__file__).parent.parent / "examples" / script
+    root = pathlib.Path(__file__).parent.parent
+    # The launch line the example's docstring gives, as written (a free port: --standalone).
+    launch = re.search(r"`torchrun ([^`]+)`", (root / "examples" / script).read_text())
+    assert launch is not None, f"examples/{script} names no `torchrun ...` launch line"
+    args = launch.group(1).split()
+    assert args[-1] == f"examples/{script}"
     done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(path)],
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", *args],
         capture_output=True,
         text=True,
         timeout=300,
+        cwd=root,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     EXAMPLES[script](done.stdout)

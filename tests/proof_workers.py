@@ -222,3 +222,47 @@ def resumed_proofs(rank: int, world: int, n: int) -> dict:
     out["subset_warnings"] = [str(w.message) for w in caught]
     dist.barrier()
     return out
+
+
+#: Each field every rank must agree on, the value of every rank but the last and the last's.
+DISAGREEMENTS = {
+    "shuffle": (True, False),
+    "drop_last": (False, True),
+    "algorithm": ("perm-v2", "perm-v1"),
+    "block_size": (8, 16),
+    "window_blocks": (4, 8),
+    "exclude": ([3], [4]),
+}
+
+
+def disagreements(rank: int, world: int, n: int) -> dict:
+    """For each agreed field, the last rank builds its sampler with another value: every
+    rank's first iteration must refuse (a rank that read on would stall the others)."""
+    import numpy as np
+
+    from permshard import ShardedBatchSampler, StepBatchSampler, TokenBudgetBatchSampler
+
+    last = rank == world - 1
+    out: dict = {}
+    for field, (value, other) in DISAGREEMENTS.items():
+        fields = {field: other if last else value}
+        if field in ("block_size", "window_blocks"):  # the two go together
+            fields = {"block_size": 8, "window_blocks": 4, **fields}
+        sampler = ShardedSampler(n, seed=3, **fields)
+        out[field] = expect_error(lambda: list(sampler), ShardingError)
+    batch_fields = {
+        "batch_size": lambda: StepBatchSampler(ShardedSampler(n), 9 if last else 8),
+        "drop_last_batch": lambda: StepBatchSampler(ShardedSampler(n), 8, drop_last=last),
+        "dealing": lambda: (StepBatchSampler if last else ShardedBatchSampler)(ShardedSampler(n), 8),
+    }
+    for field, make in batch_fields.items():
+        batches = make()
+        out[field] = expect_error(lambda: list(batches), ShardingError)
+    lengths = np.arange(n) % 7 + 1
+    budget_fields = {"max_tokens": (32, 40), "window": (64, 128)}
+    for field, (value, other) in budget_fields.items():
+        kwargs = {"max_tokens": 32, "window": 64, field: other if last else value}
+        budget = TokenBudgetBatchSampler(lengths, kwargs.pop("max_tokens"), **kwargs)
+        out[field] = expect_error(lambda: list(budget), ShardingError)
+    dist.barrier()
+    return out

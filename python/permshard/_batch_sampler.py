@@ -76,11 +76,13 @@ class ShardedBatchSampler(BatchSampler, ProvenStream):
     #: How this sampler deals positions (see :class:`~permshard.ShardConfig`).
     dealing = "round-robin"
 
+    def _dealing(self) -> dict[str, Any]:
+        """How this sampler deals and batches a pass: the fields of :class:`ShardConfig`."""
+        return {"dealing": self.dealing, "batch_size": self.batch_size, "drop_last_batch": self.drop_last}
+
     def _dealt(self) -> tuple[_core.Partition, ShardConfig]:
         """The pass being run as this sampler deals and batches it."""
-        return self._sharded.dealt(
-            dealing=self.dealing, batch_size=self.batch_size, drop_last_batch=self.drop_last
-        )
+        return self._sharded.dealt(**self._dealing())
 
     def proof_target(self) -> ProofTarget:
         """The pass being run, dealt and batched as this sampler yields it (a dropped
@@ -94,7 +96,7 @@ class ShardedBatchSampler(BatchSampler, ProvenStream):
         return self.as_array if self.as_array is not None else wants_arrays(self._sharded.dataset)
 
     def __iter__(self) -> Iterator[Any]:
-        current = self._sharded.begin_pass()
+        current = self._sharded.begin_pass(**self._dealing())  # the batches agreed too
         part, _ = self._dealt()  # what this sampler proves, dealt and batched by the core
         arrays = self.yields_arrays
         take: Callable[[int, int, int], list[Any]] = part.take_batches if arrays else part.take_batches_list

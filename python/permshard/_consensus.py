@@ -123,6 +123,7 @@ _FIXES = {
     "epoch": "call sampler.set_epoch(epoch) on every rank before each epoch",
     "num_replicas": "every rank must use the same num_replicas (the world size)",
     "algorithm": "install the same permshard version on every rank, and build the same sampler",
+    "permutation": "pass the same algorithm=... (the permutation, 'perm-v2' or 'perm-v1') on every rank",
     "dealing": "build the same sampler class on every rank (a StepBatchSampler everywhere, or nowhere)",
     "exclude": "pass the same exclude= ids on every rank (read from one file)",
     "dataset": f"the ranks hold different datasets of the same length; if each rank's "
@@ -173,10 +174,11 @@ def _consensus_record(
     configuration (algorithm first), the pass's ``agreed`` values, the dataset, then what
     is sent along for the messages."""
     fields = config.as_dict()
-    record = {"algorithm": Agreed("algorithm", digest(config.algorithm), _FIXES["algorithm"], True)}
-    # A field without a fix of its own (a new one) gets the generic fix.
+    # A field without a fix of its own (a new one) gets the generic fix. The fields come
+    # first: a rank with another shuffle is named for it, not for the algorithm it implies.
     fix = {k: _FIXES.get(k, f"pass the same {k}=... on every rank") for k in fields}
-    record.update((k, _agreed_field(k, v, fix[k])) for k, v in fields.items() if k != "algorithm")
+    record = {k: _agreed_field(k, v, fix[k]) for k, v in fields.items() if k != "algorithm"}
+    record["algorithm"] = Agreed("algorithm", digest(config.algorithm), _FIXES["algorithm"], True)
     record.update((a.name, a) for a in agreed)
     fingerprint = dataset_fingerprint(dataset if dataset is not None else config.n)
     record["dataset"] = Agreed("dataset", digest(fingerprint), _FIXES["dataset"], True)
@@ -233,11 +235,7 @@ def check_consensus(
             continue
         for proc, other in enumerate(everyone):
             if other[key] != reference[key]:
-                first, this = (
-                    (f"<digest {reference[key]:016x}>", f"<digest {other[key]:016x}>")
-                    if field.digest
-                    else (repr(_as_python(key, reference[key])), repr(_as_python(key, other[key])))
-                )
+                first, this = (_shown(key, reference[key], field.digest), _shown(key, other[key], field.digest))
                 raise ShardingError(
                     f"ranks disagree on {key}: rank {reference['rank']} has {key}={first}, "
                     f"rank {other['rank']} (process {proc}) has {key}={this}. "
@@ -257,6 +255,28 @@ def check_layout(ranks: list[int], num_replicas: int) -> None:
         num_replicas (int): the data-parallel ranks.
     """
     _core.check_rank_layout(ranks, num_replicas)
+
+
+def _known_words() -> dict[int, str]:
+    """The strings a configuration holds that a message can name back from their digest:
+    the algorithm ids and the dealings."""
+    words = [getattr(_core, name) for name in dir(_core) if name.endswith("ALGORITHM") or "ALGORITHM_V" in name]
+    for family in ("perm", "block", "mix", "budget"):
+        words += [f"{family}-v1", f"{family}-v2"]
+    words += ["identity", "round-robin", "step"]
+    return {digest(word): word for word in words if isinstance(word, str)}
+
+
+#: Digests of the strings a message names as themselves.
+_KNOWN = _known_words()
+
+
+def _shown(key: str, value: int, digested: bool) -> str:
+    """A gathered value as a message shows it: the string a known digest stands for, a
+    digest as such, a number or a flag as Python writes it."""
+    if digested:
+        return repr(_KNOWN[value]) if value in _KNOWN else f"<digest {value:016x}>"
+    return repr(_as_python(key, value))
 
 
 def _as_python(key: str, value: int) -> Any:

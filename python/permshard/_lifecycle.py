@@ -6,6 +6,7 @@ uses up the resume point it started from."""
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from typing import Any, Optional
 
 import torch.distributed as dist
@@ -14,6 +15,10 @@ from . import _guards as guards
 from ._callers import iterating, user_stacklevel
 from ._config import HoldsConfig
 from ._loader_count import LOADER_ITERATOR, find_loader_iterator
+
+
+#: A pass dealt as its sampler deals it (no batch sampler's fields).
+_NO_DEALING: Mapping[str, Any] = {}
 
 
 class PassLifecycle(HoldsConfig):
@@ -65,8 +70,9 @@ class PassLifecycle(HoldsConfig):
         next pass of the epoch starts from the epoch's start."""
         raise NotImplementedError
 
-    def _check_consensus(self) -> None:
-        """Every rank of the process group agrees on the configuration (a collective)."""
+    def _check_consensus(self, dealing: Mapping[str, Any]) -> None:
+        """Every rank of the process group agrees on the configuration (a collective), with
+        ``dealing`` (the fields of a batch sampler's dealing) applied."""
         raise NotImplementedError
 
     # -- the lifecycle ----------------------------------------------------------------------
@@ -94,11 +100,15 @@ class PassLifecycle(HoldsConfig):
         if self._resuming():
             self._forget_resume_point()
 
-    def _begin_pass(self) -> Any:
+    def _begin_pass(self, dealing: Mapping[str, Any] = _NO_DEALING) -> Any:
         """Starts a pass: settles the last one, refuses accelerate's second split, warns
         on (or with ``auto_epoch`` advances past) a repeated epoch, runs the consensus once
         per epoch. Returns what the DataLoader iterator pulling the pass hands to the loop
         (a ``LoaderCount``, or ``None``): what state dicts count.
+
+        Args:
+            dealing (Mapping): the dealing fields of the batch sampler the pass is for
+                (``dealing``, ``batch_size``, ``drop_last_batch``): agreed too.
         """
         if not self._settled:
             self._settle()
@@ -122,7 +132,7 @@ class PassLifecycle(HoldsConfig):
                 )
         if self.check_consensus and self._agreed_epoch != epoch:
             if dist.is_available() and dist.is_initialized():
-                self._check_consensus()
+                self._check_consensus(dealing)
             self._agreed_epoch = epoch
         self._pass_epoch, self._settled = epoch, False
         return find_loader_iterator(owners) if owners else None

@@ -259,17 +259,21 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
                 "built; build a new ShardedSampler for the new dataset"
             )
 
-    def begin_pass(self) -> SamplerPass:
+    def begin_pass(self, **dealing: Any) -> SamplerPass:
         """Starts a pass over this epoch (from a loaded resume point, if any): checks the
         dataset, warns on a repeated epoch, runs the consensus once per epoch. Iterating
         the sampler calls it; a batch sampler built on this sampler calls it to deal the
         items its own way (see :class:`~permshard._sampler_pass.SamplerPass`).
 
+        Args:
+            **dealing: the batch sampler's dealing fields (``dealing``, ``batch_size``,
+                ``drop_last_batch``), which every rank must agree on too.
+
         Returns:
             SamplerPass: the pass's partition, rank and item counter.
         """
         self._check_dataset_unchanged()
-        loader = self._begin_pass()
+        loader = self._begin_pass(dealing)
         config = self.config  # read once: its fields are the sampler's
         read_by = getattr(self.dataset, "read_by", None)
         if callable(read_by):  # a dataset that checks how it is read, and changes against it
@@ -299,9 +303,10 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
     def _forget_resume_point(self) -> None:
         self._start = 0
 
-    def _check_consensus(self) -> None:
+    def _check_consensus(self, dealing: Mapping[str, Any]) -> None:
         agreed = [consensus.Agreed("start", self._start, consensus.FIX_RESUME), *self._agreed()]
-        consensus.check_consensus(self.config, self.rank, self.dataset, agreed=agreed)
+        config = self.config.replace(**dealing) if dealing else self.config
+        consensus.check_consensus(config, self.rank, self.dataset, agreed=agreed)
 
     def _agreed(self) -> list[consensus.Agreed]:
         """Values beside the configuration every rank must share (a subclass's own)."""

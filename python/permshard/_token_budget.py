@@ -223,7 +223,7 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
     def _forget_resume_point(self) -> None:
         self._saved = (0, b"", 0, self.num_replicas)
 
-    def _check_consensus(self) -> None:
+    def _check_consensus(self, dealing: Mapping[str, Any]) -> None:
         check_consensus(self.config, self.rank, agreed=self._agreed())
 
     def _agreed(self) -> list[Agreed]:

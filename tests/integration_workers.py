@@ -131,7 +131,22 @@ def hf_trainer(rank: int, world: int, n: int, folder: str) -> dict:
     )
     trainer = ShardedTrainer(model=Tiny(), args=args, train_dataset=data)
     trainer.train()
-    return {"seen": seen, "per_epoch": -(-n // world)}
+    # What TrainingArguments say of the loader reaches it (other values than the defaults).
+    passed = TrainingArguments(
+        output_dir=folder, per_device_train_batch_size=4, use_cpu=True, report_to=[], seed=11,
+        dataloader_drop_last=True, dataloader_num_workers=1, dataloader_pin_memory=False,
+    )  # fmt: skip
+    loader = ShardedTrainer(model=Tiny(), args=passed, train_dataset=data).get_train_dataloader()
+    batches = loader.batch_sampler
+    settings = {
+        "seed": batches.sampler.seed,
+        "drop_last": batches.drop_last,
+        "num_workers": loader.num_workers,
+        "pin_memory": loader.pin_memory,
+        "world": (batches.sampler.num_replicas, batches.sampler.rank),
+        "batches": len(batches),
+    }
+    return {"seen": seen, "per_epoch": -(-n // world), "settings": settings}
 
 
 def lightning_ddp(rank: int, world: int, n: int) -> dict:

@@ -70,6 +70,16 @@ def test_hf_trainer_recipe_shards_once(tmp_path):
         assert sum(union.values()) == per_epoch * world
     first, second = (results[0]["seen"][:per_epoch], results[0]["seen"][per_epoch:])
     assert first != second  # set_epoch reached the sampler: a new order
+    # TrainingArguments' loader settings reach the loader: seed, drop_last, workers, pinning.
+    for rank, r in enumerate(results):
+        assert r["settings"] == {
+            "seed": 11,
+            "drop_last": True,
+            "num_workers": 1,
+            "pin_memory": False,
+            "world": [world, rank] if isinstance(r["settings"]["world"], list) else (world, rank),
+            "batches": n // (4 * world),  # whole steps of 4 per rank only
+        }
 
 
 def test_lightning_uses_the_sampler_as_is():

@@ -187,11 +187,20 @@ def test_every_agreed_field_refuses_a_rank_that_differs(world):
     # One rank with another value of one field: every rank refuses at its first iteration
     # (a rank that read on with drop_last=True would read fewer items: a stalled DDP run).
     results = launch(proof_workers.disagreements, world, 1001)
-    fields = [*proof_workers.DISAGREEMENTS, "batch_size", "drop_last_batch", "dealing", "max_tokens", "window"]
+    fields = [
+        *proof_workers.DISAGREEMENTS,
+        "batch_size",
+        "drop_last_batch",
+        "dealing",
+        "max_tokens",
+        "window",
+    ]
     for out in results:
         assert sorted(out) == sorted(fields)
         for field in fields:
-            named = "permutation" if field == "algorithm" else field  # the sampler's algorithm= is its permutation
+            named = (
+                "permutation" if field == "algorithm" else field
+            )  # the sampler's algorithm= is its permutation
             assert out[field].startswith(f"ShardingError: ranks disagree on {named}:"), (field, out[field])
             assert f"rank {world - 1}" in out[field], (field, out[field])
         assert "same algorithm=" in out["algorithm"] and "shuffle=False" in out["shuffle"]

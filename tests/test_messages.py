@@ -42,7 +42,9 @@ def test_a_negative_length_is_not_called_empty():
 
 
 def test_numpy_integers_are_lengths_as_they_are_seeds():
-    assert list(ShardedSampler(np.int64(10), 1, 0, seed=np.int64(3))) == list(ShardedSampler(10, 1, 0, seed=3))
+    assert list(ShardedSampler(np.int64(10), 1, 0, seed=np.int64(3))) == list(
+        ShardedSampler(10, 1, 0, seed=3)
+    )
 
 
 def test_a_data_path_of_an_odd_number_of_words_names_the_pairs():
@@ -52,7 +54,9 @@ def test_a_data_path_of_an_odd_number_of_words_names_the_pairs():
 
 def test_a_state_of_another_sampler_is_called_so():
     budget = TokenBudgetBatchSampler(np.full(100, 3), 12, 1, 0, check_consensus=False)
-    with pytest.raises(ValueError, match=r"saved by a TokenBudgetBatchSampler.*Load it into a TokenBudgetBatchSampler"):
+    with pytest.raises(
+        ValueError, match=r"saved by a TokenBudgetBatchSampler.*Load it into a TokenBudgetBatchSampler"
+    ):
         ShardedSampler(100, 1, 0).load_state_dict(budget.state_dict())
     with pytest.raises(ValueError, match=r"saved by a ShardedSampler.*Load it into a ShardedSampler"):
         budget.load_state_dict(ShardedSampler(100, 1, 0).state_dict())

@@ -219,7 +219,7 @@ _VALUES = st.one_of(
 def test_a_mutated_state_is_refused_or_resumes_exactly(which, data):
     """Random edits of saved states: each is refused with ValueError/TypeError or, when it
     still loads, resumes exactly as an unedited state with the same values does."""
-    _, state, make = STATES[which]
+    name, state, make = STATES[which]
     mutated = copy.deepcopy(state)
     for _ in range(data.draw(st.integers(1, 3))):
         action = data.draw(st.sampled_from(["set", "delete", "add"]))
@@ -243,7 +243,25 @@ def test_a_mutated_state_is_refused_or_resumes_exactly(which, data):
     if mutated.get("num_replicas") == state["num_replicas"]:
         assert {k: resaved[k] for k in mutated} == mutated
         assert all(type(resaved[k]) is type(v) for k, v in mutated.items())
-    assert len(list(itertools.islice(iter(sampler), 50))) > 0 or len(sampler) == 0
+    # It resumes exactly as a sampler that loaded the state it saves: nothing read
+    # differently from what it writes back.
+    twin = make()
+    twin.load_state_dict(resaved)
+    stream = list(sampler)
+    assert stream == list(twin)
+    if name != "budget" and mutated.get("num_replicas") == state["num_replicas"]:
+        # ... and as the state an unedited sampler of those values writes: built from the
+        # values, it reaches the same resume point through consumed_samples.
+        fields = {k: resaved[k] for k in ("seed", "shuffle", "drop_last") if k in resaved}
+        blocks = {k: resaved[k] for k in ("block_size", "window_blocks") if resaved.get(k)}
+        algorithm = "perm-v1" if resaved["algorithm"].endswith("-v1") else "perm-v2"
+        unedited = ShardedSampler(
+            resaved["n"], 3, 1, check_consensus=False, algorithm=algorithm, **fields, **blocks
+        )
+        unedited.set_epoch(resaved["epoch"])
+        reference = make()
+        reference.load_state_dict(unedited.state_dict(consumed_samples=resaved["consumed"]))
+        assert stream == list(reference)
 
 
 def test_a_loader_whose_count_cannot_be_read_refuses_naming_the_fix(monkeypatch):
@@ -366,3 +384,53 @@ def test_an_iterable_state_over_other_shards_is_refused(tmp_path):
     others = [str(tmp_path / n) for n in ("a.jsonl", "c.jsonl")]
     with pytest.raises(ValueError, match="saved over other shards"):
         ShardedIterable(others, open_shard=read, world_size=1, rank=0).load_state_dict(state)
+
+
+# -- every key of the order refuses a resume in another order --------------------------------
+
+_SHARD_ORDER = {  # key: (the saved sampler's fields, the resuming sampler's)
+    "n": ({}, {"dataset": 1001}),
+    "seed": ({"seed": 1}, {"seed": 2}),
+    "shuffle": ({}, {"shuffle": False}),
+    "drop_last": ({}, {"drop_last": True}),
+    "block_size": ({"block_size": 8, "window_blocks": 4}, {"block_size": 16, "window_blocks": 4}),
+    "window_blocks": ({"block_size": 8, "window_blocks": 4}, {"block_size": 8, "window_blocks": 8}),
+}
+
+
+@pytest.mark.parametrize("key", sorted(_SHARD_ORDER))
+def test_a_resume_in_another_order_is_refused_naming_the_key(key):
+    saved_fields, now_fields = _SHARD_ORDER[key]
+    make = lambda **f: ShardedSampler(f.pop("dataset", 1000), 2, 0, check_consensus=False, **f)  # noqa: E731
+    before = make(**saved_fields)
+    list(itertools.islice(iter(before), 10))
+    state = before.state_dict()
+    with pytest.raises(ValueError, match=rf"\b{key}="):
+        make(**{**saved_fields, **now_fields}).load_state_dict(state)
+    make(**saved_fields).load_state_dict(state)  # the same order resumes
+
+
+_BUDGET_ORDER = {
+    "seed": {"seed": 2},
+    "shuffle": {"shuffle": False},
+    "drop_last": {"drop_last": True},
+    "max_tokens": {"max_tokens": 40},
+    "window": {"window": 128},
+}
+
+
+@pytest.mark.parametrize("key", sorted(_BUDGET_ORDER))
+def test_a_budget_resume_in_another_plan_is_refused_naming_the_key(key):
+    lengths = np.arange(500) % 11 + 1
+
+    def make(max_tokens=32, **fields):
+        return TokenBudgetBatchSampler(
+            lengths, max_tokens, 2, 0, check_consensus=False, **{"window": 64, "seed": 1, **fields}
+        )
+
+    before = make()
+    list(itertools.islice(iter(before), 5))
+    state = before.state_dict()
+    with pytest.raises(ValueError, match=rf"\b{key}="):
+        make(**_BUDGET_ORDER[key]).load_state_dict(state)
+    make().load_state_dict(state)

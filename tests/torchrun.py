@@ -37,7 +37,9 @@ def finish(*runs: subprocess.Popen[str], timeout: float = 300) -> list[str]:
     return outputs
 
 
-def nodes(count: int, per_node: int, script: "str | pathlib.Path", *args: str, name: str = "permshard") -> list[str]:
+def nodes(
+    count: int, per_node: int, script: "str | pathlib.Path", *args: str, name: str = "permshard"
+) -> list[str]:
     """``script ARGS`` on ``count`` torchrun agents of ``per_node`` processes each, meeting
     at one rendezvous: ``count`` nodes, as far as every rank can tell (``LOCAL_RANK`` and
     ``LOCAL_WORLD_SIZE`` are per node, ``RANK`` and ``WORLD_SIZE`` global)."""

@@ -29,7 +29,9 @@ class SphinxRoles(griffe.Extension):
         for obj in _walk(pkg):
             if obj.docstring is not None:
                 here = obj.path if obj.is_class else obj.parent.path if obj.parent else ""
-                obj.docstring.value = ROLE.sub(lambda m: _markdown(m.group("target"), here, collection), obj.docstring.value)
+                obj.docstring.value = ROLE.sub(
+                    lambda m: _markdown(m.group("target"), here, collection), obj.docstring.value
+                )
 
 
 def _walk(obj: Any, seen: Optional[set[str]] = None) -> Any:

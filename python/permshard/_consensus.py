@@ -235,7 +235,10 @@ def check_consensus(
             continue
         for proc, other in enumerate(everyone):
             if other[key] != reference[key]:
-                first, this = (_shown(key, reference[key], field.digest), _shown(key, other[key], field.digest))
+                first, this = (
+                    _shown(key, reference[key], field.digest),
+                    _shown(key, other[key], field.digest),
+                )
                 raise ShardingError(
                     f"ranks disagree on {key}: rank {reference['rank']} has {key}={first}, "
                     f"rank {other['rank']} (process {proc}) has {key}={this}. "
@@ -260,7 +263,9 @@ def check_layout(ranks: list[int], num_replicas: int) -> None:
 def _known_words() -> dict[int, str]:
     """The strings a configuration holds that a message can name back from their digest:
     the algorithm ids and the dealings."""
-    words = [getattr(_core, name) for name in dir(_core) if name.endswith("ALGORITHM") or "ALGORITHM_V" in name]
+    words = [
+        getattr(_core, name) for name in dir(_core) if name.endswith("ALGORITHM") or "ALGORITHM_V" in name
+    ]
     for family in ("perm", "block", "mix", "budget"):
         words += [f"{family}-v1", f"{family}-v2"]
     words += ["identity", "round-robin", "step"]

@@ -204,7 +204,9 @@ class MixedDataset(Dataset[Any]):
         the algorithm (the weights may change at run time: the state's schedule holds
         them). A sampler's state dict records it; a resume over another blend is refused."""
         sources = [stable_fingerprint(d) or len(d) for d in self.datasets]
-        return content_id("MixedDataset", sources, self.mixture.sizes, self.mixture.seed, self.mixture.algorithm)
+        return content_id(
+            "MixedDataset", sources, self.mixture.sizes, self.mixture.seed, self.mixture.algorithm
+        )
 
     def __len__(self) -> int:
         return len(self.mixture)

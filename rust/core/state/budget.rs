@@ -186,4 +186,66 @@ mod tests {
             .to_string()
             .contains("window (1) must be at least num_replicas (2)"));
     }
+
+    #[test]
+    fn every_key_of_the_plan_refuses_a_resume_of_another_plan() {
+        let saved = budget();
+        let spec = saved.spec;
+        let cases: [(&str, BudgetEpoch); 6] = [
+            (
+                "seed",
+                BudgetEpoch {
+                    spec: EpochSpec { seed: 2, ..spec },
+                    ..saved
+                },
+            ),
+            (
+                "shuffle",
+                BudgetEpoch {
+                    spec: EpochSpec {
+                        shuffle: false,
+                        ..spec
+                    },
+                    ..saved
+                },
+            ),
+            (
+                "drop_last",
+                BudgetEpoch {
+                    spec: EpochSpec {
+                        drop_last: true,
+                        ..spec
+                    },
+                    ..saved
+                },
+            ),
+            (
+                "n",
+                BudgetEpoch {
+                    spec: EpochSpec { n: 101, ..spec },
+                    ..saved
+                },
+            ),
+            (
+                "max_tokens",
+                BudgetEpoch {
+                    max_tokens: 65,
+                    ..saved
+                },
+            ),
+            (
+                "window",
+                BudgetEpoch {
+                    window: 32,
+                    ..saved
+                },
+            ),
+        ];
+        for (key, now) in cases {
+            let now = BudgetEpoch::new(now).unwrap();
+            let err = now.check_resumable(&saved).unwrap_err().to_string();
+            assert!(err.contains(&format!("{key}=")), "{key}: {err}");
+        }
+        assert!(budget().check_resumable(&saved).is_ok());
+    }
 }

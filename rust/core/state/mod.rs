@@ -430,7 +430,11 @@ impl Schema {
             let (fix, why) = match differ.next() {
                 Some((k, saved, now)) => (
                     format!("{k}={}", repr(saved)),
-                    format!("state_dict has {k}={}, this sampler {k}={}", repr(saved), repr(now)),
+                    format!(
+                        "state_dict has {k}={}, this sampler {k}={}",
+                        repr(saved),
+                        repr(now)
+                    ),
                 ),
                 None => match &saved_algorithm {
                     Value::Str(id) => match crate::algorithm::Version::of_order(id) {

@@ -201,4 +201,36 @@ mod tests {
             })
             .is_ok());
     }
+
+    #[test]
+    fn every_key_of_the_order_refuses_a_resume_in_another_order() {
+        // (n, seed, shuffle, drop_last, block_size, window_blocks) saved, then each changed.
+        let saved = (1000, 3, true, false, 8, 4);
+        let make = |(n, seed, shuffle, drop_last, block_size, window_blocks): (
+            u64,
+            u64,
+            bool,
+            bool,
+            u64,
+            u64,
+        )| {
+            Sharding::new(n, 4, seed, 0, shuffle, drop_last, block_size, window_blocks).unwrap()
+        };
+        let cases = [
+            ("n", (1001, 3, true, false, 8, 4)),
+            ("seed", (1000, 4, true, false, 8, 4)),
+            ("shuffle", (1000, 3, false, false, 0, 0)),
+            ("drop_last", (1000, 3, true, true, 8, 4)),
+            ("block_size", (1000, 3, true, false, 16, 4)),
+            ("window_blocks", (1000, 3, true, false, 8, 8)),
+        ];
+        for (key, now) in cases {
+            let err = make(now)
+                .check_resumable(&make(saved))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(&format!("{key}=")), "{key}: {err}");
+        }
+        assert!(make(saved).check_resumable(&make(saved)).is_ok());
+    }
 }

@@ -249,7 +249,7 @@ def disagreements(rank: int, world: int, n: int) -> dict:
         if field in ("block_size", "window_blocks"):  # the two go together
             fields = {"block_size": 8, "window_blocks": 4, **fields}
         sampler = ShardedSampler(n, seed=3, **fields)
-        out[field] = expect_error(lambda: list(sampler), ShardingError)
+        out[field] = expect_error(lambda s=sampler: list(s), ShardingError)
     batch_fields = {
         "batch_size": lambda: StepBatchSampler(ShardedSampler(n), 9 if last else 8),
         "drop_last_batch": lambda: StepBatchSampler(ShardedSampler(n), 8, drop_last=last),
@@ -257,12 +257,12 @@ def disagreements(rank: int, world: int, n: int) -> dict:
     }
     for field, make in batch_fields.items():
         batches = make()
-        out[field] = expect_error(lambda: list(batches), ShardingError)
+        out[field] = expect_error(lambda b=batches: list(b), ShardingError)
     lengths = np.arange(n) % 7 + 1
     budget_fields = {"max_tokens": (32, 40), "window": (64, 128)}
     for field, (value, other) in budget_fields.items():
         kwargs = {"max_tokens": 32, "window": 64, field: other if last else value}
         budget = TokenBudgetBatchSampler(lengths, kwargs.pop("max_tokens"), **kwargs)
-        out[field] = expect_error(lambda: list(budget), ShardingError)
+        out[field] = expect_error(lambda b=budget: list(b), ShardingError)
     dist.barrier()
     return out

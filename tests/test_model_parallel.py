@@ -8,7 +8,6 @@ import pathlib
 from collections import Counter
 
 import pytest
-
 from torchrun import finish, torchrun
 
 from permshard.launch import free_port

@@ -200,7 +200,8 @@ def test_state_dicts_are_checked_as_shardedsampler_s():
         TokenBudgetBatchSampler(lengths, BUDGET, 2, 0, seed=2, window=512).load_state_dict(state)
     with pytest.raises(
         ValueError,
-        match=r"saved by a ShardedSampler .*not by a TokenBudgetBatchSampler \(it lacks \['max_tokens', 'window', 'window_index'",
+        match=r"saved by a ShardedSampler .*not by a TokenBudgetBatchSampler "
+        r"\(it lacks \['max_tokens', 'window', 'window_index'",
     ):
         s.load_state_dict(ShardedSampler(2000, 2, 0).state_dict())
     with pytest.raises(ValueError, match=r"missing \['taken'\]"):

@@ -14,7 +14,7 @@ from permshard.launch import free_port
 __all__ = ["finish", "nodes", "torchrun"]
 
 
-def torchrun(*args: str, cwd: "str | pathlib.Path | None" = None) -> subprocess.Popen[str]:
+def torchrun(*args: str, cwd: str | pathlib.Path | None = None) -> subprocess.Popen[str]:
     """``torchrun ARGS`` started (``python -m torch.distributed.run``); :func:`finish` waits."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     return subprocess.Popen(
@@ -38,7 +38,7 @@ def finish(*runs: subprocess.Popen[str], timeout: float = 300) -> list[str]:
 
 
 def nodes(
-    count: int, per_node: int, script: "str | pathlib.Path", *args: str, name: str = "permshard"
+    count: int, per_node: int, script: str | pathlib.Path, *args: str, name: str = "permshard"
 ) -> list[str]:
     """``script ARGS`` on ``count`` torchrun agents of ``per_node`` processes each, meeting
     at one rendezvous: ``count`` nodes, as far as every rank can tell (``LOCAL_RANK`` and

@@ -30,7 +30,7 @@ class SphinxRoles(griffe.Extension):
             if obj.docstring is not None:
                 here = obj.path if obj.is_class else obj.parent.path if obj.parent else ""
                 obj.docstring.value = ROLE.sub(
-                    lambda m: _markdown(m.group("target"), here, collection), obj.docstring.value
+                    lambda m, here=here: _markdown(m.group("target"), here, collection), obj.docstring.value
                 )
 
 

@@ -16,7 +16,6 @@ from ._callers import iterating, user_stacklevel
 from ._config import HoldsConfig
 from ._loader_count import LOADER_ITERATOR, find_loader_iterator
 
-
 #: A pass dealt as its sampler deals it (no batch sampler's fields).
 _NO_DEALING: Mapping[str, Any] = {}
 

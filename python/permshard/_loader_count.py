@@ -108,12 +108,12 @@ class LoaderCount:
         if iterator is not None:
             missing = _missing(iterator)
             if missing:
-                _refuse(f"its iterator has no {', '.join(missing)}")
+                raise _refusal(f"its iterator has no {', '.join(missing)}")
             return min(handed, int(iterator._num_yielded))
         if not self._prefetches:
             return None  # it pulled no batch it did not hand out
         if not self._counted:
-            _refuse("its iterator is gone and its batches were not counted as they left")
+            raise _refusal("its iterator is gone and its batches were not counted as they left")
         return min(handed, self._handed)
 
     def items(self, yielded: int) -> int:
@@ -133,7 +133,7 @@ class LoaderCount:
         if batches is None:
             return yielded
         if per_batch is None:
-            _refuse(f"its batch sampler, a {self._batch_sampler}, has no batch_size")
+            raise _refusal(f"its batch sampler, a {self._batch_sampler}, has no batch_size")
         return min(yielded, batches * per_batch)
 
     def _left(self, handed: int) -> None:
@@ -184,6 +184,7 @@ def _counting(ref: weakref.ref[Any], next_data: Callable[[Any], Any]) -> Callabl
 
     def counted_next_data() -> Any:
         iterator = ref()
+        assert iterator is not None  # the wrapper is called through the iterator
         data = next_data(iterator)
         getattr(iterator, _ATTRIBUTE)._left(int(iterator._num_yielded) + 1)
         return data
@@ -192,9 +193,9 @@ def _counting(ref: weakref.ref[Any], next_data: Callable[[Any], Any]) -> Callabl
     return counted_next_data
 
 
-def _refuse(why: str) -> None:
+def _refusal(why: str) -> ValueError:
     """A default ``state_dict()`` cannot know what the loop received: refused, with the fix."""
-    raise ValueError(
+    return ValueError(
         f"permshard cannot tell what the DataLoader handed to the training loop ({why}), and "
         "a count of what the sampler yielded would include what the loader's workers "
         "prefetched: a resume from it would skip samples. Pass state_dict(consumed_samples="

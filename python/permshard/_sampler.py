@@ -163,8 +163,9 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
     ) -> None:
         # DistributedSampler.__init__ is not called: it would compute nothing we use.
         # A length given as a numpy integer is kept as the int it is.
-        plain = isinstance(dataset, Integral) and not isinstance(dataset, (bool, int))
-        self.dataset = int(dataset) if plain else dataset  # type: ignore[assignment]
+        if isinstance(dataset, Integral) and not isinstance(dataset, (bool, int)):
+            dataset = int(dataset)
+        self.dataset = dataset  # type: ignore[assignment]
         num_replicas, self.rank = resolve_world(num_replicas, rank, device_mesh, mesh_dim)
         self._init_lifecycle(auto_epoch=auto_epoch, check_consensus=check_consensus)
         # The only epoch state: checked here (block_size needs shuffle and window_blocks).

@@ -266,3 +266,11 @@ def disagreements(rank: int, world: int, n: int) -> dict:
         out[field] = expect_error(lambda b=budget: list(b), ShardingError)
     dist.barrier()
     return out
+
+
+def one_replica_loader(rank: int, world: int, n: int) -> dict:
+    """check_loader on a loader whose sampler has one replica in a group of ``world``
+    (every process a model-parallel peer of one data-parallel rank): its share is all."""
+    data = list(range(n))
+    loader = DataLoader(data, batch_size=4, sampler=ShardedSampler(data, num_replicas=1, rank=0))
+    return {"drawn": permshard.check_loader(loader)}

@@ -204,3 +204,9 @@ def test_every_agreed_field_refuses_a_rank_that_differs(world):
             assert out[field].startswith(f"ShardingError: ranks disagree on {named}:"), (field, out[field])
             assert f"rank {world - 1}" in out[field], (field, out[field])
         assert "same algorithm=" in out["algorithm"] and "shuffle=False" in out["shuffle"]
+
+
+def test_check_loader_counts_a_one_replica_sampler_over_its_own_world():
+    # Pure tensor parallelism: one data-parallel rank, two processes reading it whole.
+    results = launch(proof_workers.one_replica_loader, 2, 101)
+    assert [r["drawn"] for r in results] == [101, 101]

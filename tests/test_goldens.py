@@ -18,7 +18,9 @@ def _generated(name: str) -> dict:
     if name == "perm-v1":
         return reference_perm_v1.generate()
     if name == "perm-v2":
-        return reference_perm_v1.generate("perm-v2", reference_perm_v2.CASES, reference_perm_v2.ReferencePermutation)
+        return reference_perm_v1.generate(
+            "perm-v2", reference_perm_v2.CASES, reference_perm_v2.ReferencePermutation
+        )
     if name.startswith("mix-"):
         return reference_mix.generate(name)
     if name.startswith("budget-"):

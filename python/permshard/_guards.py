@@ -213,7 +213,9 @@ def check_loader(dataloader: DataLoader[Any], total: Optional[int] = None) -> in
         )
     samplers = [o for o in chain if isinstance(o, DistributedSampler)]
     world = splitters[0][1] if splitters else 1
-    if not splitters and dist.is_available() and dist.is_initialized():
+    if not splitters and samplers:  # a sampler of one replica (model parallelism, or one rank)
+        world = samplers[0].num_replicas
+    elif not splitters and dist.is_available() and dist.is_initialized():
         world = dist.get_world_size()
     if total is None:
         base = samplers[0].dataset if samplers else getattr(dataloader, "dataset", None)

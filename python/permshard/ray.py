@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
-from ._adapter import check_world, kept_options, optional_import, sharded_sampler
+from ._adapter import check_group, check_world, kept_options, optional_import, sharded_sampler
 from ._batch_sampler import ShardedBatchSampler
 from ._token_budget import TokenBudgetBatchSampler
 
@@ -81,6 +81,9 @@ def prepare_data_loader(
     torch_train = optional_import("ray.train.torch", "ray[train]")
     context = train.get_context()
     world, rank = int(context.get_world_size()), int(context.get_world_rank())
+    check_group(
+        world, "Ray Train", "Prepare the loader inside the training function Ray Train runs on each worker."
+    )
     loader = data_loader
     if add_dist_sampler and world > 1 and not isinstance(loader.dataset, IterableDataset):
         loader = _sharded(loader, world, rank)

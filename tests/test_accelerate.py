@@ -10,7 +10,6 @@ import integration_workers
 import pytest
 from distributed import launch
 
-pytest.importorskip("accelerate")
 pytestmark = pytest.mark.multiprocess
 
 
@@ -58,7 +57,6 @@ def test_accelerate_that_counts_fewer_processes_than_the_group_is_refused():
 
 
 def test_hf_trainer_recipe_shards_once(tmp_path):
-    pytest.importorskip("transformers")
     n, world = 203, 2
     results = launch(integration_workers.hf_trainer, world, n, str(tmp_path))
     per_epoch = results[0]["per_epoch"]
@@ -83,7 +81,6 @@ def test_hf_trainer_recipe_shards_once(tmp_path):
 
 
 def test_lightning_uses_the_sampler_as_is():
-    pytest.importorskip("lightning")
     n, world = 101, 2
     results = launch(integration_workers.lightning_ddp, world, n)
     for r in results:

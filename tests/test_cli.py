@@ -201,8 +201,6 @@ def test_examples_run_under_torchrun(script):
     leave with os._exit after their last collective, so torch's teardown cannot fail them."""
     import pathlib
 
-    pytest.importorskip("accelerate")
-    pytest.importorskip("torchdata")
     root = pathlib.Path(__file__).parent.parent
     # The launch line the example's docstring gives, as written (a free port: --standalone).
     launch = re.search(r"`torchrun ([^`]+)`", (root / "examples" / script).read_text())

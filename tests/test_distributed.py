@@ -90,7 +90,6 @@ def test_exact_distributed_proofs_on_real_ranks(world, model_parallel):
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_accelerate_prepare_double_split_is_caught(world):
-    pytest.importorskip("accelerate")
     n = 1000
     results = launch(integration_workers.accelerate_double_split, world, n)
     for out in results:

@@ -38,12 +38,6 @@ def test_the_example_runs(
     monkeypatch: pytest.MonkeyPatch,
     group_of_one: None,
 ) -> None:
-    for needed in ("grain", "accelerate"):
-        try:
-            importlib.import_module(needed)
-        except ImportError:
-            if needed in "".join(e.source for e in test.examples):
-                pytest.skip(f"{needed} is not installed")
     monkeypatch.chdir(example_root)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     out: list[str] = []

@@ -7,9 +7,8 @@ from __future__ import annotations
 import pickle
 from collections import Counter
 
+import grain  # noqa: E402  (a test dependency, installed by make)
 import pytest
-
-grain = pytest.importorskip("grain", reason="grain is not installed (pip install grain)")
 from grain.sharding import NoSharding, ShardOptions  # noqa: E402
 
 from permshard import ShardedSampler  # noqa: E402

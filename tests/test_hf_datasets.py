@@ -6,11 +6,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-import pytest
-
-datasets = pytest.importorskip("datasets", reason="datasets is not installed (pip install permshard[hf])")
-
 import dataset_workers  # noqa: E402
+import datasets  # noqa: E402  (a test dependency, installed by make)
+import pytest
 from distributed import launch  # noqa: E402
 
 from permshard.data import shard_iterable  # noqa: E402

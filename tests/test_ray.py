@@ -12,9 +12,8 @@ import tempfile
 from collections import Counter
 
 import pytest
-
-ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'ray[train]')")
-pytest.importorskip("ray.train.torch", reason="ray[train] is not installed")
+import ray  # noqa: E402  (a test dependency, installed by make)
+import ray.train.torch  # noqa: E402
 
 # Ray and its dependencies warn of their own deprecations at import and start.
 pytestmark = [pytest.mark.multiprocess, pytest.mark.filterwarnings("ignore::DeprecationWarning")]

@@ -183,7 +183,8 @@ def test_missing_keys_and_bad_types():
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_stateful_dataloader_resumes_exactly(num_workers):
-    torchdata = pytest.importorskip("torchdata.stateful_dataloader")
+    import torchdata.stateful_dataloader as torchdata
+
     data = list(range(203))
     make = lambda: torchdata.StatefulDataLoader(  # noqa: E731
         data,
@@ -204,7 +205,8 @@ def test_stateful_dataloader_resumes_exactly(num_workers):
 
 
 def test_stateful_dataloader_with_batch_sampler():
-    torchdata = pytest.importorskip("torchdata.stateful_dataloader")
+    import torchdata.stateful_dataloader as torchdata
+
     data = list(range(100))
     make = lambda: torchdata.StatefulDataLoader(  # noqa: E731
         data, batch_sampler=ShardedBatchSampler(ShardedSampler(data, num_replicas=3, rank=0), 5)

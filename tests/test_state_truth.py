@@ -352,7 +352,8 @@ def test_a_state_over_other_token_files_of_the_same_length_is_refused(tmp_path):
 
 
 def test_a_state_over_another_hf_dataset_of_the_same_length_is_refused():
-    datasets = pytest.importorskip("datasets")
+    import datasets
+
     a = datasets.Dataset.from_dict({"x": list(range(100))})
     b = datasets.Dataset.from_dict({"x": list(range(100, 200))})
     state = ShardedSampler(a, 1, 0, seed=1).state_dict()

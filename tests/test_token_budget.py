@@ -435,7 +435,6 @@ def test_device_mesh_gives_the_data_parallel_rank():
 
 @pytest.mark.multiprocess
 def test_accelerate_helper_saves_and_restores_the_position(tmp_path):
-    pytest.importorskip("accelerate")
     first = launch(integration_workers.accelerate_token_budget, 2, 6000, str(tmp_path), 12)
     rest = launch(integration_workers.accelerate_token_budget, 2, 6000, str(tmp_path), None)
     assert Counter(x for r in first + rest for x in r) == Counter(range(6000))
@@ -476,7 +475,8 @@ def test_the_configuration_is_the_only_epoch_state():
 
 
 def test_accelerates_second_split_of_a_budget_sampler_is_refused():
-    accelerate_data = pytest.importorskip("accelerate.data_loader", reason="accelerate is not installed")
+    import accelerate.data_loader as accelerate_data
+
     s = TokenBudgetBatchSampler(lognormal(500), BUDGET, 2, 0, seed=1)
     shard = accelerate_data.BatchSamplerShard(s, num_processes=2, process_index=0)
     with pytest.raises(ShardingError, match="BatchSamplerShard.*prepare_data_loader"):

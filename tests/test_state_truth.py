@@ -441,3 +441,29 @@ def test_a_budget_resume_in_another_plan_is_refused_naming_the_key(key):
     with pytest.raises(ValueError, match=rf"\b{key}="):
         make(**_BUDGET_ORDER[key]).load_state_dict(state)
     make().load_state_dict(state)
+
+
+def test_a_loader_of_single_items_counts_them_after_a_break():
+    # batch_size=None: the loader hands out the sampler's items one by one (no batches).
+    sampler = ShardedSampler(N, num_replicas=W, rank=0, seed=4, check_consensus=False)
+    loader = DataLoader(list(range(N)), batch_size=None, sampler=sampler, num_workers=2)
+    for step, _ in enumerate(loader, 1):
+        if step == 7:
+            break
+    assert sampler.state_dict()["consumed"] == 7 * W
+
+
+def test_a_persistent_loader_dropped_after_its_second_epoch_keeps_its_count():
+    # The second pass of a persistent loader reuses the iterator counted in the first; once
+    # the loader itself is gone, the count of that second pass is what the state saves.
+    sampler, loader = _loader(0, 2, "fork", persistent=True)
+    list(loader)
+    sampler.set_epoch(1)
+    for step, _ in enumerate(loader, 1):
+        if step == READ:
+            break
+    del loader
+    import gc
+
+    gc.collect()
+    assert sampler.state_dict()["consumed"] == READ * B * W

@@ -31,26 +31,6 @@ def accelerate_double_split(rank: int, world: int, n: int) -> dict:
     return out
 
 
-def accelerate_without_cpu(rank: int, world: int, n: int) -> dict:
-    """The accelerate guide's code on a machine without a GPU, Accelerator() without
-    cpu=True: accelerate counts one process in a group of ``world``."""
-    import os
-
-    from accelerate import Accelerator
-
-    import permshard.accelerate
-
-    os.environ.pop("ACCELERATE_USE_CPU", None)
-    accelerator = Accelerator()
-    data = list(range(n))
-    out: dict = {"accelerate_world": accelerator.num_processes}
-    loader = DataLoader(data, batch_size=8, sampler=ShardedSampler(data, seed=5))
-    out["prepared"] = expect_error(lambda: permshard.accelerate.prepare_data_loader(accelerator, loader))
-    plain = DataLoader(data, batch_size=8, shuffle=True)
-    out["plain"] = expect_error(lambda: permshard.accelerate.prepare_data_loader(accelerator, plain))
-    return out
-
-
 def _accelerate_loader(n: int, batch_size: int):
     from accelerate import Accelerator
 

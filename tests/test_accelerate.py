@@ -43,13 +43,21 @@ def test_accelerate_train_eval_resume(tmp_path, world, resume_world, n):
     assert sum(counts.values()) - n == second[0]["padding"]  # repeats only as declared
 
 
-def test_accelerate_that_counts_fewer_processes_than_the_group_is_refused():
-    # Accelerator() on a machine without a GPU runs as one process under torchrun: read on
-    # every rank before; now refused naming cpu=True, whether the loader's sampler was
-    # built by the user (over the group) or by the integration (over accelerate's world).
-    results = launch(integration_workers.accelerate_without_cpu, 2, 100)
-    for r in results:
-        assert r["accelerate_world"] == 1
+def test_accelerate_that_counts_fewer_processes_than_the_group_is_refused(tmp_path):
+    # Accelerator() on a machine without a GPU, under real torchrun: accelerate counts one
+    # process of two. It read every sample on every rank; now refused naming cpu=True,
+    # whether the loader's sampler was built by the user (over the group) or by the
+    # integration (over accelerate's world).
+    import json
+    import pathlib
+
+    from torchrun import finish, torchrun
+
+    script = pathlib.Path(__file__).parent / "scripts" / "accelerate_without_cpu.py"
+    finish(torchrun("--standalone", "--nproc-per-node", "2", str(script), str(tmp_path)))
+    for rank in range(2):
+        r = json.loads((tmp_path / f"rank-{rank}.json").read_text())
+        assert (r["accelerate_world"], r["group"]) == (1, 2)
         for message in (r["prepared"], r["plain"]):
             assert message.startswith("ShardingError"), message
             assert "has 2" in message and "Accelerator(cpu=True)" in message

@@ -100,21 +100,8 @@ class LoaderCount:
             ValueError: the count cannot be known (a torch whose iterator renamed its
                 count): a state must be saved with ``consumed_samples=``.
         """
-        iterator = self._iterator()
-        if iterator is not None:  # read where the state is saved: it may have been setting up
-            self._own_count = self._own_count or _counts_itself(iterator)
-        if self._own_count:
-            return None
-        if iterator is not None:
-            missing = _missing(iterator)
-            if missing:
-                raise _refusal(f"its iterator has no {', '.join(missing)}")
-            return min(handed, int(iterator._num_yielded))
-        if not self._prefetches:
-            return None  # it pulled no batch it did not hand out
-        if not self._counted:
-            raise _refusal("its iterator is gone and its batches were not counted as they left")
-        return min(handed, self._handed)
+        received = self._received()
+        return None if received is None else min(handed, received)
 
     def items(self, yielded: int) -> int:
         """Items of ``yielded`` (what an item sampler handed out) that the loop received:
@@ -127,14 +114,32 @@ class LoaderCount:
             ValueError: as :meth:`batches`, or the loader's batch sampler has no
                 ``batch_size``.
         """
+        received = self._received()
+        if received is None:
+            return yielded
         iterator = self._iterator()
         per_batch = _batch_size(iterator) if iterator is not None else self._per_batch
-        batches = self.batches(yielded)
-        if batches is None:
-            return yielded
         if per_batch is None:
             raise _refusal(f"its batch sampler, a {self._batch_sampler}, has no batch_size")
-        return min(yielded, batches * per_batch)
+        return min(yielded, received * per_batch)
+
+    def _received(self) -> Optional[int]:
+        """The batches the loop received in the pass, or ``None`` where the sampler's own
+        count is the loop's (torchdata's loader; a loader without workers, once gone)."""
+        iterator = self._iterator()
+        # Read where the state is saved, too: the iterator may have been setting up.
+        if self._own_count or (iterator is not None and _counts_itself(iterator)):
+            return None
+        if iterator is not None:
+            missing = _missing(iterator)
+            if missing:
+                raise _refusal(f"its iterator has no {', '.join(missing)}")
+            return int(iterator._num_yielded)
+        if not self._prefetches:
+            return None  # it pulled no batch it did not hand out
+        if not self._counted:
+            raise _refusal("its iterator is gone and its batches were not counted as they left")
+        return self._handed
 
     def _left(self, handed: int) -> None:
         """The iterator is handing out its ``handed``-th batch of the pass."""

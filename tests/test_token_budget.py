@@ -139,7 +139,7 @@ def test_a_state_dict_of_0_2_loads_and_continues_its_plan():
     # Saved again, the state holds every configuration field (but the dealing and the
     # permutation its algorithm names), as ShardedSampler's does, and the resume point.
     fields = {f.name for f in dataclasses.fields(BudgetConfig)} - {"dealing", "permutation"}
-    assert set(s.state_dict()) == fields | {"window_index", "steps", "taken"}
+    assert set(s.state_dict()) == fields | {"window_index", "steps", "taken", "dataset"}
 
 
 def test_verify_returns_a_certificate_of_the_pass(rank_streams):

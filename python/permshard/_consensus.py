@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, Optional
 
 import numpy as np
@@ -92,19 +92,20 @@ def content_id(*parts: Any) -> str:
     return f"{digest(parts):016x}"
 
 
-def check_same_dataset(saved: Any, dataset: Any) -> None:
-    """Raises ValueError when a state recorded the fingerprint ``saved`` (``None``: it
-    recorded none) and ``dataset``'s differs.
+def check_same_dataset(state: Mapping[str, Any], now: Optional[str]) -> None:
+    """Raises ValueError when ``state`` recorded a dataset's fingerprint (its ``"dataset"``
+    key; states of earlier releases record none) and the dataset read now has another,
+    ``now`` (``None``: it has none to compare).
 
     Args:
-        saved: the state dict's ``"dataset"`` value.
-        dataset: the dataset the sampler now reads.
+        state (Mapping): a state dict.
+        now (str, optional): the fingerprint of the dataset the sampler reads now.
     """
-    if saved is None:
+    if "dataset" not in state:
         return
+    saved = state["dataset"]
     if not isinstance(saved, str):
         raise TypeError(f"state_dict['dataset'] must be a str (a dataset's fingerprint), got {saved!r}")
-    now = stable_fingerprint(dataset)
     if now is not None and now != saved:
         raise ValueError(
             f"state_dict was saved over another dataset (fingerprint {saved}, this dataset's is "

@@ -488,7 +488,7 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
         schedule = None
         if isinstance(state_dict, Mapping):  # else from_state_dict names the type
             schedule = state_dict.get("schedule")
-            consensus.check_same_dataset(state_dict.get("dataset"), self.dataset)
+            consensus.check_same_dataset(state_dict, consensus.stable_fingerprint(self.dataset))
             state_dict = {k: v for k, v in state_dict.items() if k not in ("schedule", "dataset")}
         if schedule is not None and not callable(getattr(self.dataset, "load_schedule", None)):
             raise ValueError(

@@ -14,7 +14,7 @@ from torch.utils.data import Sampler
 
 from . import _core
 from ._config import BUDGET_ALGORITHM, BudgetConfig
-from ._consensus import FIX_RESUME, Agreed, check_consensus, digest
+from ._consensus import FIX_RESUME, Agreed, check_consensus, check_same_dataset, content_id, digest
 from ._lifecycle import PassLifecycle
 from ._loader_count import LoaderCount
 from ._mesh import MeshDim, resolve_world
@@ -230,7 +230,7 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
         """What every process of the group must share beside the configuration: the resume
         point and the lengths (model-parallel peers share a rank)."""
         window, taken, steps, world = self._saved
-        probe = np.concatenate([self.lengths[:1024], self.lengths[-1024:]]).astype(np.int64)
+        probe = self._lengths_probe()
         return [
             Agreed("window_index", window, FIX_RESUME),
             Agreed("steps", steps, FIX_RESUME),
@@ -240,6 +240,14 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
                 "lengths", digest(probe), "build the sampler from the same lengths on every rank", digest=True
             ),
         ]
+
+    def _lengths_probe(self) -> np.ndarray:
+        """The lengths' ends: what identifies them cheaply at any ``n`` (with ``n``)."""
+        return np.concatenate([self.lengths[:1024], self.lengths[-1024:]]).astype(np.int64)
+
+    def _fingerprint(self) -> str:
+        """An identity of the lengths a state records: a resume over others is refused."""
+        return content_id("lengths", len(self.lengths), digest(self._lengths_probe()))
 
     def state_dict(self, consumed_steps: Optional[int] = None) -> dict[str, Any]:
         """The resume point, O(window): the configuration, the window being planned, its
@@ -267,7 +275,9 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
             w = bisect.bisect_left(self._entered, done) - 1
             first = self._window_starts[w]
             start = first.after(first.steps + done - self._entered[w])
-        return self.config.state_dict(start)
+        state = self.config.state_dict(start)
+        state["dataset"] = self._fingerprint()  # a resume over other lengths is refused
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
         """Restores a resume point, possibly saved with another number of ranks: the rest
@@ -283,6 +293,9 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
             TypeError: ``state`` is not a mapping, or a value has the wrong type.
             ValueError: it was saved by another sampler or configuration, or edited.
         """
+        if isinstance(state, Mapping):  # else from_state_dict names the type
+            check_same_dataset(state, self._fingerprint())
+            state = {k: v for k, v in state.items() if k != "dataset"}
         saved, window, steps, taken = BudgetConfig.from_state_dict(state, strict=strict)
         # The state's epoch, continued with the plan it names; nothing else changes.
         config = self.config.replace(permutation=saved.permutation, epoch=saved.epoch)

@@ -44,6 +44,7 @@ TEARDOWN = "terminate called without an active exception"
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("name, code, processes, why", BLOCKS, ids=[b[0] for b in BLOCKS])
 def test_the_block_runs_as_written(name, code, processes, why, tmp_path):
+    assert code.strip(), f"{name} is empty"
     if why:  # not a whole script: it must still be Python, and say what it is
         assert code.startswith("# A fragment"), f"{name}: a fragment's first line says so"
         compile(code, name, "exec")

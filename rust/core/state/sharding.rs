@@ -170,7 +170,9 @@ mod tests {
         state.retain(|(k, _)| k != "consumed");
         let err = Sharding::from_state(&state, true).unwrap_err().to_string();
         assert!(
-            err.contains("missing ['consumed'] of a ShardConfig"),
+            err.contains(
+                "state_dict (of algorithm 'perm-v2') is missing ['consumed'] of a ShardConfig"
+            ),
             "{err}"
         );
     }

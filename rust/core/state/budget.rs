@@ -151,6 +151,26 @@ mod tests {
             taken: vec![0xff, 0x01],
         };
         let mut state = owned(budget().state(&resume));
+        // The id a budget state records: its order and dealing, by its permutation.
+        let id = |state: &[(String, Value)]| {
+            state
+                .iter()
+                .find(|(k, _)| k == "algorithm")
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(id(&state), Some(Value::Str("budget-v2".into())));
+        let v1 = BudgetEpoch::new(BudgetEpoch {
+            spec: EpochSpec {
+                permutation: Version::V1,
+                ..budget().spec
+            },
+            ..budget()
+        })
+        .unwrap();
+        assert_eq!(
+            id(&owned(v1.state(&resume))),
+            Some(Value::Str("budget-v1".into()))
+        );
         assert_eq!(
             Sharding::from_state(&state, true)
                 .err()

@@ -184,7 +184,7 @@ class MemmapRows:
             batch = torch.from_numpy(ahead.view(self.dtype).reshape(shape))
             return self._as_fetched(batch.pin_memory() if page_locked(self.pin_memory) else batch, indices)
         if page_locked(self.pin_memory):
-            dtype = torch.from_numpy(self._records()[:0]).dtype
+            dtype = torch.from_numpy(np.empty(0, dtype=self.dtype)).dtype  # not the read-only map
             batch = torch.empty(shape, dtype=dtype, pin_memory=True)
             array = batch.numpy()
         else:  # numpy's buffer, lent to the tensor: no view of a tensor to make per batch

@@ -77,11 +77,14 @@ def check_group(world: int, framework: str, fix: str) -> None:
         return
     size = dist.get_world_size()
     if size != world:
+        harm = (
+            f"each sample would be read by {size // world} processes"
+            if size > world
+            else f"{world - size} of its ranks' shares would never be read"
+        )
         raise ShardingError(
             f"{framework} counts {world} data-parallel process(es), but torch.distributed's "
-            f"process group has {size}: each process would read the data as if it were one of "
-            f"{world}, so every sample would be read {size // max(world, 1)} times or the split "
-            f"would be wrong. {fix}"
+            f"process group has {size}: {harm}. {fix}"
         )
 
 

@@ -172,8 +172,8 @@ def _consensus_record(
     config: EpochConfig, rank: int, dataset: Any, agreed: Sequence[Agreed]
 ) -> dict[str, Agreed]:
     """This process's consensus record, in the order consensus checks it: the
-    configuration (algorithm first), the pass's ``agreed`` values, the dataset, then what
-    is sent along for the messages."""
+    configuration (its fields, then the algorithm they imply), the pass's ``agreed``
+    values, the dataset, then what is sent along for the messages."""
     fields = config.as_dict()
     # A field without a fix of its own (a new one) gets the generic fix. The fields come
     # first: a rank with another shuffle is named for it, not for the algorithm it implies.

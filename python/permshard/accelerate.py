@@ -31,10 +31,10 @@ __all__ = ["StepBatchSampler", "data_parallel_world", "prepare_data_loader"]
 
 #: How accelerate comes to count the processes torchrun started.
 FIX_ACCELERATE_GROUP = (
-    "On a machine without a GPU, pass Accelerator(cpu=True) or set ACCELERATE_USE_CPU=1: accelerate "
-    "then joins the process group. Under model "
-    "parallelism, declare it (Accelerator(parallelism_config=ParallelismConfig(...))) so the "
-    "data-parallel ranks come from its device mesh."
+    "On a machine without a GPU, pass Accelerator(cpu=True) or set ACCELERATE_USE_CPU=1: "
+    "accelerate then joins the process group. Under model parallelism, declare it "
+    "(Accelerator(parallelism_config=ParallelismConfig(...))) so the data-parallel ranks come "
+    "from its device mesh."
 )
 
 

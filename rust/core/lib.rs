@@ -33,6 +33,8 @@
 //! * [`Exclusions`] — sample ids never to read; [`Excluding`] an order without them.
 //! * [`Consumer`], [`Layer`] — an iterable dealt to ranks × DataLoader workers, and what
 //!   each run before a resume took of it.
+//! * [`Run`] — a run's stream and its history, one [`Segment`] per change: where a sample
+//!   was read, what a step read ([`Read`]), and the exactly-once [`Audit`].
 //! * [`Fingerprint`] — an O(1)-memory summary of a multiset of sample ids.
 //! * [`gather_records`], [`gather_windows`] — a batch out of a memory map, windows cast to
 //!   int64 in the same pass.
@@ -61,6 +63,7 @@ mod permutation;
 mod plan;
 mod pool;
 mod rank_layout;
+mod run;
 mod sharding;
 mod splitmix;
 mod state;
@@ -94,6 +97,7 @@ pub use permutation::{simd_level, Permutation, Version, ALGORITHM, ALGORITHM_V1,
 pub use plan::{next_chunk, FIRST_CHUNK, MAX_CHUNK};
 pub use pool::{worker_threads, CHUNK};
 pub use rank_layout::check_rank_layout;
+pub use run::{Audit, Change, Read, Run, Segment, ROW};
 pub use sharding::{Sharding, IDENTITY_ALGORITHM};
 pub use splitmix::splitmix64;
 pub use state::{BudgetEpoch, BudgetResume, Value, BUDGET, DRAWS, LAYER, SHARD};

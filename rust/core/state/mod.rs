@@ -19,6 +19,8 @@ pub enum Value {
     Str(String),
     /// A list of integers (a set of sample ids).
     Ids(Vec<i128>),
+    /// A list of lists of integers (a run's history, a row per segment).
+    Rows(Vec<Vec<i128>>),
     /// Anything else: its type's name and its repr, for the error that refuses it.
     Other {
         /// The type's name (`"float"`).
@@ -35,6 +37,7 @@ enum Kind {
     Bool,
     Str,
     Ids,
+    Rows,
 }
 
 /// How a key appears in the state dicts of this release and of earlier ones.
@@ -102,6 +105,8 @@ pub const SHARD: Schema = Schema {
         key("window_blocks", Kind::Int, Presence::Since(0)),
         key("consumed", Kind::Int, Presence::Always),
         key("exclude", Kind::Ids, Presence::WhenNotEmpty),
+        key("weight_changes", Kind::Int, Presence::Since(0)),
+        key("history", Kind::Rows, Presence::WhenNotEmpty),
     ],
     order_keys: &["shuffle", "drop_last", "block_size", "window_blocks"],
 };
@@ -195,6 +200,14 @@ impl Saved {
         match self.get(name) {
             Some(Value::Str(s)) => s,
             _ => "",
+        }
+    }
+
+    /// The rows at `name` (none when absent).
+    pub fn rows(&self, name: &str) -> &[Vec<i128>] {
+        match self.get(name) {
+            Some(Value::Rows(rows)) => rows,
+            _ => &[],
         }
     }
 
@@ -343,6 +356,7 @@ fn check_kind(key: &Key, value: &Value) -> Result<(), Error> {
             | (Kind::Bool, Value::Bool(_))
             | (Kind::Str, Value::Str(_))
             | (Kind::Ids, Value::Ids(_))
+            | (Kind::Rows, Value::Rows(_))
     );
     if ok {
         return Ok(());
@@ -352,6 +366,7 @@ fn check_kind(key: &Key, value: &Value) -> Result<(), Error> {
         Kind::Bool => "a bool",
         Kind::Str => "a str",
         Kind::Ids => "a list of int sample ids",
+        Kind::Rows => "a list of lists of int (a history, as state_dict() writes it)",
     };
     Err(Error::WrongType(format!(
         "state_dict['{}'] must be {wanted}, got {}: pass a dict saved by this sampler's \
@@ -385,6 +400,13 @@ fn repr(value: &Value) -> String {
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
+        Value::Rows(rows) => format!(
+            "[{}]",
+            rows.iter()
+                .map(|row| repr(&Value::Ids(row.clone())))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
         Value::Other { repr, .. } => repr.clone(),
     }
 }
@@ -395,7 +417,7 @@ fn typed_repr(value: &Value) -> String {
         Value::Int(_) => "int",
         Value::Bool(_) => "bool",
         Value::Str(_) => "str",
-        Value::Ids(_) => "list",
+        Value::Ids(_) | Value::Rows(_) => "list",
         Value::Other { type_name, .. } => type_name,
     };
     format!("{type_name} {}", repr(value))

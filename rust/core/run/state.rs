@@ -1,0 +1,98 @@
+//! A run's state dict: the epoch's state ([`Sharding::state`]) with the run's history and
+//! its exclusion log in the order ids were excluded. A change costs one row of 10 integers.
+
+use super::Run;
+use crate::error::Error;
+use crate::sharding::Sharding;
+use crate::state::{Value, SHARD};
+
+impl Run {
+    /// The state dict of epoch `now` after `consumed` of its global positions, with the
+    /// history (the open segment at `consumed` when it reads `now`'s epoch, else at
+    /// `open_stop`) and the weight changes a dataset committed.
+    pub fn state(
+        &self,
+        now: &Sharding,
+        consumed: u64,
+        open_stop: Option<u64>,
+        weight_changes: u64,
+    ) -> Result<Vec<(&'static str, Value)>, Error> {
+        let open_epoch = self.segments.last().map(|s| s.epoch);
+        let stop = if open_epoch == Some(now.spec.epoch) { Some(consumed) } else { open_stop };
+        let mut rows = self.rows(stop)?;
+        if self.open && open_epoch != Some(now.spec.epoch) && consumed > 0 {
+            return Err(Error::Invalid(format!(
+                "a state at position {consumed} of epoch {} while the run's last pass read \
+                 epoch {:?}: iterate the epoch before saving a position in it",
+                now.spec.epoch, open_epoch
+            )));
+        }
+        // A history ends at the state's resume point: a state taken after `set_epoch` and
+        // before the new epoch's first pass ends with an empty segment of it.
+        if let Some(last) = rows.last() {
+            let (epoch, stop) = (last[1], last[3]);
+            if (epoch, stop) != (now.spec.epoch.into(), consumed.into()) {
+                let mut empty = last.clone();
+                empty[0] = if epoch == i128::from(now.spec.epoch) { 2 } else { 1 };
+                empty[1] = now.spec.epoch.into();
+                empty[2] = consumed.into();
+                empty[3] = consumed.into();
+                empty[4] = last[4] + i128::from(self.steps_of_row(last)?);
+                empty[5] = now.spec.num_replicas.into();
+                rows.push(empty);
+            }
+        }
+        let mut fields: Vec<(&'static str, Value)> = now
+            .state(consumed)
+            .into_iter()
+            .filter(|(k, _)| *k != "exclude")
+            .collect();
+        let log = self.log_with(now);
+        if !log.is_empty() {
+            fields.push(("exclude", Value::Ids(log.iter().map(|&id| id.into()).collect())));
+        }
+        if weight_changes > 0 {
+            fields.push(("weight_changes", Value::Int(weight_changes.into())));
+        }
+        if !rows.is_empty() {
+            fields.push(("history", Value::Rows(rows)));
+        }
+        Ok(SHARD.write(fields))
+    }
+
+    /// The run a state dict holds (its history, if it has one: a state of 0.5 or before
+    /// starts a history at its load), its epoch and its resume point; checked.
+    pub fn from_state(state: &[(String, Value)], strict: bool) -> Result<(Run, u64), Error> {
+        let (sharding, consumed) = Sharding::from_state(state, strict)?;
+        let saved = SHARD.read(state, strict)?;
+        let log = saved.ids("exclude")?;
+        let mut run = Run::from_rows(sharding, log, saved.rows("history"), consumed)?;
+        run.weight_changes = saved.int("weight_changes")?;
+        Ok((run, consumed))
+    }
+
+    /// Weight changes a dataset committed by the state this run was read from.
+    pub fn weight_changes(&self) -> u64 {
+        self.weight_changes
+    }
+
+    /// The exclusion log followed by `now`'s ids not in it yet (sorted).
+    fn log_with(&self, now: &Sharding) -> Vec<u64> {
+        let mut log = self.log.clone();
+        let mut added: Vec<u64> = now
+            .exclusions
+            .ids()
+            .iter()
+            .copied()
+            .filter(|id| !self.log.contains(id))
+            .collect();
+        added.sort_unstable();
+        log.extend(added);
+        log
+    }
+
+    fn steps_of_row(&self, row: &[i128]) -> Result<u64, Error> {
+        let segment = super::Segment::from_row(row, 0)?;
+        self.steps(&segment, 0)
+    }
+}

@@ -1,0 +1,181 @@
+//! The run against a simulation: a sampler's passes replayed item by item (the forward
+//! path, position → sample), compared with `where_read` and `show` (the inverse path).
+
+use super::*;
+use crate::dealing::Dealing;
+use crate::exclusion::Exclusions;
+use std::collections::BTreeMap;
+
+type Key = (u64, Option<u64>, u64, u64); // epoch, step, rank, position
+
+fn epoch(n: u64, world: u64, epoch: u64, dealing: Dealing, excluded: &[u64]) -> Sharding {
+    Sharding::new(n, world, 7, epoch, true, false, 0, 0)
+        .unwrap()
+        .with_dealing(dealing)
+        .with_exclusions(Exclusions::new(excluded.to_vec(), n).unwrap())
+        .unwrap()
+}
+
+/// Replays passes `(sharding, start, steps taken)` in lockstep: what each rank read.
+struct Sim {
+    run: Run,
+    reads: BTreeMap<u64, Vec<Key>>, // sample -> reads
+    by_step: BTreeMap<u64, Vec<(u64, u64, u64)>>, // step -> (rank, position, sample)
+    step: u64,
+    consumed: u64,
+}
+
+impl Sim {
+    fn new(first: &Sharding) -> Sim {
+        Sim { run: Run::new(first.clone()), reads: BTreeMap::new(), by_step: BTreeMap::new(), step: 0, consumed: 0 }
+    }
+
+    /// A pass from `start` taking `steps` batches (all of them when `None`).
+    fn pass(&mut self, s: &Sharding, start: u64, steps: Option<u64>) {
+        let prev = self.run.is_open().then_some(self.consumed);
+        self.run.begin(s, start, prev).unwrap();
+        let part = s.partition(start).unwrap();
+        let b = s.dealing.batch_size();
+        let batches = part.num_samples().div_ceil(b);
+        let take = steps.unwrap_or(batches).min(batches);
+        let mut out = vec![0; part.num_samples() as usize];
+        let mut last_pos = start;
+        for rank in 0..s.spec.num_replicas {
+            part.fill_rank(rank, 0, &mut out).unwrap();
+            for (local, &sample) in out.iter().enumerate() {
+                let local = local as u64;
+                if local / b >= take {
+                    break;
+                }
+                let step = self.step + local / b;
+                self.reads.entry(sample).or_default().push((s.spec.epoch, Some(step), rank, local % b));
+                self.by_step.entry(step).or_default().push((rank, local % b, sample));
+                last_pos = last_pos.max(part.position(rank, local) + 1);
+            }
+        }
+        self.step += take;
+        self.consumed = if take == batches { part.end() } else { start + take * b * s.spec.num_replicas };
+        assert!(last_pos <= self.consumed);
+    }
+
+    fn check(&self) {
+        let run = Run::from_state(&owned(self.state()), true).unwrap().0;
+        for sample in 0..run.base.spec.n {
+            let got: Vec<Key> = run.where_read(sample, 0).unwrap().iter().map(|r| (r.epoch, r.step, r.rank, r.position)).collect();
+            let mut want = self.reads.get(&sample).cloned().unwrap_or_default();
+            want.sort();
+            let mut got_sorted = got.clone();
+            got_sorted.sort();
+            assert_eq!(got_sorted, want, "sample {sample}");
+        }
+        for (&step, want) in &self.by_step {
+            let mut got: Vec<_> = run.show(step, 0).unwrap().iter().map(|r| (r.rank, r.position, r.sample)).collect();
+            let mut want = want.clone();
+            got.sort();
+            want.sort();
+            assert_eq!(got, want, "step {step}");
+        }
+    }
+
+    fn state(&self) -> Vec<(&'static str, Value)> {
+        let now = self.run.base().clone();
+        self.run.state(&now, self.consumed, Some(self.consumed), 0).unwrap()
+    }
+}
+
+fn owned(state: Vec<(&'static str, Value)>) -> Vec<(String, Value)> {
+    state.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+}
+
+use crate::state::Value;
+
+#[test]
+fn where_and_show_equal_a_replayed_run_across_resumes() {
+    let n = 103;
+    let rr = |b| Dealing::new("round-robin", b, false).unwrap();
+    let step = |b| Dealing::new("step", b, false).unwrap();
+    let e0 = epoch(n, 2, 0, rr(4), &[]);
+    let mut sim = Sim::new(&e0);
+    sim.pass(&e0, 0, Some(5)); // 2 ranks × 5 batches of 4 = 40 positions
+    // A resume on 3 ranks, batch 3, two more samples excluded.
+    let e0b = epoch(n, 3, 0, rr(3), &[90, 7]);
+    let start = e0b.resume_from(&e0, sim.consumed).unwrap();
+    let mut state = sim.state();
+    let (run, consumed) = Run::from_state(&owned(std::mem::take(&mut state)), true).unwrap();
+    assert_eq!(consumed, 40);
+    sim.run = run;
+    sim.pass(&e0b, start, None);
+    sim.check();
+    // Epoch 1 dealt by steps on 3 ranks, then a resume on 2.
+    let e1 = epoch(n, 3, 1, step(5), &[7, 90]);
+    sim.pass(&e1, 0, Some(2));
+    let e1b = epoch(n, 2, 1, step(8), &[7, 90]);
+    let start = sim.consumed;
+    sim.pass(&e1b, start, None);
+    sim.check();
+    let audit = sim.run.audit(true, 2).unwrap();
+    assert_eq!(audit.epochs, vec![0, 1]);
+    assert!(audit.recounted);
+    assert_eq!(sim.run.segments().iter().map(|s| s.change).collect::<Vec<_>>(),
+               vec![Change::Start, Change::Resume, Change::Epoch, Change::Repeat]);
+}
+
+fn forged(rows: &mut Vec<Vec<i128>>, edit: impl Fn(&mut Vec<Vec<i128>>)) -> Result<Audit, Error> {
+    edit(rows);
+    let n = 50;
+    let last = rows.last().unwrap().clone();
+    let base = epoch(n, last[5] as u64, last[1] as u64, Dealing::new("round-robin", 4, false).unwrap(), &[]);
+    let run = Run::from_rows(base, vec![], rows, last[3] as u64)?;
+    run.audit(true, 1)
+}
+
+#[test]
+fn a_forged_history_fails_naming_the_sample_and_its_reads() {
+    // Epoch 0 on 2 ranks in batches of 4: 3 steps (24 positions), then the rest on 2 ranks.
+    let good = vec![
+        vec![0, 0, 0, 24, 0, 2, 4, 0, 0, 0],
+        vec![2, 0, 24, 50, 3, 2, 4, 0, 0, 0],
+    ];
+    assert!(forged(&mut good.clone(), |_| {}).is_ok());
+    // An overlap: the resume starts 8 positions early.
+    let err = forged(&mut good.clone(), |r| { r[1][2] = 16; r[1][4] = 3; }).unwrap_err().to_string();
+    assert!(err.contains("read twice") && err.contains("step 2") && err.contains("step 3"), "{err}");
+    // A skip: the resume starts past where the first stopped.
+    let err = forged(&mut good.clone(), |r| r[1][2] = 32).unwrap_err().to_string();
+    assert!(err.contains("never read") && err.contains("[24, 32)"), "{err}");
+    // An epoch left unfinished.
+    let err = forged(&mut good.clone(), |r| {
+        r.push(vec![1, 1, 0, 8, 5, 2, 4, 0, 0, 0]);
+        r[1][3] = 40;
+    });
+    let err = err.unwrap_err().to_string();
+    assert!(err.contains("never read in epoch 0"), "{err}");
+    // Steps that do not add up.
+    let err = forged(&mut good.clone(), |r| r[1][4] = 9).unwrap_err().to_string();
+    assert!(err.contains("steps do not add up"), "{err}");
+}
+
+#[test]
+fn an_exclusion_that_shrinks_is_named() {
+    let n = 40;
+    let d = Dealing::new("round-robin", 2, false).unwrap();
+    let log = vec![5];
+    let rows = vec![
+        vec![0, 0, 0, 12, 0, 2, 2, 0, 0, 1],
+        vec![2, 0, 12, 39, 3, 2, 2, 0, 0, 0],
+    ];
+    let base = epoch(n, 2, 0, d, &[]);
+    let run = Run::from_rows(base, log, &rows, 39).unwrap();
+    let err = run.audit(true, 1).unwrap_err().to_string();
+    assert!(err.contains("sample 5 was excluded"), "{err}");
+}
+
+#[test]
+fn a_history_must_end_at_its_state() {
+    let base = epoch(40, 2, 0, Dealing::new("round-robin", 2, false).unwrap(), &[]);
+    let rows = vec![vec![0, 0, 0, 12, 0, 2, 2, 0, 0, 0]];
+    let err = Run::from_rows(base.clone(), vec![], &rows, 14).unwrap_err().to_string();
+    assert!(err.contains("ends in epoch 0 at position 12"), "{err}");
+    let err = Run::from_rows(base, vec![], &[vec![0, 0, 0, 12]], 12).unwrap_err().to_string();
+    assert!(err.contains("has 4 integers"), "{err}");
+}

@@ -107,6 +107,9 @@ def test_state_dict_contents_and_o1():
         "num_replicas": 8,
         "block_size": 0,
         "window_blocks": 0,
+        # One segment: opened by the run's start, epoch 4, positions [0, 8000), step 0, 8
+        # ranks, no batch (an item sampler), round-robin, nothing excluded.
+        "history": [[0, 4, 0, 8000, 0, 8, 0, 0, 0, 0]],
     }
     t = ShardedSampler(10**12, num_replicas=8, rank=3, seed=7)
     t.load_state_dict(state)

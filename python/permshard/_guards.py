@@ -5,6 +5,7 @@ chain splits more than once."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import warnings
 from collections.abc import Iterator, Sequence, Sized
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import torch.distributed as dist
 from torch.utils.data import DistributedSampler, Subset
 
+from . import _core
 from ._config import ShardConfig
 from ._core import ShardingError
 from ._validation import as_u64
@@ -165,7 +167,9 @@ def _unwrap(obj: Any) -> Iterator[Any]:
 def _preserved(objs: Sequence[Any]) -> Iterator[None]:
     """Restores the attributes of ``objs`` afterwards: counting a loader's indices must not
     advance its samplers."""
-    saved = [(o, dict(vars(o))) for o in objs if hasattr(o, "__dict__")]
+    # A run's history is one mutable object: kept as a copy.
+    keep = lambda v: copy.copy(v) if isinstance(v, _core.Run) else v  # noqa: E731
+    saved = [(o, {k: keep(v) for k, v in vars(o).items()}) for o in objs if hasattr(o, "__dict__")]
     try:
         yield
     finally:

@@ -52,6 +52,18 @@ def dataset_length(dataset: Any) -> int:
     return n
 
 
+def _consumed_by(current: Optional[SamplerPass]) -> Optional[int]:
+    """Global positions of its epoch consumed once ``current`` (a pass) ended: what the
+    loop received, or what the pass yielded where that is unknowable (a loader gone)."""
+    if current is None:
+        return None
+    try:
+        taken = current.delivered()
+    except ValueError:
+        taken = current.yielded()
+    return int(current.partition.consumed_after(taken))
+
+
 class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
     r"""Sampler that restricts data loading to a subset of the dataset, in O(1) memory.
 
@@ -183,6 +195,7 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
         self._partitions: dict[tuple[Any, ...], _core.Partition] = {}
         self._start = 0  # global positions consumed before the next pass (a resume)
         self._pass: Optional[SamplerPass] = None
+        self._run = _core.Run(self.config.sharding())  # the run's history, a segment per change
         cross_rank = self.check_consensus and dist.is_available() and dist.is_initialized()
         guards.check_not_presharded(dataset, self.num_replicas, cross_rank=cross_rank)
 
@@ -280,6 +293,9 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
         if callable(read_by):  # a dataset that checks how it is read, and changes against it
             read_by(self)
         part = self._partition_of(config, self._start)
+        dealt = config.replace(**dealing) if dealing else config
+        previous = _consumed_by(self._pass) if self._run.is_open else None
+        self._run.begin(dealt.sharding(), self._start, previous)
         prefetch = None
         if config.block_size and callable(getattr(self.dataset, "prefetch", None)):
             prefetch = WindowPrefetch(self.dataset, part, self.rank, config.sharding().window_len)
@@ -464,9 +480,12 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
                     f"({end}), counted in global samples from the start of epoch "
                     f"{self.epoch}; got {consumed}"
                 )
-        state = self.config.state_dict(consumed)
         schedule = getattr(self.dataset, "schedule_state", None)
         changes = schedule() if callable(schedule) else None
+        # The history closes the last pass at what it consumed (another epoch's, after set_epoch).
+        last = _consumed_by(current) if current is not None and current.epoch != self.epoch else None
+        weight_changes = len(changes["changes"]) if changes is not None else 0
+        state = self._run.state_dict(self.config.sharding(), consumed, last, weight_changes)
         if changes is not None:
             state["schedule"] = changes  # the dataset's weights changed at run time
         fingerprint = consensus.stable_fingerprint(self.dataset)
@@ -496,6 +515,13 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
                 f"({type(self.dataset).__name__}) is not a MixedDataset: build the sampler over the run's dataset"
             )
         saved, consumed = ShardConfig.from_state_dict(state_dict, strict=strict)
+        run = _core.Run.from_state(state_dict, strict)
+        if run.weight_changes and schedule is None:
+            raise ValueError(
+                f"state_dict records {run.weight_changes} weight change(s) (MixedDataset.set_weights) but "
+                "has no 'schedule': without it the run would resume on the initial weights. Pass the "
+                "whole dict state_dict() saved"
+            )
         # The state's epoch, continued with the order it names; nothing else changes.
         config = self.config.replace(permutation=saved.permutation, epoch=saved.epoch)
         config.check_resumable(saved)
@@ -506,6 +532,7 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
         self._partitions = {}  # the order may have changed (the state's permutation)
         self._start = start
         self._pass = None
+        self._run = run
         self._state_loaded()  # every rank must agree on the new resume point
 
     def __getstate__(self) -> dict[str, Any]:
@@ -516,6 +543,9 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
         state = dict(self.__dict__)
         state["_partitions"] = {}
         state["_pass"] = None
+        stop = _consumed_by(self._pass)
+        if stop is not None and self._run.is_open:  # the copy's history ends where this pass is
+            state["_run"] = self._run.closed(stop)
         return state
 
     def __repr__(self) -> str:

@@ -56,32 +56,45 @@ impl Run {
     /// `log` (the state's `exclude`, in the order written), ending at the state's epoch
     /// `base` and resume point `consumed`: checked row by row and against the state.
     pub fn from_rows(base: Sharding, log: Vec<u64>, rows: &[Vec<i128>], consumed: u64) -> Result<Run, Error> {
+        let run = Run::restore(base, log, rows, false)?;
+        if let Some(last) = run.segments.last() {
+            if (last.epoch, last.stop) != (run.base.spec.epoch, consumed) {
+                return Err(Error::Invalid(format!(
+                    "state_dict['history'] ends in epoch {} at position {}, but the state is at \
+                     epoch {} position {consumed}: the history was not saved with this state",
+                    last.epoch, last.stop, run.base.spec.epoch
+                )));
+            }
+        }
+        Ok(run)
+    }
+
+    /// A run from its parts as [`Run::parts`] gives them (a copy of a run, for pickling).
+    pub fn restore(base: Sharding, log: Vec<u64>, rows: &[Vec<i128>], open: bool) -> Result<Run, Error> {
         let segments = rows
             .iter()
             .enumerate()
             .map(|(i, row)| Segment::from_row(row, i))
             .collect::<Result<Vec<_>, _>>()?;
-        if let Some(last) = segments.last() {
-            if (last.epoch, last.stop) != (base.spec.epoch, consumed) {
-                return Err(Error::Invalid(format!(
-                    "state_dict['history'] ends in epoch {} at position {}, but the state is at \
-                     epoch {} position {consumed}: the history was not saved with this state",
-                    last.epoch, last.stop, base.spec.epoch
-                )));
-            }
-            if let Some(bad) = segments.iter().find(|s| s.excluded > log.len() as u64) {
-                return Err(Error::Invalid(format!(
-                    "state_dict['history'] has a segment excluding {} ids, but the state \
-                     excludes {}",
-                    bad.excluded,
-                    log.len()
-                )));
-            }
+        if let Some(bad) = segments.iter().find(|s| s.excluded > log.len() as u64) {
+            return Err(Error::Invalid(format!(
+                "state_dict['history'] has a segment excluding {} ids, but the state \
+                 excludes {}",
+                bad.excluded,
+                log.len()
+            )));
         }
         let mut run = Run::new(base);
         run.log = log;
+        run.open = open && !segments.is_empty();
         run.segments = segments;
         Ok(run)
+    }
+
+    /// The run's parts: its fields, the exclusion log, every segment as a row (the open one
+    /// at its start) and whether the last is open.
+    pub fn parts(&self) -> (&Sharding, &[u64], Vec<Vec<i128>>, bool) {
+        (&self.base, &self.log, self.segments.iter().map(Segment::row).collect(), self.open)
     }
 
     /// The run's fields (the epoch and world of its last state).
@@ -173,7 +186,7 @@ impl Run {
 
     /// Ends the open segment at `stop` global positions of its epoch (dropped when it read
     /// nothing).
-    fn close(&mut self, stop: u64) -> Result<(), Error> {
+    pub fn close(&mut self, stop: u64) -> Result<(), Error> {
         let last = *self.segments.last().expect("an open segment");
         let end = self.partition(&last)?.end().max(last.start);
         if !(last.start..=end).contains(&stop) {

@@ -16,6 +16,7 @@ mod mixture;
 mod partition;
 mod permutation;
 mod rank_pass;
+mod run;
 mod sharding;
 mod state;
 mod verify;
@@ -47,6 +48,8 @@ mod _core {
     use super::permutation::{simd_level, Permutation};
     #[pymodule_export]
     use super::rank_pass::RankPass;
+    #[pymodule_export]
+    use super::run::{Audit, Read, Run};
     #[pymodule_export]
     use super::sharding::Sharding;
     #[pymodule_export]

@@ -14,7 +14,7 @@ use crate::state::{config_fields, from_mapping, to_dict};
 
 #[pyclass(frozen, module = "permshard._core", name = "Sharding")]
 pub struct Sharding {
-    inner: permshard_core::Sharding,
+    pub inner: permshard_core::Sharding,
 }
 
 #[pymethods]

@@ -55,11 +55,30 @@ fn to_value(value: &Bound<'_, PyAny>) -> PyResult<Value> {
         if let Some(ids) = ids {
             return Ok(Value::Ids(ids));
         }
+        if let Some(rows) = as_rows(value)? {
+            return Ok(Value::Rows(rows));
+        }
     }
     Ok(Value::Other {
         type_name: value.get_type().name()?.to_string(),
         repr: value.repr()?.to_string(),
     })
+}
+
+/// A list (or tuple) of lists of ints, or `None`.
+fn as_rows(value: &Bound<'_, PyAny>) -> PyResult<Option<Vec<Vec<i128>>>> {
+    let mut rows = Vec::new();
+    for row in value.try_iter()? {
+        let row = row?;
+        if !(row.is_instance_of::<PyList>() || row.is_instance_of::<PyTuple>()) {
+            return Ok(None);
+        }
+        match to_value(&row)? {
+            Value::Ids(ints) => rows.push(ints),
+            _ => return Ok(None),
+        }
+    }
+    Ok(Some(rows))
 }
 
 /// An int, or an object with `__index__` (numpy's ints), within `i128`.
@@ -85,6 +104,7 @@ pub fn to_dict<'py>(
             Value::Bool(v) => dict.set_item(key, v)?,
             Value::Str(v) => dict.set_item(key, v)?,
             Value::Ids(v) => dict.set_item(key, v)?,
+            Value::Rows(v) => dict.set_item(key, v)?,
             Value::Other { repr, .. } => dict.set_item(key, repr)?,
         }
     }

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from ._permutation import Permutation
     from ._plan import BudgetPlan, ShardPlan
     from ._proofs import check_loader, verify
+    from ._run import Run
     from ._sampler import ShardedSampler
     from ._token_budget import TokenBudgetBatchSampler
     from ._weighted import WeightedShardedSampler
@@ -68,6 +69,7 @@ _LAZY = {
     "Mixture": "._mixture",
     "PendingCertificate": "._certificate",
     "Permutation": "._permutation",
+    "Run": "._run",
     "ShardConfig": "._config",
     "ShardPlan": "._plan",
     "ShardedBatchSampler": "._batch_sampler",
@@ -95,6 +97,7 @@ __all__ = [
     "Mixture",
     "PendingCertificate",
     "Permutation",
+    "Run",
     "ShardConfig",
     "ShardPlan",
     "ShardedBatchSampler",

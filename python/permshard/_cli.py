@@ -1,4 +1,4 @@
-"""The ``permshard`` command: plan, verify, locate, mix, inspect, show, bench, demo."""
+"""The ``permshard`` command: plan, verify, locate, mix, inspect, show, where, audit, bench, demo."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any, NoReturn, Optional
 
+from . import _cli_run
 from ._config import ShardConfig
 from ._core import ShardingError
 
@@ -142,7 +143,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seq-len", type=count, default=2048, help="window length for the counts (default 2048)")
     p.add_argument("--split", default="969,30,1", help='train,valid,test split (default "969,30,1")')
 
-    p = sub.add_parser("show", help="which source, document and tokens each sample of a rank's step holds")
+    p = sub.add_parser(
+        "show",
+        help="which source, document and tokens each sample of a rank's step holds; "
+        "show STEP --state FILE: what every rank of a run read at STEP",
+    )
     p.add_argument(
         "--data-path",
         required=True,
@@ -157,6 +162,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rank", type=count, required=True, help="data-parallel rank")
     p.add_argument("--step", type=count, required=True, help="step within the epoch")
     p.add_argument("--batch-size", dest="steps_of", type=count, required=True, help="per-rank batch size")
+
+    _cli_run.add_parsers(sub, count)
 
     p = sub.add_parser("bench", help="side by side with DistributedSampler, in fresh processes")
     p.add_argument("--n", type=counts, default=[10**6, 10**7, 10**8], help="sizes, e.g. 1e6,1e7,1e8")
@@ -376,6 +383,11 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["show"] and any(a == "--state" or a.startswith("--state=") for a in argv):
+        args = _cli_run.history_show_parser(count).parse_args(argv[1:])
+        args.command = "show"
+        return _run_command(_cli_run.show, args)
     args = parser().parse_args(argv)
     commands = {
         "plan": _plan,
@@ -384,11 +396,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "mix": _mix,
         "inspect": _inspect,
         "show": _show,
+        "where": _cli_run.where,
+        "audit": _cli_run.audit,
         "bench": _bench,
         "demo": _demo,
     }
+    return _run_command(commands[args.command], args)
+
+
+def _run_command(command: Any, args: argparse.Namespace) -> int:
     try:
-        return commands[args.command](args)
+        return int(command(args))
+    except ShardingError as e:  # a failed proof: its own exit code
+        print(f"permshard {args.command}: {e}", file=sys.stderr)
+        return 1
     except (ValueError, TypeError) as e:  # the library's argument errors: one line
         print(f"permshard {args.command}: error: {e}", file=sys.stderr)
         return 2

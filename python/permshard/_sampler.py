@@ -392,10 +392,17 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
         """The first global position of the epoch that no rank has handed out yet, ranks in
         lockstep: the pass's resume point plus a round of ranks per item this rank yielded
         (prefetched items included). A change of what a position reads
-        (``MixedDataset.set_weights``) may start there or later."""
+        (``MixedDataset.set_weights``) may start there or later.
+
+        With ``exclude=`` and ``shuffle=False`` the answer is the dataset index (mixture
+        position) of that first position: the excluded ones before it are skipped."""
         current = self._pass
         yielded = current.yielded() if current is not None and current.epoch == self.epoch else 0
-        return int(self._current_partition().consumed_after(yielded))
+        part = self._current_partition()
+        p = int(part.consumed_after(yielded))
+        if self.exclude is None or self.shuffle:
+            return p
+        return int(part.sample_at(p)) if p < part.n else self.n
 
     def consumed_after(self, items: int) -> int:
         """Global samples of the epoch consumed once every rank has taken ``items`` items

@@ -329,6 +329,16 @@ class MixedDataset(Dataset[Any]):
         """
         self.mixture = self._changes.load(state)
 
+    def mixture_of(self, schedule: Optional[Mapping[str, Any]]) -> Mixture:
+        """The mixture a run over this dataset read: its first arguments with the weight
+        changes of ``schedule`` (a sampler state's ``"schedule"``; ``None``: none). This
+        dataset is left as it is.
+
+        Args:
+            schedule (Mapping, optional): ``state_dict.get("schedule")``.
+        """
+        return self._changes.restored(schedule)
+
     def _current(self) -> Mixture:
         """The mixture with every change made so far (a worker sees them here)."""
         if self._changes.changed_since(self.mixture):

@@ -135,12 +135,21 @@ class ScheduleChanges:
         added = self._stages(count)[len(self.base.stages) :]
         return {"mixture": self.identity(), "changes": [[start, w] for start, w in added]}
 
-    def load(self, state: Mapping[str, Any]) -> Mixture:
-        """Replaces the changes by those of :meth:`state`; the mixture with them.
+    def restored(self, state: Optional[Mapping[str, Any]]) -> Mixture:
+        """The mixture with the changes of :meth:`state` (``None``: none), leaving this
+        table as it is.
 
         Args:
-            state (Mapping): a dict :meth:`state` returned.
+            state (Mapping, optional): a dict :meth:`state` returned.
         """
+        if state is None:
+            return self.base
+        self._check_state(state)
+        b = self.base
+        stages = [(s, list(w)) for s, w in b.stages] + [(int(c[0]), [float(w) for w in c[1]]) for c in state["changes"]]
+        return Mixture(b.sizes, b.weights, b.num_samples, b.seed, stages=stages, algorithm=b.algorithm)
+
+    def _check_state(self, state: Mapping[str, Any]) -> None:
         if not isinstance(state, Mapping) or set(state) != {"mixture", "changes"}:
             raise ValueError(
                 "state_dict['schedule'] must be {'mixture': ..., 'changes': [...]}: pass a saved state"
@@ -150,6 +159,14 @@ class ScheduleChanges:
                 "state_dict['schedule'] was saved over another mixture (other sources, sizes, initial "
                 "weights, length, seed or order): build the MixedDataset with the run's first arguments"
             )
+
+    def load(self, state: Mapping[str, Any]) -> Mixture:
+        """Replaces the changes by those of :meth:`state`; the mixture with them.
+
+        Args:
+            state (Mapping): a dict :meth:`state` returned.
+        """
+        self._check_state(state)
         changes = state["changes"]
         if not isinstance(changes, (list, tuple)) or len(changes) > len(self._starts):
             raise ValueError(

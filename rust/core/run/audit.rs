@@ -47,7 +47,10 @@ pub fn describe(reads: &[Read]) -> String {
                 None => "item".into(),
             };
             let pad = if r.padding { " (padding)" } else { "" };
-            format!("epoch {} {at} rank {} position {}{pad}", r.epoch, r.rank, r.position)
+            format!(
+                "epoch {} {at} rank {} position {}{pad}",
+                r.epoch, r.rank, r.position
+            )
         })
         .collect();
     if reads.len() > 6 {
@@ -65,7 +68,8 @@ impl Run {
     pub fn audit(&self, recount: bool, threads: usize) -> Result<Audit, Error> {
         let Some(first) = self.segments.first() else {
             return Err(Error::Invalid(
-                "this run has no history yet (no pass read anything since it started or loaded)".into(),
+                "this run has no history yet (no pass read anything since it started or loaded)"
+                    .into(),
             ));
         };
         let shardings = self
@@ -88,7 +92,10 @@ impl Run {
         let ranges = self.epochs();
         let recounted = recount && self.recount(&ranges, &parts, threads)?;
         Ok(Audit {
-            epochs: ranges.iter().map(|r| self.segments[r.start].epoch).collect(),
+            epochs: ranges
+                .iter()
+                .map(|r| self.segments[r.start].epoch)
+                .collect(),
             segments: self.segments.len(),
             begins: (first.epoch, first.start),
             reads,
@@ -97,7 +104,12 @@ impl Run {
     }
 
     /// Segment `i` continues segment `i - 1` exactly.
-    fn check_pair(&self, i: usize, shardings: &[Sharding], parts: &[Partition]) -> Result<(), Error> {
+    fn check_pair(
+        &self,
+        i: usize,
+        shardings: &[Sharding],
+        parts: &[Partition],
+    ) -> Result<(), Error> {
         let (a, b) = (&self.segments[i - 1], &self.segments[i]);
         if b.excluded < a.excluded {
             let sample = self.log[b.excluded as usize];
@@ -200,7 +212,12 @@ impl Run {
         threads: usize,
     ) -> Result<bool, Error> {
         let n = self.base.spec.n;
-        let index: HashMap<u64, u64> = self.log.iter().enumerate().map(|(k, &id)| (id, k as u64)).collect();
+        let index: HashMap<u64, u64> = self
+            .log
+            .iter()
+            .enumerate()
+            .map(|(k, &id)| (id, k as u64))
+            .collect();
         // The exclusions in force before each segment, over the whole history.
         let mut before = Vec::with_capacity(self.segments.len());
         let mut most = 0;
@@ -211,40 +228,61 @@ impl Run {
         let total = AtomicU64::new(0);
         let last_range = ranges.len() - 1;
         for (k, range) in ranges.iter().enumerate() {
-            let segs: Vec<(usize, &Segment)> = range.clone().map(|i| (i, &self.segments[i])).collect();
+            let segs: Vec<(usize, &Segment)> =
+                range.clone().map(|i| (i, &self.segments[i])).collect();
             let (last_i, last) = *segs.last().expect("a range holds a segment");
             let end = parts[last_i].end().min(parts[last_i].n());
             let complete = k < last_range || last.stop >= end;
             let excluded_at_end = segs.iter().map(|(_, s)| s.excluded).max().unwrap_or(0);
+            // A history that begins at a load mid-epoch (a state without one) did not see
+            // the positions before it.
+            let (first_i, first) = segs[0];
+            let unseen = if k == 0 { first.start } else { 0 };
+            let before_history = |sample: u64| -> bool {
+                unseen > 0
+                    && parts[first_i]
+                        .order()
+                        .position_of(sample)
+                        .is_ok_and(|p| p < unseen)
+            };
             let chunks = n.div_ceil(CHUNK);
-            pool::run(threads, chunks, || (), |_, chunk| {
-                let mut counted = 0;
-                for sample in chunk * CHUNK..((chunk + 1) * CHUNK).min(n) {
-                    let mut count = 0;
-                    for &(i, s) in &segs {
-                        for (rank, local) in parts[i].locate(sample)? {
-                            let p = parts[i].position(rank, local);
-                            if p >= s.stop || p >= parts[i].n() {
-                                continue;
+            pool::run(
+                threads,
+                chunks,
+                || (),
+                |_, chunk| {
+                    let mut counted = 0;
+                    for sample in chunk * CHUNK..((chunk + 1) * CHUNK).min(n) {
+                        let mut count = 0;
+                        for &(i, s) in &segs {
+                            for (rank, local) in parts[i].locate(sample)? {
+                                let p = parts[i].position(rank, local);
+                                if p >= s.stop || p >= parts[i].n() {
+                                    continue;
+                                }
+                                if index.get(&sample).is_some_and(|&at| at < before[i]) {
+                                    return Err(self.violation(
+                                        sample,
+                                        "is read after its exclusion",
+                                        s.epoch,
+                                    ));
+                                }
+                                count += 1;
                             }
-                            if index.get(&sample).is_some_and(|&at| at < before[i]) {
-                                return Err(self.violation(sample, "is read after its exclusion", s.epoch));
-                            }
-                            count += 1;
                         }
+                        if count > 1 {
+                            return Err(self.violation(sample, "is read twice", last.epoch));
+                        }
+                        let excluded = index.get(&sample).is_some_and(|&at| at < excluded_at_end);
+                        if complete && count == 0 && !excluded && !before_history(sample) {
+                            return Err(self.violation(sample, "is never read", last.epoch));
+                        }
+                        counted += count;
                     }
-                    if count > 1 {
-                        return Err(self.violation(sample, "is read twice", last.epoch));
-                    }
-                    let excluded = index.get(&sample).is_some_and(|&at| at < excluded_at_end);
-                    if complete && count == 0 && !excluded {
-                        return Err(self.violation(sample, "is never read", last.epoch));
-                    }
-                    counted += count;
-                }
-                total.fetch_add(counted, Ordering::Relaxed);
-                Ok(())
-            })?;
+                    total.fetch_add(counted, Ordering::Relaxed);
+                    Ok(())
+                },
+            )?;
         }
         let expected: u128 = self
             .segments
@@ -265,7 +303,13 @@ impl Run {
     fn violation(&self, sample: u64, what: &str, epoch: u64) -> Error {
         let reads = self
             .where_read(sample, 0)
-            .map(|r| describe(&r.into_iter().filter(|r| r.epoch == epoch).collect::<Vec<_>>()))
+            .map(|r| {
+                describe(
+                    &r.into_iter()
+                        .filter(|r| r.epoch == epoch)
+                        .collect::<Vec<_>>(),
+                )
+            })
             .unwrap_or_default();
         Error::Violation(format!("sample {sample} {what} in epoch {epoch}: {reads}"))
     }

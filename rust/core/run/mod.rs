@@ -55,7 +55,12 @@ impl Run {
     /// A run whose history is `rows` (a state dict's `history`) over the exclusion log
     /// `log` (the state's `exclude`, in the order written), ending at the state's epoch
     /// `base` and resume point `consumed`: checked row by row and against the state.
-    pub fn from_rows(base: Sharding, log: Vec<u64>, rows: &[Vec<i128>], consumed: u64) -> Result<Run, Error> {
+    pub fn from_rows(
+        base: Sharding,
+        log: Vec<u64>,
+        rows: &[Vec<i128>],
+        consumed: u64,
+    ) -> Result<Run, Error> {
         let run = Run::restore(base, log, rows, false)?;
         if let Some(last) = run.segments.last() {
             if (last.epoch, last.stop) != (run.base.spec.epoch, consumed) {
@@ -70,7 +75,12 @@ impl Run {
     }
 
     /// A run from its parts as [`Run::parts`] gives them (a copy of a run, for pickling).
-    pub fn restore(base: Sharding, log: Vec<u64>, rows: &[Vec<i128>], open: bool) -> Result<Run, Error> {
+    pub fn restore(
+        base: Sharding,
+        log: Vec<u64>,
+        rows: &[Vec<i128>],
+        open: bool,
+    ) -> Result<Run, Error> {
         let segments = rows
             .iter()
             .enumerate()
@@ -94,7 +104,12 @@ impl Run {
     /// The run's parts: its fields, the exclusion log, every segment as a row (the open one
     /// at its start) and whether the last is open.
     pub fn parts(&self) -> (&Sharding, &[u64], Vec<Vec<i128>>, bool) {
-        (&self.base, &self.log, self.segments.iter().map(Segment::row).collect(), self.open)
+        (
+            &self.base,
+            &self.log,
+            self.segments.iter().map(Segment::row).collect(),
+            self.open,
+        )
     }
 
     /// The run's fields (the epoch and world of its last state).
@@ -136,16 +151,27 @@ impl Run {
     /// position `start`: closes the open segment at `previous_stop` (what the pass before
     /// consumed: required while one is open) and opens one. Nothing is recorded for a
     /// segment that read nothing. The exclusions may only grow: the new ids join the log.
-    pub fn begin(&mut self, sharding: &Sharding, start: u64, previous_stop: Option<u64>) -> Result<(), Error> {
+    pub fn begin(
+        &mut self,
+        sharding: &Sharding,
+        start: u64,
+        previous_stop: Option<u64>,
+    ) -> Result<(), Error> {
         let mut change = Change::Resume;
         if self.open {
             let stop = previous_stop.ok_or_else(|| {
-                Error::Invalid("a run's open segment closes at what its pass consumed: pass it".into())
+                Error::Invalid(
+                    "a run's open segment closes at what its pass consumed: pass it".into(),
+                )
             })?;
             self.close(stop)?;
             change = Change::Repeat;
         }
-        if let Some(id) = self.log.iter().find(|&&id| !sharding.exclusions.contains(id)) {
+        if let Some(id) = self
+            .log
+            .iter()
+            .find(|&&id| !sharding.exclusions.contains(id))
+        {
             return Err(Error::Invalid(format!(
                 "sample {id} was excluded earlier in this run, and this pass reads it: a run may \
                  only exclude more"
@@ -209,7 +235,9 @@ impl Run {
         let mut segments = self.segments.clone();
         if self.open {
             let stop = stop.ok_or_else(|| {
-                Error::Invalid("a run's open segment is written at what its pass consumed: pass it".into())
+                Error::Invalid(
+                    "a run's open segment is written at what its pass consumed: pass it".into(),
+                )
             })?;
             let last = segments.last_mut().expect("an open segment");
             last.stop = stop.max(last.start);
@@ -255,7 +283,11 @@ impl Run {
         for (i, segment) in self.segments.iter().enumerate() {
             // A history that starts at a load continues its saved step count.
             if i == 0 {
-                step = if segment.dealing.batch_size() == 0 { 0 } else { segment.step };
+                step = if segment.dealing.batch_size() == 0 {
+                    0
+                } else {
+                    segment.step
+                };
             }
             starts.push(step);
             step += self.steps(segment, items_batch)?;

@@ -105,7 +105,11 @@ impl Segment {
             ))
         };
         if row.len() != ROW.len() {
-            return Err(bad(format!("has {} integers, not {}", row.len(), ROW.len())));
+            return Err(bad(format!(
+                "has {} integers, not {}",
+                row.len(),
+                ROW.len()
+            )));
         }
         let int = |k: usize| {
             u64::try_from(row[k]).map_err(|_| bad(format!("has {}={} < 0", ROW[k], row[k])))

@@ -18,7 +18,11 @@ impl Run {
         weight_changes: u64,
     ) -> Result<Vec<(&'static str, Value)>, Error> {
         let open_epoch = self.segments.last().map(|s| s.epoch);
-        let stop = if open_epoch == Some(now.spec.epoch) { Some(consumed) } else { open_stop };
+        let stop = if open_epoch == Some(now.spec.epoch) {
+            Some(consumed)
+        } else {
+            open_stop
+        };
         let mut rows = self.rows(stop)?;
         if self.open && open_epoch != Some(now.spec.epoch) && consumed > 0 {
             return Err(Error::Invalid(format!(
@@ -33,7 +37,11 @@ impl Run {
             let (epoch, stop) = (last[1], last[3]);
             if (epoch, stop) != (now.spec.epoch.into(), consumed.into()) {
                 let mut empty = last.clone();
-                empty[0] = if epoch == i128::from(now.spec.epoch) { 2 } else { 1 };
+                empty[0] = if epoch == i128::from(now.spec.epoch) {
+                    2
+                } else {
+                    1
+                };
                 empty[1] = now.spec.epoch.into();
                 empty[2] = consumed.into();
                 empty[3] = consumed.into();
@@ -49,7 +57,10 @@ impl Run {
             .collect();
         let log = self.log_with(now);
         if !log.is_empty() {
-            fields.push(("exclude", Value::Ids(log.iter().map(|&id| id.into()).collect())));
+            fields.push((
+                "exclude",
+                Value::Ids(log.iter().map(|&id| id.into()).collect()),
+            ));
         }
         if weight_changes > 0 {
             fields.push(("weight_changes", Value::Int(weight_changes.into())));

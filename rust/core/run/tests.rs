@@ -19,7 +19,7 @@ fn epoch(n: u64, world: u64, epoch: u64, dealing: Dealing, excluded: &[u64]) -> 
 /// Replays passes `(sharding, start, steps taken)` in lockstep: what each rank read.
 struct Sim {
     run: Run,
-    reads: BTreeMap<u64, Vec<Key>>, // sample -> reads
+    reads: BTreeMap<u64, Vec<Key>>,               // sample -> reads
     by_step: BTreeMap<u64, Vec<(u64, u64, u64)>>, // step -> (rank, position, sample)
     step: u64,
     consumed: u64,
@@ -27,7 +27,13 @@ struct Sim {
 
 impl Sim {
     fn new(first: &Sharding) -> Sim {
-        Sim { run: Run::new(first.clone()), reads: BTreeMap::new(), by_step: BTreeMap::new(), step: 0, consumed: 0 }
+        Sim {
+            run: Run::new(first.clone()),
+            reads: BTreeMap::new(),
+            by_step: BTreeMap::new(),
+            step: 0,
+            consumed: 0,
+        }
     }
 
     /// A pass from `start` taking `steps` batches (all of them when `None`).
@@ -48,20 +54,37 @@ impl Sim {
                     break;
                 }
                 let step = self.step + local / b;
-                self.reads.entry(sample).or_default().push((s.spec.epoch, Some(step), rank, local % b));
-                self.by_step.entry(step).or_default().push((rank, local % b, sample));
+                self.reads.entry(sample).or_default().push((
+                    s.spec.epoch,
+                    Some(step),
+                    rank,
+                    local % b,
+                ));
+                self.by_step
+                    .entry(step)
+                    .or_default()
+                    .push((rank, local % b, sample));
                 last_pos = last_pos.max(part.position(rank, local) + 1);
             }
         }
         self.step += take;
-        self.consumed = if take == batches { part.end() } else { start + take * b * s.spec.num_replicas };
+        self.consumed = if take == batches {
+            part.end()
+        } else {
+            start + take * b * s.spec.num_replicas
+        };
         assert!(last_pos <= self.consumed);
     }
 
     fn check(&self) {
         let run = Run::from_state(&owned(self.state()), true).unwrap().0;
         for sample in 0..run.base.spec.n {
-            let got: Vec<Key> = run.where_read(sample, 0).unwrap().iter().map(|r| (r.epoch, r.step, r.rank, r.position)).collect();
+            let got: Vec<Key> = run
+                .where_read(sample, 0)
+                .unwrap()
+                .iter()
+                .map(|r| (r.epoch, r.step, r.rank, r.position))
+                .collect();
             let mut want = self.reads.get(&sample).cloned().unwrap_or_default();
             want.sort();
             let mut got_sorted = got.clone();
@@ -69,7 +92,12 @@ impl Sim {
             assert_eq!(got_sorted, want, "sample {sample}");
         }
         for (&step, want) in &self.by_step {
-            let mut got: Vec<_> = run.show(step, 0).unwrap().iter().map(|r| (r.rank, r.position, r.sample)).collect();
+            let mut got: Vec<_> = run
+                .show(step, 0)
+                .unwrap()
+                .iter()
+                .map(|r| (r.rank, r.position, r.sample))
+                .collect();
             let mut want = want.clone();
             got.sort();
             want.sort();
@@ -79,7 +107,9 @@ impl Sim {
 
     fn state(&self) -> Vec<(&'static str, Value)> {
         let now = self.run.base().clone();
-        self.run.state(&now, self.consumed, Some(self.consumed), 0).unwrap()
+        self.run
+            .state(&now, self.consumed, Some(self.consumed), 0)
+            .unwrap()
     }
 }
 
@@ -97,7 +127,7 @@ fn where_and_show_equal_a_replayed_run_across_resumes() {
     let e0 = epoch(n, 2, 0, rr(4), &[]);
     let mut sim = Sim::new(&e0);
     sim.pass(&e0, 0, Some(5)); // 2 ranks × 5 batches of 4 = 40 positions
-    // A resume on 3 ranks, batch 3, two more samples excluded.
+                               // A resume on 3 ranks, batch 3, two more samples excluded.
     let e0b = epoch(n, 3, 0, rr(3), &[90, 7]);
     let start = e0b.resume_from(&e0, sim.consumed).unwrap();
     let mut state = sim.state();
@@ -116,15 +146,27 @@ fn where_and_show_equal_a_replayed_run_across_resumes() {
     let audit = sim.run.audit(true, 2).unwrap();
     assert_eq!(audit.epochs, vec![0, 1]);
     assert!(audit.recounted);
-    assert_eq!(sim.run.segments().iter().map(|s| s.change).collect::<Vec<_>>(),
-               vec![Change::Start, Change::Resume, Change::Epoch, Change::Repeat]);
+    assert_eq!(
+        sim.run
+            .segments()
+            .iter()
+            .map(|s| s.change)
+            .collect::<Vec<_>>(),
+        vec![Change::Start, Change::Resume, Change::Epoch, Change::Repeat]
+    );
 }
 
 fn forged(rows: &mut Vec<Vec<i128>>, edit: impl Fn(&mut Vec<Vec<i128>>)) -> Result<Audit, Error> {
     edit(rows);
     let n = 50;
     let last = rows.last().unwrap().clone();
-    let base = epoch(n, last[5] as u64, last[1] as u64, Dealing::new("round-robin", 4, false).unwrap(), &[]);
+    let base = epoch(
+        n,
+        last[5] as u64,
+        last[1] as u64,
+        Dealing::new("round-robin", 4, false).unwrap(),
+        &[],
+    );
     let run = Run::from_rows(base, vec![], rows, last[3] as u64)?;
     run.audit(true, 1)
 }
@@ -138,11 +180,24 @@ fn a_forged_history_fails_naming_the_sample_and_its_reads() {
     ];
     assert!(forged(&mut good.clone(), |_| {}).is_ok());
     // An overlap: the resume starts 8 positions early.
-    let err = forged(&mut good.clone(), |r| { r[1][2] = 16; r[1][4] = 3; }).unwrap_err().to_string();
-    assert!(err.contains("read twice") && err.contains("step 2") && err.contains("step 3"), "{err}");
+    let err = forged(&mut good.clone(), |r| {
+        r[1][2] = 16;
+        r[1][4] = 3;
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("read twice") && err.contains("step 2") && err.contains("step 3"),
+        "{err}"
+    );
     // A skip: the resume starts past where the first stopped.
-    let err = forged(&mut good.clone(), |r| r[1][2] = 32).unwrap_err().to_string();
-    assert!(err.contains("never read") && err.contains("[24, 32)"), "{err}");
+    let err = forged(&mut good.clone(), |r| r[1][2] = 32)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("never read") && err.contains("[24, 32)"),
+        "{err}"
+    );
     // An epoch left unfinished.
     let err = forged(&mut good.clone(), |r| {
         r.push(vec![1, 1, 0, 8, 5, 2, 4, 0, 0, 0]);
@@ -151,7 +206,9 @@ fn a_forged_history_fails_naming_the_sample_and_its_reads() {
     let err = err.unwrap_err().to_string();
     assert!(err.contains("never read in epoch 0"), "{err}");
     // Steps that do not add up.
-    let err = forged(&mut good.clone(), |r| r[1][4] = 9).unwrap_err().to_string();
+    let err = forged(&mut good.clone(), |r| r[1][4] = 9)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("steps do not add up"), "{err}");
 }
 
@@ -172,10 +229,20 @@ fn an_exclusion_that_shrinks_is_named() {
 
 #[test]
 fn a_history_must_end_at_its_state() {
-    let base = epoch(40, 2, 0, Dealing::new("round-robin", 2, false).unwrap(), &[]);
+    let base = epoch(
+        40,
+        2,
+        0,
+        Dealing::new("round-robin", 2, false).unwrap(),
+        &[],
+    );
     let rows = vec![vec![0, 0, 0, 12, 0, 2, 2, 0, 0, 0]];
-    let err = Run::from_rows(base.clone(), vec![], &rows, 14).unwrap_err().to_string();
+    let err = Run::from_rows(base.clone(), vec![], &rows, 14)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("ends in epoch 0 at position 12"), "{err}");
-    let err = Run::from_rows(base, vec![], &[vec![0, 0, 0, 12]], 12).unwrap_err().to_string();
+    let err = Run::from_rows(base, vec![], &[vec![0, 0, 0, 12]], 12)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("has 4 integers"), "{err}");
 }

@@ -76,14 +76,22 @@ impl Run {
     /// The run a state dict holds, checked; its resume point is `consumed`.
     #[staticmethod]
     fn from_state(state: &Bound<'_, PyAny>, strict: bool) -> PyResult<Run> {
-        let (inner, _) = permshard_core::Run::from_state(&from_mapping(state)?, strict).map_err(to_py)?;
+        let (inner, _) =
+            permshard_core::Run::from_state(&from_mapping(state)?, strict).map_err(to_py)?;
         Ok(Run { inner })
     }
 
     /// A pass of `sharding` from `start`; the open segment closes at `previous_stop`.
     #[pyo3(signature = (sharding, start, previous_stop = None))]
-    fn begin(&mut self, sharding: &Sharding, start: u64, previous_stop: Option<u64>) -> PyResult<()> {
-        self.inner.begin(&sharding.inner, start, previous_stop).map_err(to_py)
+    fn begin(
+        &mut self,
+        sharding: &Sharding,
+        start: u64,
+        previous_stop: Option<u64>,
+    ) -> PyResult<()> {
+        self.inner
+            .begin(&sharding.inner, start, previous_stop)
+            .map_err(to_py)
     }
 
     /// A copy for pickle: the run's fields, exclusion log, rows and whether it is open.
@@ -92,14 +100,22 @@ impl Run {
         let run = slf.borrow();
         let (base, log, rows, open) = run.inner.parts();
         let base = to_dict(py, base.state(0))?;
-        let args = (base, log.to_vec(), rows, open).into_pyobject(py)?.into_any();
+        let args = (base, log.to_vec(), rows, open)
+            .into_pyobject(py)?
+            .into_any();
         Ok((slf.getattr("_restore")?, args))
     }
 
     /// The run of `__reduce__`'s parts.
     #[staticmethod]
-    fn _restore(base: &Bound<'_, PyAny>, log: Vec<u64>, rows: Vec<Vec<i128>>, open: bool) -> PyResult<Run> {
-        let (base, _) = permshard_core::Sharding::from_state(&from_mapping(base)?, true).map_err(to_py)?;
+    fn _restore(
+        base: &Bound<'_, PyAny>,
+        log: Vec<u64>,
+        rows: Vec<Vec<i128>>,
+        open: bool,
+    ) -> PyResult<Run> {
+        let (base, _) =
+            permshard_core::Sharding::from_state(&from_mapping(base)?, true).map_err(to_py)?;
         let inner = permshard_core::Run::restore(base, log, &rows, open).map_err(to_py)?;
         Ok(Run { inner })
     }
@@ -171,21 +187,27 @@ impl Run {
     /// Every read of `sample` over the history.
     #[pyo3(signature = (sample, batch_size = 0))]
     fn where_read(&self, py: Python<'_>, sample: u64, batch_size: u64) -> PyResult<Vec<Read>> {
-        let reads = py.detach(|| self.inner.where_read(sample, batch_size)).map_err(to_py)?;
+        let reads = py
+            .detach(|| self.inner.where_read(sample, batch_size))
+            .map_err(to_py)?;
         Ok(reads.iter().map(Read::from).collect())
     }
 
     /// What every rank read at `step`.
     #[pyo3(signature = (step, batch_size = 0))]
     fn show(&self, py: Python<'_>, step: u64, batch_size: u64) -> PyResult<Vec<Read>> {
-        let reads = py.detach(|| self.inner.show(step, batch_size)).map_err(to_py)?;
+        let reads = py
+            .detach(|| self.inner.show(step, batch_size))
+            .map_err(to_py)?;
         Ok(reads.iter().map(Read::from).collect())
     }
 
     /// The exactly-once audit (`ShardingError` naming the first sample read twice or never).
     #[pyo3(signature = (recount = true, threads = 0))]
     fn audit(&self, py: Python<'_>, recount: bool, threads: usize) -> PyResult<Audit> {
-        let a = py.detach(|| self.inner.audit(recount, threads)).map_err(to_py)?;
+        let a = py
+            .detach(|| self.inner.audit(recount, threads))
+            .map_err(to_py)?;
         Ok(Audit {
             epochs: a.epochs,
             segments: a.segments,

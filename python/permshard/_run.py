@@ -1,0 +1,190 @@
+"""``Run``: a training run's history, read from a checkpoint — where each sample was read,
+what every rank read at a step, and the exactly-once audit."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple, Optional
+
+from . import _core
+from ._validation import as_u64
+
+#: Keys a sampler adds beside the core's state: checked on load, not part of the stream.
+_BESIDE = ("schedule", "dataset")
+
+
+class Read(NamedTuple):
+    """One read of a sample by the run.
+
+    ``step`` counts the batches each rank had taken since the run's start, across epochs
+    and resumes (``None`` for an item sampler's run without ``batch_size``: ``position``
+    is then the item's place in its rank's stream of the epoch); ``position`` is the
+    sample's place in that rank's batch; ``padding`` marks a read that repeats a sample to
+    even out the ranks.
+    """
+
+    epoch: int
+    step: Optional[int]
+    rank: int
+    position: int
+    sample: int
+    padding: bool
+
+    def as_dict(self, *, sample: bool = False) -> dict[str, Any]:
+        """The read as JSON-ready keys ``epoch``, ``step``, ``rank``, ``position`` (and
+        ``sample`` with ``sample=True``).
+
+        Args:
+            sample (bool): include the sample id.
+        """
+        out: dict[str, Any] = {"epoch": self.epoch, "step": self.step, "rank": self.rank, "position": self.position}
+        if sample:
+            out["sample"] = self.sample
+        return out
+
+
+class Audit(NamedTuple):
+    """What :meth:`Run.audit` proved: every kept sample of ``epochs`` read exactly once per
+    epoch (the one in progress up to its resume point), none after its exclusion."""
+
+    epochs: list[int]
+    segments: int
+    begins: tuple[int, int]  # (epoch, position) where the history starts
+    reads: int  # reads of kept samples, padding aside
+    recounted: bool  # every sample's reads were counted one by one too
+
+
+def _reads(native: list[Any]) -> list[Read]:
+    return [Read(r.epoch, r.step, r.rank, r.position, r.sample, r.padding) for r in native]
+
+
+class Run:
+    r"""A run's history, from the state dict of its latest checkpoint.
+
+    Every sampler over a :class:`~permshard.ShardedSampler` (item, batch, step and weighted
+    samplers) keeps its run's history in its state dict: one segment of 10 integers per
+    change — the start, an epoch, a resume (another world size, batch size or dealing,
+    more exclusions), an epoch iterated again. The stream being a pure function of it, one
+    state dict answers, in O(#changes + answer): :meth:`where` a sample was read, what
+    every rank read at a step (:meth:`show`), and proves exactly-once (:meth:`audit`).
+    A state saved by 0.5 or before has no history: the history starts at its load.
+
+    Args:
+        state_dict (Mapping): a dict saved by a sampler's ``state_dict()``.
+        strict (bool, optional): refuse keys the sampler does not save. Default: ``True``.
+
+    Example::
+
+        >>> run = Run(torch.load("checkpoint.pt")["sampler"])
+        >>> run.where(1234)  # every (epoch, step, rank, position) that read sample 1234
+        [Read(epoch=0, step=17, rank=2, position=5, sample=1234, padding=False), ...]
+        >>> run.audit().reads
+        1000000
+    """
+
+    def __init__(self, state_dict: Mapping[str, Any], *, strict: bool = True) -> None:
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"state_dict must be a mapping saved by a sampler, got {type(state_dict).__name__}")
+        if "max_tokens" in state_dict:
+            raise ValueError(
+                "this is a TokenBudgetBatchSampler's state: its history is not kept yet; Run reads "
+                "the states of ShardedSampler, ShardedBatchSampler, StepBatchSampler and WeightedShardedSampler"
+            )
+        self.weighted = "draws" in state_dict  # positions are draws: samples repeat by design
+        self.schedule = state_dict.get("schedule")
+        core = {k: v for k, v in state_dict.items() if k not in _BESIDE}
+        if self.weighted:
+            core = {k: v for k, v in core.items() if k not in ("draws", "weights", "num_weights", "replacement")}
+        self._run = _core.Run.from_state(core, strict)
+
+    @property
+    def n(self) -> int:
+        """Samples in an epoch."""
+        return int(self._run.n)
+
+    @property
+    def segments(self) -> list[dict[str, Any]]:
+        """The history, a dict per segment: ``change`` (``start``, ``epoch``, ``resume``,
+        ``repeat``), ``epoch``, the global positions ``[start, stop)`` of the epoch it
+        read, ``step`` (the run's step where it starts), ``world``, ``batch_size`` (``0``:
+        an item sampler), ``dealing``, ``drop_last_batch``, ``excluded`` (ids of the
+        run's exclusion log in force)."""
+        return list(self._run.segments())
+
+    def where(self, sample: int, *, batch_size: Optional[int] = None) -> list[Read]:
+        """Every read of ``sample`` over the run's history, in order.
+
+        Args:
+            sample (int): a dataset index (for a weighted run: a draw's sample id is not
+                searchable; pass a position of the stream instead).
+            batch_size (int, optional): an item sampler's DataLoader batch size, to count
+                its steps. Default: ``None`` (steps are ``None`` for an item sampler).
+        """
+        sample = as_u64("sample", sample)
+        if not sample < self.n:
+            raise ValueError(f"sample {sample} is not in range({self.n})")
+        return _reads(self._run.where_read(sample, self._batch(batch_size)))
+
+    def where_document(self, dataset: Any, source: int, document: int, *, batch_size: Optional[int] = None) -> list[Read]:
+        """Every read of sample ``document`` of source ``source`` of a
+        :class:`~permshard.data.MixedDataset` run (its weights as the run changed them).
+
+        Args:
+            dataset (MixedDataset): the run's dataset, built with its first arguments.
+            source (int): the source.
+            document (int): the source's sample (for Megatron corpora: its sample index).
+            batch_size (int, optional): as for :meth:`where`.
+        """
+        mixture = dataset.mixture_of(self.schedule) if hasattr(dataset, "mixture_of") else None
+        if mixture is None:
+            raise TypeError(
+                f"where_document needs the run's MixedDataset, got {type(dataset).__name__}; "
+                "for other datasets use where(sample)"
+            )
+        reads: list[Read] = []
+        for position in mixture.locate(source, document):
+            if position < self.n:
+                reads.extend(self.where(position, batch_size=batch_size))
+        return sorted(reads, key=lambda r: (r.epoch, r.step if r.step is not None else -1, r.rank, r.position))
+
+    def show(self, step: int, *, batch_size: Optional[int] = None) -> list[Read]:
+        """What every rank read at ``step`` (batches each rank had taken since the run's
+        start), rank by rank in batch order.
+
+        Args:
+            step (int): the step.
+            batch_size (int, optional): an item sampler's DataLoader batch size (required
+                for its runs, which know no batches).
+        """
+        return _reads(self._run.show(as_u64("step", step), self._batch(batch_size)))
+
+    def audit(self, *, recount: bool = True, threads: int = 0) -> Audit:
+        """Proves from the history that every kept sample was read exactly once per epoch
+        (declared padding aside; the epoch in progress up to its resume point) and no
+        excluded sample after its exclusion: each segment starts where the one before
+        stopped, an epoch ends only once read to its end, the steps add up; with
+        ``recount`` every sample's reads are counted by the inverse of each segment's
+        order too (O(n · #segments), on every core).
+
+        Args:
+            recount (bool, optional): count every sample's reads. Default: ``True``.
+            threads (int, optional): threads of the recount (``0``: every core).
+
+        Raises:
+            ShardingError: naming the first sample read twice or never, and its reads.
+        """
+        if self.weighted:
+            raise ValueError(
+                "a WeightedShardedSampler draws samples with replacement: a sample may be drawn "
+                "several times by design, so exactly-once does not apply; its positions are audited "
+                "by WeightedShardedSampler.verify()"
+            )
+        a = self._run.audit(bool(recount), as_u64("threads", threads))
+        return Audit(list(a.epochs), int(a.segments), tuple(a.begins), int(a.reads), bool(a.recounted))  # type: ignore[arg-type]
+
+    @staticmethod
+    def _batch(batch_size: Optional[int]) -> int:
+        return 0 if batch_size is None else as_u64("batch_size", batch_size, minimum=1)
+
+    def __repr__(self) -> str:
+        return f"Run(n={self.n}, segments={len(self.segments)})"

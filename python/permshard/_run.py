@@ -75,11 +75,16 @@ class Run:
 
     Example::
 
-        >>> run = Run(torch.load("checkpoint.pt")["sampler"])
-        >>> run.where(1234)  # every (epoch, step, rank, position) that read sample 1234
-        [Read(epoch=0, step=17, rank=2, position=5, sample=1234, padding=False), ...]
+        >>> from permshard import Run, ShardedBatchSampler, ShardedSampler
+        >>> batches = ShardedBatchSampler(ShardedSampler(1000, seed=1), 8)
+        >>> for step, batch in enumerate(batches):
+        ...     if step == 9:
+        ...         break
+        >>> run = Run(batches.state_dict(consumed_samples=10 * 8))
+        >>> [(r.epoch, r.step, r.rank, r.position) for r in run.where(batch[2])]
+        [(0, 9, 0, 2)]
         >>> run.audit().reads
-        1000000
+        80
     """
 
     def __init__(self, state_dict: Mapping[str, Any], *, strict: bool = True) -> None:

@@ -103,7 +103,9 @@ def test_the_recorded_run_audits_and_the_cli_answers_the_same(recorded, tmp_path
     out = subprocess.run([*cli, "audit", "--state", str(path)], capture_output=True, text=True)
     assert out.returncode == 0 and "exactly once" in out.stdout, out.stderr
     sample = reads[0][4]
-    out = subprocess.run([*cli, "where", str(sample), "--state", str(path), "--json"], capture_output=True, text=True)
+    out = subprocess.run(
+        [*cli, "where", str(sample), "--state", str(path), "--json"], capture_output=True, text=True
+    )
     assert json.loads(out.stdout) == [r.as_dict() for r in Run(state).where(sample)], out.stderr
     assert set(json.loads(out.stdout)[0]) == {"epoch", "step", "rank", "position"}
     out = subprocess.run([*cli, "show", "5", "--state", str(path), "--json"], capture_output=True, text=True)
@@ -130,7 +132,9 @@ def test_a_forged_history_fails_the_audit_naming_the_sample_and_its_steps(record
     assert Run(state).audit()
     # The resume starts 6 positions early: samples read twice.
     early = _forge(state, lambda h: h[1].__setitem__(2, h[1][2] - 6))
-    with pytest.raises(ShardingError, match=r"sample \d+ is read twice in epoch 0: .*step 8 .*; epoch 0 step 9"):
+    with pytest.raises(
+        ShardingError, match=r"sample \d+ is read twice in epoch 0: .*step 8 .*; epoch 0 step 9"
+    ):
         Run(early).audit()
     # It starts 6 positions late: samples never read.
     late = _forge(state, lambda h: h[1].__setitem__(2, h[1][2] + 6))

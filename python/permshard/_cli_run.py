@@ -40,7 +40,9 @@ def add_parsers(sub: Any, count: Callable[[str], int]) -> None:
     p.add_argument("--num-samples", type=count, help="blend length (with --data-path)")
     p.add_argument("--mix-seed", type=count, default=0, help="seed of the blend's passes (default 0)")
 
-    p = sub.add_parser("audit", help="prove from a checkpoint that every sample was read exactly once per epoch")
+    p = sub.add_parser(
+        "audit", help="prove from a checkpoint that every sample was read exactly once per epoch"
+    )
     p.add_argument("--state", required=True, metavar="FILE", help="a sampler's state dict (.pt or .json)")
     p.add_argument("--no-recount", action="store_true", help="the history's proof only (O(#changes))")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -56,7 +58,9 @@ def history_show_parser(count: Callable[[str], int]) -> argparse.ArgumentParser:
 
 def _history_args(p: argparse.ArgumentParser, count: Callable[[str], int]) -> None:
     p.add_argument("--state", required=True, metavar="FILE", help="a sampler's state dict (.pt or .json)")
-    p.add_argument("--batch-size", type=count, help="an item sampler's DataLoader batch size (to count steps)")
+    p.add_argument(
+        "--batch-size", type=count, help="an item sampler's DataLoader batch size (to count steps)"
+    )
     p.add_argument("--json", action="store_true", help="print a JSON list of {epoch, step, rank, position}")
 
 
@@ -67,7 +71,9 @@ def _print(reads: list[Any], as_json: bool, *, sample: bool) -> None:
     for r in reads:
         step = "-" if r.step is None else f"{r.step:,}"
         pad = "  (padding)" if r.padding else ""
-        print(f"epoch {r.epoch:>4}  step {step:>10}  rank {r.rank:>5}  position {r.position:>6}  sample {r.sample:,}{pad}")
+        print(
+            f"epoch {r.epoch:>4}  step {step:>10}  rank {r.rank:>5}  position {r.position:>6}  sample {r.sample:,}{pad}"
+        )
 
 
 def where(args: argparse.Namespace) -> int:

@@ -163,13 +163,18 @@ def _unwrap(obj: Any) -> Iterator[Any]:
         obj = nxt
 
 
+def _kept(value: Any) -> Any:
+    """``value`` as :func:`_preserved` keeps it: a copy of a run's history (one mutable
+    object), the value itself otherwise."""
+    return copy.copy(value) if isinstance(value, _core.Run) else value
+
+
 @contextlib.contextmanager
 def _preserved(objs: Sequence[Any]) -> Iterator[None]:
     """Restores the attributes of ``objs`` afterwards: counting a loader's indices must not
     advance its samplers."""
     # A run's history is one mutable object: kept as a copy.
-    keep = lambda v: copy.copy(v) if isinstance(v, _core.Run) else v  # noqa: E731
-    saved = [(o, {k: keep(v) for k, v in vars(o).items()}) for o in objs if hasattr(o, "__dict__")]
+    saved = [(o, {k: _kept(v) for k, v in vars(o).items()}) for o in objs if hasattr(o, "__dict__")]
     try:
         yield
     finally:

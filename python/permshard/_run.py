@@ -37,7 +37,12 @@ class Read(NamedTuple):
         Args:
             sample (bool): include the sample id.
         """
-        out: dict[str, Any] = {"epoch": self.epoch, "step": self.step, "rank": self.rank, "position": self.position}
+        out: dict[str, Any] = {
+            "epoch": self.epoch,
+            "step": self.step,
+            "rank": self.rank,
+            "position": self.position,
+        }
         if sample:
             out["sample"] = self.sample
         return out
@@ -89,7 +94,9 @@ class Run:
 
     def __init__(self, state_dict: Mapping[str, Any], *, strict: bool = True) -> None:
         if not isinstance(state_dict, Mapping):
-            raise TypeError(f"state_dict must be a mapping saved by a sampler, got {type(state_dict).__name__}")
+            raise TypeError(
+                f"state_dict must be a mapping saved by a sampler, got {type(state_dict).__name__}"
+            )
         if "max_tokens" in state_dict:
             raise ValueError(
                 "this is a TokenBudgetBatchSampler's state: its history is not kept yet; Run reads "
@@ -99,7 +106,9 @@ class Run:
         self.schedule = state_dict.get("schedule")
         core = {k: v for k, v in state_dict.items() if k not in _BESIDE}
         if self.weighted:
-            core = {k: v for k, v in core.items() if k not in ("draws", "weights", "num_weights", "replacement")}
+            core = {
+                k: v for k, v in core.items() if k not in ("draws", "weights", "num_weights", "replacement")
+            }
         self._run = _core.Run.from_state(core, strict)
 
     @property
@@ -130,7 +139,9 @@ class Run:
             raise ValueError(f"sample {sample} is not in range({self.n})")
         return _reads(self._run.where_read(sample, self._batch(batch_size)))
 
-    def where_document(self, dataset: Any, source: int, document: int, *, batch_size: Optional[int] = None) -> list[Read]:
+    def where_document(
+        self, dataset: Any, source: int, document: int, *, batch_size: Optional[int] = None
+    ) -> list[Read]:
         """Every read of sample ``document`` of source ``source`` of a
         :class:`~permshard.data.MixedDataset` run (its weights as the run changed them).
 
@@ -150,7 +161,9 @@ class Run:
         for position in mixture.locate(source, document):
             if position < self.n:
                 reads.extend(self.where(position, batch_size=batch_size))
-        return sorted(reads, key=lambda r: (r.epoch, r.step if r.step is not None else -1, r.rank, r.position))
+        return sorted(
+            reads, key=lambda r: (r.epoch, r.step if r.step is not None else -1, r.rank, r.position)
+        )
 
     def show(self, step: int, *, batch_size: Optional[int] = None) -> list[Read]:
         """What every rank read at ``step`` (batches each rank had taken since the run's
@@ -185,7 +198,9 @@ class Run:
                 "by WeightedShardedSampler.verify()"
             )
         a = self._run.audit(bool(recount), as_u64("threads", threads))
-        return Audit(list(a.epochs), int(a.segments), tuple(a.begins), int(a.reads), bool(a.recounted))  # type: ignore[arg-type]
+        return Audit(
+            list(a.epochs), int(a.segments), (a.begins[0], a.begins[1]), int(a.reads), bool(a.recounted)
+        )
 
     @staticmethod
     def _batch(batch_size: Optional[int]) -> int:

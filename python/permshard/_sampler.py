@@ -492,7 +492,7 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
         # The history closes the last pass at what it consumed (another epoch's, after set_epoch).
         last = _consumed_by(current) if current is not None and current.epoch != self.epoch else None
         weight_changes = len(changes["changes"]) if changes is not None else 0
-        state = self._run.state_dict(self.config.sharding(), consumed, last, weight_changes)
+        state: dict[str, Any] = self._run.state_dict(self.config.sharding(), consumed, last, weight_changes)
         if changes is not None:
             state["schedule"] = changes  # the dataset's weights changed at run time
         fingerprint = consensus.stable_fingerprint(self.dataset)

@@ -146,7 +146,9 @@ class ScheduleChanges:
             return self.base
         self._check_state(state)
         b = self.base
-        stages = [(s, list(w)) for s, w in b.stages] + [(int(c[0]), [float(w) for w in c[1]]) for c in state["changes"]]
+        stages = [(s, list(w)) for s, w in b.stages] + [
+            (int(c[0]), [float(w) for w in c[1]]) for c in state["changes"]
+        ]
         return Mixture(b.sizes, b.weights, b.num_samples, b.seed, stages=stages, algorithm=b.algorithm)
 
     def _check_state(self, state: Mapping[str, Any]) -> None:

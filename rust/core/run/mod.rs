@@ -177,15 +177,7 @@ impl Run {
                  only exclude more"
             )));
         }
-        let mut added: Vec<u64> = sharding
-            .exclusions
-            .ids()
-            .iter()
-            .copied()
-            .filter(|id| !self.log.contains(id))
-            .collect();
-        added.sort_unstable();
-        self.log.extend(added);
+        self.log = self.log_with(sharding);
         let step = match self.segments.last() {
             Some(last) => last.step + self.steps(last, 0)?,
             None => 0,

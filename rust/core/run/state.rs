@@ -88,7 +88,7 @@ impl Run {
     }
 
     /// The exclusion log followed by `now`'s ids not in it yet (sorted).
-    fn log_with(&self, now: &Sharding) -> Vec<u64> {
+    pub(super) fn log_with(&self, now: &Sharding) -> Vec<u64> {
         let mut log = self.log.clone();
         let mut added: Vec<u64> = now
             .exclusions

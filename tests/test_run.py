@@ -85,6 +85,11 @@ def test_where_document_follows_the_weight_change(recorded):
     # Without the schedule the initial weights would answer, differently.
     static = ds.mixture_of(None)
     assert static != ds.mixture_of(state["schedule"])
+    # A schedule read for attribution is checked as a loaded one is.
+    with pytest.raises(ValueError, match=r"a change must be \[start, weights\]"):
+        ds.mixture_of({**state["schedule"], "changes": [[64]]})
+    with pytest.raises(ValueError, match="saved over another mixture"):
+        ds.mixture_of({**state["schedule"], "mixture": "0"})
 
 
 def test_the_recorded_run_audits_and_the_cli_answers_the_same(recorded, tmp_path):

@@ -71,8 +71,11 @@ class ScheduleChanges:
         Args:
             extra (sequence of (int, list of float)): changes not written yet.
         """
+        return self._built(self._stages(self.count) + list(extra))
+
+    def _built(self, stages: list[tuple[int, list[float]]]) -> Mixture:
+        """The base mixture's sources, weights, length, seed and order with ``stages``."""
         b = self.base
-        stages = self._stages(self.count) + list(extra)
         return Mixture(b.sizes, b.weights, b.num_samples, b.seed, stages=stages, algorithm=b.algorithm)
 
     def append(self, start: int, weights: list[float]) -> Mixture:
@@ -144,14 +147,15 @@ class ScheduleChanges:
         """
         if state is None:
             return self.base
-        self._check_state(state)
-        b = self.base
-        stages = [(s, list(w)) for s, w in b.stages] + [
-            (int(c[0]), [float(w) for w in c[1]]) for c in state["changes"]
-        ]
-        return Mixture(b.sizes, b.weights, b.num_samples, b.seed, stages=stages, algorithm=b.algorithm)
+        stages = [(start, list(w)) for start, w in self.base.stages] + self._changes_of(state)
+        return self._built(stages)
 
-    def _check_state(self, state: Mapping[str, Any]) -> None:
+    def _changes_of(self, state: Mapping[str, Any]) -> list[tuple[int, list[float]]]:
+        """The changes of :meth:`state`, checked: its keys, its mixture, its rows.
+
+        Args:
+            state (Mapping): a dict :meth:`state` returned.
+        """
         if not isinstance(state, Mapping) or set(state) != {"mixture", "changes"}:
             raise ValueError(
                 "state_dict['schedule'] must be {'mixture': ..., 'changes': [...]}: pass a saved state"
@@ -161,6 +165,18 @@ class ScheduleChanges:
                 "state_dict['schedule'] was saved over another mixture (other sources, sizes, initial "
                 "weights, length, seed or order): build the MixedDataset with the run's first arguments"
             )
+        changes = state["changes"]
+        if not isinstance(changes, (list, tuple)) or len(changes) > len(self._starts):
+            raise ValueError(
+                f"state_dict['schedule'] holds {len(changes) if isinstance(changes, (list, tuple)) else '?'} "
+                f"changes; this dataset takes max_changes={len(self._starts)}"
+            )
+        out = []
+        for change in changes:
+            if not isinstance(change, (list, tuple)) or len(change) != 2:
+                raise ValueError(f"a change must be [start, weights], got {change!r}")
+            out.append((int(change[0]), [float(w) for w in change[1]]))
+        return out
 
     def load(self, state: Mapping[str, Any]) -> Mixture:
         """Replaces the changes by those of :meth:`state`; the mixture with them.
@@ -168,19 +184,11 @@ class ScheduleChanges:
         Args:
             state (Mapping): a dict :meth:`state` returned.
         """
-        self._check_state(state)
-        changes = state["changes"]
-        if not isinstance(changes, (list, tuple)) or len(changes) > len(self._starts):
-            raise ValueError(
-                f"state_dict['schedule'] holds {len(changes) if isinstance(changes, (list, tuple)) else '?'} "
-                f"changes; this dataset takes max_changes={len(self._starts)}"
-            )
+        changes = self._changes_of(state)
         self._count[0] = 0
         restored = self.base
-        for change in changes:
-            if not isinstance(change, (list, tuple)) or len(change) != 2:
-                raise ValueError(f"a change must be [start, weights], got {change!r}")
-            restored = self.append(int(change[0]), [float(w) for w in change[1]])
+        for start, weights in changes:
+            restored = self.append(start, weights)
         return restored
 
     def __getstate__(self) -> dict[str, Any]:

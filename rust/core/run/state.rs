@@ -1,7 +1,7 @@
 //! A run's state dict: the epoch's state ([`Sharding::state`]) with the run's history and
 //! its exclusion log in the order ids were excluded. A change costs one row of 10 integers.
 
-use super::Run;
+use super::{Change, Run, Segment};
 use crate::error::Error;
 use crate::sharding::Sharding;
 use crate::state::{Value, SHARD};
@@ -33,21 +33,24 @@ impl Run {
         }
         // A history ends at the state's resume point: a state taken after `set_epoch` and
         // before the new epoch's first pass ends with an empty segment of it.
-        if let Some(last) = rows.last() {
-            let (epoch, stop) = (last[1], last[3]);
-            if (epoch, stop) != (now.spec.epoch.into(), consumed.into()) {
-                let mut empty = last.clone();
-                empty[0] = if epoch == i128::from(now.spec.epoch) {
-                    2
+        if let Some(row) = rows.last() {
+            let last = Segment::from_row(row, rows.len() - 1)?;
+            if (last.epoch, last.stop) != (now.spec.epoch, consumed) {
+                let change = if last.epoch == now.spec.epoch {
+                    Change::Resume
                 } else {
-                    1
+                    Change::Epoch
                 };
-                empty[1] = now.spec.epoch.into();
-                empty[2] = consumed.into();
-                empty[3] = consumed.into();
-                empty[4] = last[4] + i128::from(self.steps_of_row(last)?);
-                empty[5] = now.spec.num_replicas.into();
-                rows.push(empty);
+                let empty = Segment {
+                    change,
+                    epoch: now.spec.epoch,
+                    start: consumed,
+                    stop: consumed,
+                    step: last.step + self.steps(&last, 0)?,
+                    world: now.spec.num_replicas,
+                    ..last
+                };
+                rows.push(empty.row());
             }
         }
         let mut fields: Vec<(&'static str, Value)> = now
@@ -100,10 +103,5 @@ impl Run {
         added.sort_unstable();
         log.extend(added);
         log
-    }
-
-    fn steps_of_row(&self, row: &[i128]) -> Result<u64, Error> {
-        let segment = super::Segment::from_row(row, 0)?;
-        self.steps(&segment, 0)
     }
 }

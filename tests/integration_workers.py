@@ -85,7 +85,7 @@ def hf_trainer(rank: int, world: int, n: int, folder: str) -> dict:
     import torch
     from transformers import TrainingArguments
 
-    from permshard.integrations import ShardedTrainer
+    from permshard.transformers import ShardedTrainer
 
     seen: list[int] = []
 

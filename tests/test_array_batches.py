@@ -15,7 +15,7 @@ from array_datasets import GatheringAhead, Recording, keep
 from torch.utils.data import DataLoader
 
 from permshard import ShardedBatchSampler, ShardedSampler
-from permshard._epoch_index import EpochIndices
+from permshard._hooks import EpochIndices
 from permshard._token_budget import TokenBudgetBatchSampler
 from permshard.accelerate import StepBatchSampler
 from permshard.data import TokenWindows

@@ -7,8 +7,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 from permshard import ShardedBatchSampler, ShardedSampler
-from permshard._callers import iterating
-from permshard._loader_count import LOADER_ITERATOR
+from permshard._loader import LOADER_ITERATOR, iterating
 
 
 class Recorder:

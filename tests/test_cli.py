@@ -86,7 +86,7 @@ def test_verify_exit_codes(capsys, monkeypatch):
     def broken(*args, **kwargs):
         raise ShardingError("sample 3 is yielded twice")
 
-    monkeypatch.setattr("permshard._proofs._run", broken)  # where the core's proof runs
+    monkeypatch.setattr("permshard._proof._run", broken)  # where the core's proof runs
     for method in ("bitmap", "inverse"):
         assert cli.main(["verify", "-n", "100", "-w", "4", "--method", method]) == 1
         assert "NOT PROVEN: sample 3 is yielded twice" in capsys.readouterr().out

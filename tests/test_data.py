@@ -14,7 +14,7 @@ from distributed import launch
 from torch.utils.data import DataLoader
 
 from permshard import ShardedBatchSampler, ShardedSampler
-from permshard._epoch_index import EpochIndex
+from permshard._hooks import EpochIndex
 from permshard.data import PackedDataset, TokenWindows, shard_iterable
 
 
@@ -196,7 +196,7 @@ def test_epoch_reaches_persistent_workers(token_files, per_batch):
 
 
 def test_epoch_index_behaves_as_an_int():
-    from permshard._epoch_index import epoch_of
+    from permshard._hooks import epoch_of
 
     i = EpochIndex(7, epoch=3)
     assert i == 7 and i + 1 == 8 and [10, 11, 12, 13, 14, 15, 16, 17][i] == 17

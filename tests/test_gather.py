@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from permshard import _core
-from permshard._epoch_index import EpochIndices
+from permshard._hooks import EpochIndices
 from permshard.data import MemmapRows, TokenWindows
 from permshard.data._documents import DocumentBatch
 

@@ -15,7 +15,7 @@ from distributed import launch
 from torch.utils.data import DataLoader
 
 from permshard import ShardedBatchSampler, ShardedSampler, _core
-from permshard._epoch_index import EpochIndex, EpochIndices
+from permshard._hooks import EpochIndex, EpochIndices
 from permshard.data import MemmapRows, RowBatch
 
 

@@ -26,10 +26,8 @@ not touch a sampler) starts without importing torch.
 from __future__ import annotations
 
 import importlib
-import sys
 from typing import TYPE_CHECKING, Any
 
-from . import _moved
 from ._core import (
     ALGORITHM,
     ALGORITHM_V1,
@@ -50,11 +48,12 @@ if TYPE_CHECKING:
     from ._block import BlockPermutation
     from ._certificate import Certificate, PendingCertificate
     from ._config import ShardConfig
-    from ._epoch_index import EpochIndex
+    from ._guards import check_loader
+    from ._hooks import EpochIndex
     from ._mixture import Mixture
     from ._permutation import Permutation
     from ._plan import BudgetPlan, ShardPlan
-    from ._proofs import check_loader, verify
+    from ._proof import verify
     from ._run import Run
     from ._sampler import ShardedSampler
     from ._token_budget import TokenBudgetBatchSampler
@@ -65,7 +64,7 @@ _LAZY = {
     "BlockPermutation": "._block",
     "BudgetPlan": "._plan",
     "Certificate": "._certificate",
-    "EpochIndex": "._epoch_index",
+    "EpochIndex": "._hooks",
     "Mixture": "._mixture",
     "PendingCertificate": "._certificate",
     "Permutation": "._permutation",
@@ -77,9 +76,9 @@ _LAZY = {
     "StepBatchSampler": "._batch_sampler",
     "TokenBudgetBatchSampler": "._token_budget",
     "WeightedShardedSampler": "._weighted",
-    "check_loader": "._proofs",
+    "check_loader": "._guards",
     "data": ".data",
-    "verify": "._proofs",
+    "verify": "._proof",
 }
 
 __all__ = [
@@ -116,10 +115,6 @@ __all__ = [
 
 
 # 0.4's module paths (permshard.sampler, ...) import for one more release, with a warning.
-if not any(isinstance(finder, _moved.MovedModules) for finder in sys.meta_path):
-    sys.meta_path.append(_moved.MovedModules())
-
-
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:

@@ -1,6 +1,6 @@
 """The batch samplers over a :class:`~permshard.ShardedSampler`: ``ShardedBatchSampler``
 (round-robin items, in batches) and ``StepBatchSampler`` (accelerate's whole batches per
-step). Each proves the stream it yields (:class:`~permshard._proven.ProvenStream`)."""
+step). Each proves the stream it yields (:class:`~permshard._proof.ProvenStream`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from torch.utils.data import BatchSampler
 
 from . import _core
 from ._config import ShardConfig
-from ._epoch_index import wants_arrays
-from ._proven import ProofTarget, ProvenStream
+from ._hooks import gathers_ahead, wants_arrays
+from ._proof import ProofTarget, ProvenStream
 from ._sampler import ShardedSampler
 from ._validation import as_positive
 
@@ -26,7 +26,7 @@ class ShardedBatchSampler(BatchSampler, ProvenStream):
     ``numpy.ndarray`` (no Python object per index) for datasets that declare
     ``accepts_arrays = True`` (``TokenWindows`` does) or with ``as_array=True``; for an
     epoch-dependent dataset the array is an
-    :class:`~permshard._epoch_index.EpochIndices` carrying the epoch. A dataset taking
+    :class:`~permshard._hooks.EpochIndices` carrying the epoch. A dataset taking
     arrays that has ``gather_ahead(indices)`` (``MemmapRows``) is told each batch as the
     one before it is handed out, to gather it while the loop runs.
 
@@ -86,7 +86,7 @@ class ShardedBatchSampler(BatchSampler, ProvenStream):
 
     def proof_target(self) -> ProofTarget:
         """The pass being run, dealt and batched as this sampler yields it (a dropped
-        last batch is declared dropped); see :class:`~permshard._proven.ProvenStream`."""
+        last batch is declared dropped); see :class:`~permshard._proof.ProvenStream`."""
         part, config = self._dealt()
         return ProofTarget(part, config, self._sharded.rank, self._sharded.dataset)
 
@@ -104,9 +104,8 @@ class ShardedBatchSampler(BatchSampler, ProvenStream):
         # A rank's positions keep their round-robin local index: block windows announce.
         announce = current.announce if part.dealing == "round-robin" else None
         # A dataset that gathers ahead is told batch k + 1 as batch k is handed out.
-        gather_ahead = getattr(self._sharded.dataset, "gather_ahead", None) if arrays else None
-        if not callable(gather_ahead):
-            gather_ahead = None
+        ahead = gathers_ahead(self._sharded.dataset) if arrays else None
+        gather_ahead = ahead.gather_ahead if ahead is not None else None
         per_call = part.batches_per_call  # whole batches, about the core's chunk a call
         end = 0  # local items handed out, batch after batch as the core cut them
         held: Optional[tuple[Any, int]] = None  # the batch cut, not yet handed out

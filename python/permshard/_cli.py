@@ -187,7 +187,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from ._proofs import verify_pass
+    from ._proof import verify_pass
 
     config = _config(args)
     part = config.partition()

@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ._batch_sampler import ShardedBatchSampler
-from ._proofs import verify
+from ._proof import verify
 from ._sampler import ShardedSampler
 from .data import TokenWindows, WindowBatch
 from .launch import launch

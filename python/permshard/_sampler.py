@@ -14,12 +14,11 @@ from . import _core
 from . import _guards as guards
 from ._config import ShardConfig
 from ._core import ALGORITHM as permutation_default
-from ._epoch_index import wants_epoch
-from ._lifecycle import PassLifecycle
+from ._hooks import WindowPrefetch, has_schedule, prefetches, read_by, wants_epoch
 from ._mesh import MeshDim, resolve_world
+from ._pass import PassLifecycle, SamplerPass
 from ._plan import ShardPlan, build_plan
-from ._proven import ProofTarget, ProvenStream
-from ._sampler_pass import SamplerPass, WindowPrefetch
+from ._proof import ProofTarget, ProvenStream
 from ._validation import as_int, as_positive, as_u64
 
 
@@ -277,7 +276,7 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
         """Starts a pass over this epoch (from a loaded resume point, if any): checks the
         dataset, warns on a repeated epoch, runs the consensus once per epoch. Iterating
         the sampler calls it; a batch sampler built on this sampler calls it to deal the
-        items its own way (see :class:`~permshard._sampler_pass.SamplerPass`).
+        items its own way (see :class:`~permshard._pass.SamplerPass`).
 
         Args:
             **dealing: the batch sampler's dealing fields (``dealing``, ``batch_size``,
@@ -289,16 +288,17 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
         self._check_dataset_unchanged()
         loader = self._begin_pass(dealing)
         config = self.config  # read once: its fields are the sampler's
-        read_by = getattr(self.dataset, "read_by", None)
-        if callable(read_by):  # a dataset that checks how it is read, and changes against it
-            read_by(self)
+        reader = read_by(self.dataset)
+        if reader is not None:  # a dataset that checks how it is read, and changes against it
+            reader.read_by(self)
         part = self._partition_of(config, self._start)
         dealt = config.replace(**dealing) if dealing else config
         previous = _consumed_by(self._pass) if self._run.is_open else None
         self._run.begin(dealt.sharding(), self._start, previous)
         prefetch = None
-        if config.block_size and callable(getattr(self.dataset, "prefetch", None)):
-            prefetch = WindowPrefetch(self.dataset, part, self.rank, config.sharding().window_len)
+        told = prefetches(self.dataset)
+        if config.block_size and told is not None:
+            prefetch = WindowPrefetch(told, part, self.rank, config.sharding().window_len)
         self._pass = SamplerPass(
             config.epoch,
             part,
@@ -419,7 +419,7 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
 
     def proof_target(self) -> ProofTarget:
         """The pass being run (from its resume point, if any), dealt round-robin; see
-        :class:`~permshard._proven.ProvenStream` for :meth:`verify`,
+        :class:`~permshard._proof.ProvenStream` for :meth:`verify`,
         :meth:`verify_distributed` and :meth:`verify_in_background`."""
         return ProofTarget(self._current_partition(), self.config, self.rank, self.dataset)
 
@@ -487,8 +487,8 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
                     f"({end}), counted in global samples from the start of epoch "
                     f"{self.epoch}; got {consumed}"
                 )
-        schedule = getattr(self.dataset, "schedule_state", None)
-        changes = schedule() if callable(schedule) else None
+        scheduled = has_schedule(self.dataset)
+        changes = scheduled.schedule_state() if scheduled is not None else None
         # The history closes the last pass at what it consumed (another epoch's, after set_epoch).
         last = _consumed_by(current) if current is not None and current.epoch != self.epoch else None
         weight_changes = len(changes["changes"]) if changes is not None else 0
@@ -516,7 +516,8 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
             schedule = state_dict.get("schedule")
             consensus.check_same_dataset(state_dict, consensus.stable_fingerprint(self.dataset))
             state_dict = {k: v for k, v in state_dict.items() if k not in ("schedule", "dataset")}
-        if schedule is not None and not callable(getattr(self.dataset, "load_schedule", None)):
+        scheduled = has_schedule(self.dataset)
+        if schedule is not None and scheduled is None:
             raise ValueError(
                 "state_dict carries weights changed at run time (schedule), but this sampler's dataset "
                 f"({type(self.dataset).__name__}) is not a MixedDataset: build the sampler over the run's dataset"
@@ -533,8 +534,8 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
         config = self.config.replace(permutation=saved.permutation, epoch=saved.epoch)
         config.check_resumable(saved)
         start = config.resume_point(saved, consumed)  # more exclusions: the first sample not reached
-        if schedule is not None:
-            self.dataset.load_schedule(schedule)  # type: ignore[attr-defined]
+        if schedule is not None and scheduled is not None:
+            scheduled.load_schedule(schedule)
         self.__dict__["config"] = config
         self._partitions = {}  # the order may have changed (the state's permutation)
         self._start = start

@@ -15,11 +15,11 @@ from torch.utils.data import Sampler
 from . import _core
 from ._config import BUDGET_ALGORITHM, BudgetConfig
 from ._consensus import FIX_RESUME, Agreed, check_consensus, check_same_dataset, content_id, digest
-from ._lifecycle import PassLifecycle
-from ._loader_count import LoaderCount
+from ._loader import LoaderCount
 from ._mesh import MeshDim, resolve_world
+from ._pass import PassLifecycle
 from ._plan import BudgetPlan
-from ._proven import ProofTarget, ProvenStream
+from ._proof import ProofTarget, ProvenStream
 from ._validation import as_int, as_lengths, as_u64
 
 __all__ = ["BUDGET_ALGORITHM", "BudgetConfig", "TokenBudgetBatchSampler"]

@@ -13,9 +13,9 @@ import torch
 from . import _consensus as consensus
 from . import _core
 from ._mesh import MeshDim
+from ._pass import SamplerPass
 from ._plan import ShardPlan
 from ._sampler import ShardedSampler
-from ._sampler_pass import SamplerPass
 from ._validation import as_u64
 
 #: The id of the weighted draws (weighted-v1), recorded in state dicts.

@@ -39,7 +39,7 @@ out["accelerate"] = [inner.num_replicas, inner.rank, [x for batch in loader for 
 
 from transformers import TrainingArguments  # noqa: E402
 
-from permshard.integrations import ShardedTrainer  # noqa: E402
+from permshard.transformers import ShardedTrainer  # noqa: E402
 
 args = TrainingArguments(
     output_dir=str(folder / "trainer"), per_device_train_batch_size=4, use_cpu=True, report_to=[]

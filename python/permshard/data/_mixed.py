@@ -12,8 +12,8 @@ from typing import Any, Optional, Union
 import numpy as np
 from torch.utils.data import Dataset
 
-from .._callers import user_stacklevel
 from .._consensus import content_id, stable_fingerprint
+from .._loader import user_stacklevel
 from .._mixture import MIX_ALGORITHM, Mixture, as_floats
 from .._mixture_summary import MixtureSummary
 from .._validation import as_positive, as_u64

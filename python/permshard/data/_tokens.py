@@ -19,7 +19,7 @@ from torch.utils.data import Dataset
 
 from .. import _core
 from .._consensus import content_id
-from .._epoch_index import epoch_of
+from .._hooks import epoch_of
 from .._validation import as_int, as_positive, as_u64
 from ._documents import DocumentBatch, collate_items
 from ._provenance import WindowProvenance

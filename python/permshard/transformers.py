@@ -1,4 +1,4 @@
-"""Recipes for training frameworks that build their own loaders.
+"""Hugging Face ``transformers``: its ``Trainer`` with a loader sharded once.
 
 ``ShardedTrainer`` — a ``transformers.Trainer`` whose training loader is sharded once, by
 permshard. ``Trainer.get_train_dataloader`` hands a loader with a ``DistributedSampler``-

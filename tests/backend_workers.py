@@ -9,7 +9,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
 
 from permshard import ShardedBatchSampler, ShardedSampler
-from permshard._collectives import collective_device
+from permshard._distributed import collective_device
 
 
 def default_backend(rank: int, world: int, n: int) -> dict:

@@ -13,7 +13,7 @@ import torch.distributed as dist
 from distributed import launch
 
 from permshard import ShardingError
-from permshard._collectives import collective_device
+from permshard._distributed import collective_device
 
 
 @pytest.mark.parametrize(

@@ -45,13 +45,12 @@ from ._core import (
 if TYPE_CHECKING:
     from . import data
     from ._batch_sampler import ShardedBatchSampler, StepBatchSampler
-    from ._block import BlockPermutation
     from ._certificate import Certificate, PendingCertificate
     from ._config import ShardConfig
     from ._guards import check_loader
     from ._hooks import EpochIndex
     from ._mixture import Mixture
-    from ._permutation import Permutation
+    from ._permutation import BlockPermutation, Permutation
     from ._plan import BudgetPlan, ShardPlan
     from ._proof import verify
     from ._run import Run
@@ -61,7 +60,7 @@ if TYPE_CHECKING:
 
 #: Public name -> the module that defines it.
 _LAZY = {
-    "BlockPermutation": "._block",
+    "BlockPermutation": "._permutation",
     "BudgetPlan": "._plan",
     "Certificate": "._certificate",
     "EpochIndex": "._hooks",

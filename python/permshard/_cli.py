@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any, NoReturn, Optional
 
-from . import _cli_run
+from . import _run as run_commands
 from ._config import ShardConfig
 from ._core import ShardingError
 
@@ -163,7 +163,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--step", type=count, required=True, help="step within the epoch")
     p.add_argument("--batch-size", dest="steps_of", type=count, required=True, help="per-rank batch size")
 
-    _cli_run.add_parsers(sub, count)
+    run_commands.add_parsers(sub, count)
 
     p = sub.add_parser("bench", help="side by side with DistributedSampler, in fresh processes")
     p.add_argument("--n", type=counts, default=[10**6, 10**7, 10**8], help="sizes, e.g. 1e6,1e7,1e8")
@@ -385,9 +385,9 @@ def _demo(args: argparse.Namespace) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["show"] and any(a == "--state" or a.startswith("--state=") for a in argv):
-        args = _cli_run.history_show_parser(count).parse_args(argv[1:])
+        args = run_commands.history_show_parser(count).parse_args(argv[1:])
         args.command = "show"
-        return _run_command(_cli_run.show, args)
+        return _run_command(run_commands.show, args)
     args = parser().parse_args(argv)
     commands = {
         "plan": _plan,
@@ -396,8 +396,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "mix": _mix,
         "inspect": _inspect,
         "show": _show,
-        "where": _cli_run.where,
-        "audit": _cli_run.audit,
+        "where": run_commands.where,
+        "audit": run_commands.audit,
         "bench": _bench,
         "demo": _demo,
     }

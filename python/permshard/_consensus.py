@@ -12,9 +12,9 @@ import numpy as np
 from torch.utils.data import Subset
 
 from . import _core
-from ._collectives import all_gather_u64
 from ._config import EpochConfig
 from ._core import ShardingError
+from ._distributed import all_gather_u64
 from ._guards import FIX_DOUBLE_SPLIT, double_split, subset_progression
 
 

@@ -16,9 +16,9 @@ import torch.distributed as dist
 
 from . import _core
 from ._certificate import Certificate, PendingCertificate
-from ._collectives import gather_by_rank
 from ._config import EpochConfig, ShardConfig
 from ._consensus import FIX_RESUME, Agreed, check_consensus
+from ._distributed import gather_by_rank
 from ._validation import as_int
 
 if TYPE_CHECKING:  # the proofs every pass answers, declared once in the core's stub

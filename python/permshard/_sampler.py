@@ -14,8 +14,8 @@ from . import _core
 from . import _guards as guards
 from ._config import ShardConfig
 from ._core import ALGORITHM as permutation_default
+from ._distributed import MeshDim, resolve_world
 from ._hooks import WindowPrefetch, has_schedule, prefetches, read_by, wants_epoch
-from ._mesh import MeshDim, resolve_world
 from ._pass import PassLifecycle, SamplerPass
 from ._plan import ShardPlan, build_plan
 from ._proof import ProofTarget, ProvenStream

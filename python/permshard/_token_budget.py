@@ -15,8 +15,8 @@ from torch.utils.data import Sampler
 from . import _core
 from ._config import BUDGET_ALGORITHM, BudgetConfig
 from ._consensus import FIX_RESUME, Agreed, check_consensus, check_same_dataset, content_id, digest
+from ._distributed import MeshDim, resolve_world
 from ._loader import LoaderCount
-from ._mesh import MeshDim, resolve_world
 from ._pass import PassLifecycle
 from ._plan import BudgetPlan
 from ._proof import ProofTarget, ProvenStream

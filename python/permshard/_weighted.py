@@ -12,7 +12,7 @@ import torch
 
 from . import _consensus as consensus
 from . import _core
-from ._mesh import MeshDim
+from ._distributed import MeshDim
 from ._pass import SamplerPass
 from ._plan import ShardPlan
 from ._sampler import ShardedSampler

@@ -1,11 +1,10 @@
 """Datasets that shard correctly: token files and Megatron indexed datasets, fixed-size
 records, IterableDatasets, packed sequences, weighted mixtures."""
 
-from ._documents import DocumentBatch
+from ._documents import DocumentBatch, PackedDataset
 from ._indexed import MegatronIndex, split_bounds, write_indexed
 from ._iterable import ShardedIterable, shard_iterable
 from ._mixed import MixedDataset
-from ._packing import PackedDataset
 from ._rows import MemmapRows, RowBatch
 from ._tokens import TokenWindows, WindowBatch
 

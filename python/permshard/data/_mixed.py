@@ -14,8 +14,7 @@ from torch.utils.data import Dataset
 
 from .._consensus import content_id, stable_fingerprint
 from .._loader import user_stacklevel
-from .._mixture import MIX_ALGORITHM, Mixture, as_floats
-from .._mixture_summary import MixtureSummary
+from .._mixture import MIX_ALGORITHM, Mixture, MixtureSummary, as_floats
 from .._validation import as_positive, as_u64
 from ._schedule import ScheduleChanges
 

@@ -1,8 +1,7 @@
 """``TokenWindows``: fixed-length training windows over token files (flat, or Megatron
 indexed datasets with their splits and documents), memory-mapped: the windows, their
-per-epoch shift and their batches. The files are :mod:`~permshard.data._token_files`'s,
-where a window comes from :mod:`~permshard.data._provenance`'s, the document masks
-:mod:`~permshard.data._documents`'."""
+per-epoch shift and their batches. The files, and where a window comes from, are
+:mod:`~permshard.data._token_files`'s, the document masks :mod:`~permshard.data._documents`'."""
 
 from __future__ import annotations
 
@@ -22,9 +21,8 @@ from .._consensus import content_id
 from .._hooks import epoch_of
 from .._validation import as_int, as_positive, as_u64
 from ._documents import DocumentBatch, collate_items
-from ._provenance import WindowProvenance
 from ._rows import page_locked
-from ._token_files import PathLike
+from ._token_files import PathLike, WindowProvenance
 
 
 class WindowBatch(list[torch.Tensor]):

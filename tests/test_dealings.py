@@ -126,7 +126,7 @@ def test_the_cli_verifies_a_step_dealing():
 
 def test_a_consensus_refuses_a_rank_with_another_dealing_message():
     # (The real-rank test below runs it; here the message the consensus uses.)
-    from permshard._consensus import _FIXES
+    from permshard._distributed import _FIXES
 
     assert "StepBatchSampler" in _FIXES["dealing"]
 

@@ -180,8 +180,8 @@ def test_missing_keys_and_bad_types():
         s.load_state_dict({"n": 10})
     with pytest.raises(TypeError, match="mapping"):
         s.load_state_dict([1, 2])  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="consumed_local_samples.*consumed_samples"):
-        s.state_dict(consumed_local_samples=6)
+    with pytest.raises(TypeError, match="consumed_local_samples"):  # removed in 0.2: its message went in 0.6
+        s.state_dict(consumed_local_samples=6)  # type: ignore[call-arg]
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])

@@ -45,14 +45,13 @@ from ._core import (
 if TYPE_CHECKING:
     from . import data
     from ._batch_sampler import ShardedBatchSampler, StepBatchSampler
-    from ._certificate import Certificate, PendingCertificate
     from ._config import ShardConfig
     from ._guards import check_loader
     from ._hooks import EpochIndex
     from ._mixture import Mixture
     from ._permutation import BlockPermutation, Permutation
-    from ._plan import BudgetPlan, ShardPlan
     from ._proof import verify
+    from ._report import BudgetPlan, Certificate, PendingCertificate, ShardPlan
     from ._run import Run
     from ._sampler import ShardedSampler
     from ._token_budget import TokenBudgetBatchSampler
@@ -61,15 +60,15 @@ if TYPE_CHECKING:
 #: Public name -> the module that defines it.
 _LAZY = {
     "BlockPermutation": "._permutation",
-    "BudgetPlan": "._plan",
-    "Certificate": "._certificate",
+    "BudgetPlan": "._report",
+    "Certificate": "._report",
     "EpochIndex": "._hooks",
     "Mixture": "._mixture",
-    "PendingCertificate": "._certificate",
+    "PendingCertificate": "._report",
     "Permutation": "._permutation",
     "Run": "._run",
     "ShardConfig": "._config",
-    "ShardPlan": "._plan",
+    "ShardPlan": "._report",
     "ShardedBatchSampler": "._batch_sampler",
     "ShardedSampler": "._sampler",
     "StepBatchSampler": "._batch_sampler",

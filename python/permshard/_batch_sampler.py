@@ -10,11 +10,10 @@ from typing import Any, Callable, Optional
 from torch.utils.data import BatchSampler
 
 from . import _core
-from ._config import ShardConfig
+from ._config import ShardConfig, as_positive
 from ._hooks import gathers_ahead, wants_arrays
 from ._proof import ProofTarget, ProvenStream
 from ._sampler import ShardedSampler
-from ._validation import as_positive
 
 
 class ShardedBatchSampler(BatchSampler, ProvenStream):

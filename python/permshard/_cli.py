@@ -178,7 +178,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from ._plan import build_plan
+    from ._report import build_plan
 
     config = _config(args)
     plan = build_plan(config.partition(), config, 0)

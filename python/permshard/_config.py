@@ -11,6 +11,7 @@ dicts of every release: Python keeps no list of state keys.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional, TypeVar
@@ -18,12 +19,66 @@ from typing import Any, ClassVar, Optional, TypeVar
 import numpy as np
 
 from . import _core
-from ._validation import as_positive, as_str, as_u64
 
 _Config = TypeVar("_Config", bound="EpochConfig")
 
-#: The algorithm id of the token-budget plan of new runs (budget-v2), recorded in state dicts.
-BUDGET_ALGORITHM = _core.BUDGET_ALGORITHM
+
+# -- argument checks shared by the public API: clear messages before anything reaches Rust --
+
+U64_MAX = 2**64 - 1
+
+
+def as_int(name: str, value: Any) -> int:
+    """Returns ``value`` as an int; bools, floats and other non-integers are refused."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer, got the bool {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}") from None
+
+
+def as_str(name: str, value: Any, choices: str = "") -> str:
+    """``value`` if it is a str; ``choices`` (`` ('perm-v2' or 'perm-v1')``) goes in the error."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str{choices}, got {value!r}")
+    return value
+
+
+def as_u64(name: str, value: Any, *, minimum: int = 0) -> int:
+    """``value`` as an int in ``[minimum, 2**64 - 1]``."""
+    number = as_int(name, value)
+    if not minimum <= number <= U64_MAX:
+        raise ValueError(f"{name} must be in [{minimum}, 2**64 - 1], got {number}")
+    return number
+
+
+def as_positive(name: str, value: Any) -> int:
+    """``value`` as an int >= 1 (sizes, batch sizes, world sizes)."""
+    number = as_int(name, value)
+    if not 1 <= number <= U64_MAX:
+        raise ValueError(f"{name} should be a positive integer below 2**64, got {number}")
+    return number
+
+
+def as_lengths(lengths: Any) -> tuple[Any, Any]:
+    """``(lengths, native)``: one length per sample as a 1-D integer numpy array (a memmap
+    stays one), and the same in the layout the core reads in place (contiguous, native
+    byte order; usually the array itself, not a copy)."""
+    import numpy as np
+
+    array = lengths if isinstance(lengths, np.ndarray) else np.asarray(lengths)
+    if array.size == 0:
+        raise ValueError("lengths is empty: a sampler needs at least one sample (one length per sample)")
+    if array.ndim != 1 or array.dtype.kind not in "ui":
+        raise TypeError(
+            f"lengths must be a 1-D integer array (one length per sample), got {array.ndim}-D {array.dtype}"
+        )
+    if array.size == 0:
+        raise ValueError("lengths is empty: a sampler needs at least one sample")
+    if array.flags.c_contiguous and array.dtype.isnative:
+        return array, array
+    return array, np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("="))
 
 
 @dataclass(frozen=True, init=False)
@@ -275,84 +330,6 @@ class ShardConfig(EpochConfig):
         """
         sharding, consumed = _core.Sharding.from_state(state, strict)
         return cls(**sharding.fields()), consumed
-
-
-@dataclass(frozen=True, init=False)
-class BudgetConfig(EpochConfig):
-    """The configuration of :class:`~permshard.TokenBudgetBatchSampler`: an
-    :class:`EpochConfig` (the order of ``permutation`` the windows are read from, or the
-    identity without ``shuffle``) and the budget. Its ``algorithm`` and ``dealing`` are
-    ``budget-v2`` (over perm-v2) or ``budget-v1`` (over perm-v1): batches dealt by the plan.
-
-    Args:
-        n, num_replicas, seed, epoch, shuffle, drop_last, permutation: as in
-            :class:`EpochConfig`.
-        max_tokens (int, keyword-only): the padded token budget of a batch.
-        window (int, keyword-only): positions planned together, ``>= num_replicas``.
-
-    Example::
-
-        >>> BudgetConfig(n=1000, num_replicas=2, max_tokens=4096).algorithm
-        'budget-v2'
-    """
-
-    max_tokens: int = 1
-    window: int = 1 << 16
-
-    dealing_keys: ClassVar[tuple[str, ...]] = ("dealing",)
-
-    def __init__(
-        self, n: int, num_replicas: int, *, max_tokens: int, window: int = 1 << 16, **epoch: Any
-    ) -> None:
-        super().__init__(n, num_replicas, **epoch)
-        self._set(
-            {"max_tokens": as_positive("max_tokens", max_tokens), "window": as_positive("window", window)}
-        )
-        algorithm = self.budget_epoch().algorithm  # the core checks the fields together
-        self._set({"algorithm": algorithm, "dealing": algorithm})
-
-    def budget_epoch(self) -> _core.BudgetEpoch:
-        """The core's description of this epoch (algorithm id, state dicts, resumes)."""
-        return _core.BudgetEpoch(self)
-
-    def planner(self) -> _core.TokenBudget:
-        """The core's planner of this epoch's windows."""
-        return _core.TokenBudget(self)
-
-    def state_dict(self, start: _core.BudgetStart) -> dict[str, Any]:
-        """A resume point at ``start``, as the core writes it: this configuration, the
-        window being planned, its steps done and its samples taken before (base64 bits).
-
-        Args:
-            start (BudgetStart): the resume point.
-        """
-        return self.budget_epoch().state_dict(start)
-
-    def check_resumable(self, saved: BudgetConfig) -> None:
-        """Raises ValueError unless a state saved under ``saved`` continues under this one
-        (the same plan; the epoch and the number of ranks may differ).
-
-        Args:
-            saved (BudgetConfig): the configuration a state dict recorded.
-        """
-        self.budget_epoch().check_resumable(saved.budget_epoch())
-
-    @classmethod
-    def from_state_dict(
-        cls, state: Mapping[str, Any], *, strict: bool = True
-    ) -> tuple[BudgetConfig, int, int, bytes]:
-        """``(config, window_index, steps, taken)`` from a state dict saved by
-        :meth:`state_dict`, checked by the core as :meth:`ShardConfig.from_state_dict` is
-        (0.3's states, which wrote block fields, too); whether the resume point fits the
-        plan is ``BudgetStart``'s to check.
-
-        Args:
-            state (Mapping): a dict saved by ``TokenBudgetBatchSampler.state_dict()``.
-            strict (bool, optional): refuse keys this release does not write.
-                Default: ``True``.
-        """
-        epoch, window, steps, taken = _core.BudgetEpoch.from_state(state, strict)
-        return cls(**epoch.fields()), window, steps, taken
 
 
 def as_exclusions(exclude: Any, n: int) -> Optional[_core.Exclusions]:

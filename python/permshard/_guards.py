@@ -1,23 +1,25 @@
-"""Guards against splitting the data twice: a per-rank shard handed to a sampler that
-splits it again, accelerate's wrapper around a permshard sampler, a DataLoader whose
-chain splits more than once."""
+"""Guards against reading the wrong data: splitting it twice (a per-rank shard handed to a
+sampler that splits it again, accelerate's wrapper around a permshard sampler, a DataLoader
+whose chain splits more than once), and resuming over another dataset (its fingerprints:
+the cheap one every rank agrees on, the stable one a state dict records)."""
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import math
 import warnings
-from collections.abc import Iterator, Sequence, Sized
+from collections.abc import Iterator, Mapping, Sequence, Sized
 from typing import TYPE_CHECKING, Any, Optional
 
+import numpy as np
 import torch.distributed as dist
 from torch.utils.data import DistributedSampler, Subset
 
 from . import _core
-from ._config import ShardConfig
+from ._config import ShardConfig, as_u64
 from ._core import ShardingError
-from ._validation import as_u64
 
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader
@@ -250,3 +252,111 @@ def check_loader(dataloader: DataLoader[Any], total: Optional[int] = None) -> in
             f"{'more than once' if drawn < low else 'too little'}. {FIX_DOUBLE_SPLIT}"
         )
     return drawn
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    """Whether ``repr(value)`` depends on the value only: numbers, strings, bytes, and
+    shallow lists, tuples and dicts of them."""
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return True
+    if depth < 2 and isinstance(value, (list, tuple)):
+        return all(_plain(v, depth + 1) for v in value)
+    if depth < 2 and isinstance(value, dict):
+        return all(_plain(k, depth + 1) and _plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def dataset_fingerprint(dataset: Any) -> dict[str, Any]:
+    """A cheap identity of ``dataset``: its type, length and, when cheap, a content hash
+    (Subset indices, range bounds, a sequence's first and last items, an HF fingerprint).
+
+    Args:
+        dataset: a dataset, or an int (a length).
+    """
+    if isinstance(dataset, int):
+        return {"type": "int", "len": dataset, "content": None}
+    kind = f"{type(dataset).__module__}.{type(dataset).__qualname__}"
+    content: Optional[str] = None
+    h = hashlib.blake2b(digest_size=8)
+    with contextlib.suppress(Exception):
+        if isinstance(dataset, Subset):
+            indices = dataset.indices
+            if isinstance(indices, range):
+                h.update(repr(indices).encode())
+            elif len(indices) <= 10_000_000:
+                h.update(repr(list(map(int, indices))).encode())
+            content = h.hexdigest()
+        elif isinstance(dataset, range):
+            content = repr(dataset)
+        elif isinstance(dataset, (list, tuple)):
+            probe = list(dataset[:4]) + list(dataset[-4:])
+            # Only plain values: a repr with an address or random synthetic tensors would
+            # make identical (or harmlessly different) datasets look like a split.
+            if all(_plain(item) for item in probe):
+                h.update(repr(probe).encode())
+                content = h.hexdigest()
+        elif isinstance(getattr(dataset, "_fingerprint", None), str):
+            content = dataset._fingerprint
+    return {"type": kind, "len": len(dataset), "content": content}
+
+
+def stable_fingerprint(dataset: Any) -> Optional[str]:
+    """An identity of ``dataset``'s content that is the same in every process and every
+    run over the same data, or ``None`` where it has none: a Hugging Face dataset's own
+    fingerprint, or ``fingerprint()`` of permshard's datasets (token files and Megatron
+    prefixes by their names and sizes, memmapped rows, mixtures of them). A state dict
+    records it, and a resume over another dataset of the same length is refused.
+
+    Args:
+        dataset: a dataset, or an int (a length).
+    """
+    own = getattr(dataset, "fingerprint", None)
+    if callable(own):
+        value = own()
+        return value if isinstance(value, str) else None
+    hf = getattr(dataset, "_fingerprint", None)
+    return hf if isinstance(hf, str) else None
+
+
+def content_id(*parts: Any) -> str:
+    """A dataset's ``fingerprint()`` from plain values that identify its content (file
+    names, sizes, options): 16 hex digits.
+
+    Args:
+        *parts: plain data (numbers, strings, tuples and lists of them).
+    """
+    return f"{digest(parts):016x}"
+
+
+def check_same_dataset(state: Mapping[str, Any], now: Optional[str]) -> None:
+    """Raises ValueError when ``state`` recorded a dataset's fingerprint (its ``"dataset"``
+    key; states of earlier releases record none) and the dataset read now has another,
+    ``now`` (``None``: it has none to compare).
+
+    Args:
+        state (Mapping): a state dict.
+        now (str, optional): the fingerprint of the dataset the sampler reads now.
+    """
+    if "dataset" not in state:
+        return
+    saved = state["dataset"]
+    if not isinstance(saved, str):
+        raise TypeError(f"state_dict['dataset'] must be a str (a dataset's fingerprint), got {saved!r}")
+    if now is not None and now != saved:
+        raise ValueError(
+            f"state_dict was saved over another dataset (fingerprint {saved}, this dataset's is "
+            f"{now}), though of the same length: its resume point would read other samples. "
+            "Build the sampler over the dataset the state was saved with; to resume over a "
+            "changed dataset on purpose, remove the state's 'dataset' key"
+        )
+
+
+def digest(value: Any) -> int:
+    """A 64-bit digest of ``repr(value)`` (plain data only), or of the bytes of an array,
+    for fixed-size collectives.
+
+    Args:
+        value: plain data (numbers, strings, tuples of them) or a numpy array.
+    """
+    data = value.tobytes() if isinstance(value, np.ndarray) else repr(value).encode()
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")

@@ -1,7 +1,8 @@
-"""What a dataset may declare to permshard's samplers — each hook a :class:`typing.Protocol`,
-read only through the functions below — and what the samplers hand a dataset back.
+"""What permshard's samplers read of a dataset and what they hand it back.
 
-A dataset is any map-style dataset; these hooks are optional, each found by its name:
+A dataset is any map-style dataset (or an int, its length: :func:`dataset_length`). What it
+may declare to the samplers is optional, each hook found by its name, declared here once as
+a :class:`typing.Protocol` and read only through the functions below:
 
 * ``accepts_arrays = True`` (:class:`AcceptsArrays`): its ``__getitems__`` takes an int64
   array, so batch samplers yield arrays by default.
@@ -21,7 +22,8 @@ A dataset is any map-style dataset; these hooks are optional, each found by its 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Sized
+from numbers import Integral
 from typing import Any, Optional, Protocol, cast
 
 import numpy as np
@@ -91,6 +93,35 @@ def read_by(dataset: Any) -> Optional[ReadBy]:
 def has_schedule(dataset: Any) -> Optional[HasSchedule]:
     """``dataset`` where it has ``schedule_state()`` and ``load_schedule(state)``, else ``None``."""
     return cast(HasSchedule, dataset) if _has(dataset, "schedule_state", "load_schedule") else None
+
+
+def dataset_length(dataset: Any) -> int:
+    """Length of ``dataset``: an int N, or anything with ``__len__``.
+
+    Args:
+        dataset: a dataset with ``__len__``, or an int.
+    """
+    if isinstance(dataset, bool):
+        raise TypeError("dataset must be a dataset with __len__ or an int, got a bool")
+    if isinstance(dataset, Integral):  # an int, or numpy's integers
+        n = int(dataset)
+        if n < 1:
+            raise ValueError(
+                f"a dataset length must be at least 1, got {n}: pass the number of samples "
+                "(or the dataset itself)"
+            )
+    elif isinstance(dataset, Sized):
+        n = len(dataset)
+    else:
+        raise TypeError(
+            f"dataset must have __len__ or be an int, got {type(dataset).__name__}; for an "
+            "IterableDataset use permshard.data.shard_iterable instead of a sampler"
+        )
+    if n < 1:
+        raise ValueError(f"dataset is empty (length {n}); a sampler needs at least one sample")
+    if n > 2**63:
+        raise ValueError(f"dataset length {n} exceeds 2**63, the largest index torch can hold")
+    return n
 
 
 class EpochIndex(int):

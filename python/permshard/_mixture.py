@@ -11,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _core
-from ._validation import as_int, as_str, as_u64
+from ._config import as_int, as_str, as_u64
 
 
 @dataclass(frozen=True)

@@ -270,6 +270,15 @@ class SamplerPass:
         """Items this rank has handed out in this pass (exact, even mid-chunk)."""
         return self._items.yielded if self._items is not None else self._handed
 
+    def consumed(self) -> int:
+        """Global positions of the epoch consumed once this pass ended: what the loop
+        received, or what the pass yielded where that is unknowable (a loader gone)."""
+        try:
+            taken = self.delivered()
+        except ValueError:
+            taken = self.yielded()
+        return int(self.partition.consumed_after(taken))
+
     def delivered(self) -> int:
         """Items of this pass the training loop has received: what the DataLoader pulling
         them handed out (its workers may have prefetched more), else :meth:`yielded`."""

@@ -15,11 +15,9 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, TypeVar, 
 import torch.distributed as dist
 
 from . import _core
-from ._certificate import Certificate, PendingCertificate
-from ._config import EpochConfig, ShardConfig
-from ._consensus import FIX_RESUME, Agreed, check_consensus
-from ._distributed import gather_by_rank
-from ._validation import as_int
+from ._config import EpochConfig, ShardConfig, as_int
+from ._distributed import FIX_RESUME, Agreed, check_consensus, gather_by_rank
+from ._report import Certificate, PendingCertificate
 
 if TYPE_CHECKING:  # the proofs every pass answers, declared once in the core's stub
     from ._core import BudgetShare, ProvablePass, Share

@@ -10,10 +10,73 @@ from collections.abc import Mapping
 from typing import Any, Callable, NamedTuple, Optional
 
 from . import _core
-from ._validation import as_u64
+from ._config import as_u64
 
 #: Keys a sampler adds beside the core's state: checked on load, not part of the stream.
 _BESIDE = ("schedule", "dataset")
+
+
+def written_beside(dataset: Any) -> tuple[int, dict[str, Any]]:
+    """What a sampler's state dict carries beside the core's state, for ``dataset``: the
+    number of weight changes it made (the history records it), and the keys themselves
+    (``"schedule"``: its weights changed at run time; ``"dataset"``: its fingerprint, so
+    that a resume over another dataset is refused).
+
+    Args:
+        dataset: the sampler's dataset.
+    """
+    from ._guards import stable_fingerprint  # torch's: not imported by the CLI's help
+    from ._hooks import has_schedule
+
+    scheduled = has_schedule(dataset)
+    changes = scheduled.schedule_state() if scheduled is not None else None
+    beside: dict[str, Any] = {}
+    if changes is not None:
+        beside["schedule"] = changes
+    fingerprint = stable_fingerprint(dataset)
+    if fingerprint is not None:
+        beside["dataset"] = fingerprint
+    return (0 if changes is None else len(changes["changes"])), beside
+
+
+def read_beside(state_dict: Any, dataset: Any) -> tuple[Any, Optional[Mapping[str, Any]]]:
+    """``(the core's state, its schedule or None)`` of ``state_dict``, the keys beside the
+    core's checked against ``dataset``: the same dataset's fingerprint, a schedule only over
+    a dataset that takes one. A non-mapping is handed on (the core names its type).
+
+    Args:
+        state_dict: a sampler's state dict.
+        dataset: the dataset of the sampler loading it.
+    """
+    from ._guards import check_same_dataset, stable_fingerprint  # as in written_beside
+    from ._hooks import has_schedule
+
+    if not isinstance(state_dict, Mapping):
+        return state_dict, None
+    check_same_dataset(state_dict, stable_fingerprint(dataset))
+    schedule = state_dict.get("schedule")
+    if schedule is not None and has_schedule(dataset) is None:
+        raise ValueError(
+            "state_dict carries weights changed at run time (schedule), but this sampler's dataset "
+            f"({type(dataset).__name__}) is not a MixedDataset: build the sampler over the run's dataset"
+        )
+    return {k: v for k, v in state_dict.items() if k not in _BESIDE}, schedule
+
+
+def check_schedule(run: _core.Run, schedule: Optional[Mapping[str, Any]]) -> None:
+    """Raises ValueError when ``run`` records weight changes and its state has no schedule
+    (it would resume on the initial weights).
+
+    Args:
+        run (Run): the core's run, read from a state dict.
+        schedule (Mapping, optional): that state's ``"schedule"``.
+    """
+    if run.weight_changes and schedule is None:
+        raise ValueError(
+            f"state_dict records {run.weight_changes} weight change(s) (MixedDataset.set_weights) but "
+            "has no 'schedule': without it the run would resume on the initial weights. Pass the "
+            "whole dict state_dict() saved"
+        )
 
 
 class Read(NamedTuple):

@@ -4,63 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sized
 from numbers import Integral
-from typing import Any, Callable, ClassVar, Optional, Union
+from typing import Any, Callable, ClassVar, Optional, Union, cast
 
 import torch.distributed as dist
 from torch.utils.data import DistributedSampler
 
-from . import _consensus as consensus
 from . import _core
 from . import _guards as guards
-from ._config import ShardConfig
+from ._config import ShardConfig, as_int, as_positive, as_u64
 from ._core import ALGORITHM as permutation_default
-from ._distributed import MeshDim, resolve_world
-from ._hooks import WindowPrefetch, has_schedule, prefetches, read_by, wants_epoch
+from ._distributed import FIX_RESUME, Agreed, MeshDim, check_consensus, resolve_world
+from ._hooks import HasSchedule, WindowPrefetch, dataset_length, prefetches, read_by, wants_epoch
 from ._pass import PassLifecycle, SamplerPass
-from ._plan import ShardPlan, build_plan
 from ._proof import ProofTarget, ProvenStream
-from ._validation import as_int, as_positive, as_u64
-
-
-def dataset_length(dataset: Any) -> int:
-    """Length of ``dataset``: an int N, or anything with ``__len__``.
-
-    Args:
-        dataset: a dataset with ``__len__``, or an int.
-    """
-    if isinstance(dataset, bool):
-        raise TypeError("dataset must be a dataset with __len__ or an int, got a bool")
-    if isinstance(dataset, Integral):  # an int, or numpy's integers
-        n = int(dataset)
-        if n < 1:
-            raise ValueError(
-                f"a dataset length must be at least 1, got {n}: pass the number of samples "
-                "(or the dataset itself)"
-            )
-    elif isinstance(dataset, Sized):
-        n = len(dataset)
-    else:
-        raise TypeError(
-            f"dataset must have __len__ or be an int, got {type(dataset).__name__}; for an "
-            "IterableDataset use permshard.data.shard_iterable instead of a sampler"
-        )
-    if n < 1:
-        raise ValueError(f"dataset is empty (length {n}); a sampler needs at least one sample")
-    if n > 2**63:
-        raise ValueError(f"dataset length {n} exceeds 2**63, the largest index torch can hold")
-    return n
-
-
-def _consumed_by(current: Optional[SamplerPass]) -> Optional[int]:
-    """Global positions of its epoch consumed once ``current`` (a pass) ended: what the
-    loop received, or what the pass yielded where that is unknowable (a loader gone)."""
-    if current is None:
-        return None
-    try:
-        taken = current.delivered()
-    except ValueError:
-        taken = current.yielded()
-    return int(current.partition.consumed_after(taken))
+from ._report import ShardPlan, build_plan
+from ._run import check_schedule, read_beside, written_beside
 
 
 class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
@@ -293,7 +251,7 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
             reader.read_by(self)
         part = self._partition_of(config, self._start)
         dealt = config.replace(**dealing) if dealing else config
-        previous = _consumed_by(self._pass) if self._run.is_open else None
+        previous = self._pass.consumed() if self._pass is not None and self._run.is_open else None
         self._run.begin(dealt.sharding(), self._start, previous)
         prefetch = None
         told = prefetches(self.dataset)
@@ -321,11 +279,11 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
         self._start = 0
 
     def _check_consensus(self, dealing: Mapping[str, Any]) -> None:
-        agreed = [consensus.Agreed("start", self._start, consensus.FIX_RESUME), *self._agreed()]
+        agreed = [Agreed("start", self._start, FIX_RESUME), *self._agreed()]
         config = self.config.replace(**dealing) if dealing else self.config
-        consensus.check_consensus(config, self.rank, self.dataset, agreed=agreed)
+        check_consensus(config, self.rank, self.dataset, agreed=agreed)
 
-    def _agreed(self) -> list[consensus.Agreed]:
+    def _agreed(self) -> list[Agreed]:
         """Values beside the configuration every rank must share (a subclass's own)."""
         return []
 
@@ -440,9 +398,7 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
 
     # -- state -----------------------------------------------------------------------------
 
-    def state_dict(
-        self, consumed_samples: Optional[int] = None, *, consumed_local_samples: Any = None
-    ) -> dict[str, Any]:
+    def state_dict(self, consumed_samples: Optional[int] = None) -> dict[str, Any]:
         r"""The resume point, O(1).
 
         ``consumed`` counts the global positions of the epoch consumed so far, from the
@@ -465,13 +421,6 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
 
             >>> state = sampler.state_dict(consumed_samples=step * batch_size * world_size)
         """
-        if consumed_local_samples is not None:
-            raise TypeError(
-                "state_dict(consumed_local_samples=...) is gone: it counted from the last "
-                "resume, which silently skipped samples. Pass consumed_samples = the global "
-                "samples of this epoch consumed since the epoch start (step_in_epoch * "
-                "batch_size * world_size)"
-            )
         start = self._pass_start()
         current = self._pass
         if consumed_samples is None:
@@ -487,17 +436,11 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
                     f"({end}), counted in global samples from the start of epoch "
                     f"{self.epoch}; got {consumed}"
                 )
-        scheduled = has_schedule(self.dataset)
-        changes = scheduled.schedule_state() if scheduled is not None else None
+        weight_changes, beside = written_beside(self.dataset)
         # The history closes the last pass at what it consumed (another epoch's, after set_epoch).
-        last = _consumed_by(current) if current is not None and current.epoch != self.epoch else None
-        weight_changes = len(changes["changes"]) if changes is not None else 0
+        last = current.consumed() if current is not None and current.epoch != self.epoch else None
         state: dict[str, Any] = self._run.state_dict(self.config.sharding(), consumed, last, weight_changes)
-        if changes is not None:
-            state["schedule"] = changes  # the dataset's weights changed at run time
-        fingerprint = consensus.stable_fingerprint(self.dataset)
-        if fingerprint is not None:
-            state["dataset"] = fingerprint  # a resume over another dataset is refused
+        state.update(beside)
         return state
 
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> None:
@@ -511,31 +454,16 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
             strict (bool, optional): refuse keys this sampler does not save (``False``
                 ignores them). Default: ``True``.
         """
-        schedule = None
-        if isinstance(state_dict, Mapping):  # else from_state_dict names the type
-            schedule = state_dict.get("schedule")
-            consensus.check_same_dataset(state_dict, consensus.stable_fingerprint(self.dataset))
-            state_dict = {k: v for k, v in state_dict.items() if k not in ("schedule", "dataset")}
-        scheduled = has_schedule(self.dataset)
-        if schedule is not None and scheduled is None:
-            raise ValueError(
-                "state_dict carries weights changed at run time (schedule), but this sampler's dataset "
-                f"({type(self.dataset).__name__}) is not a MixedDataset: build the sampler over the run's dataset"
-            )
+        state_dict, schedule = read_beside(state_dict, self.dataset)
         saved, consumed = ShardConfig.from_state_dict(state_dict, strict=strict)
         run = _core.Run.from_state(state_dict, strict)
-        if run.weight_changes and schedule is None:
-            raise ValueError(
-                f"state_dict records {run.weight_changes} weight change(s) (MixedDataset.set_weights) but "
-                "has no 'schedule': without it the run would resume on the initial weights. Pass the "
-                "whole dict state_dict() saved"
-            )
+        check_schedule(run, schedule)
         # The state's epoch, continued with the order it names; nothing else changes.
         config = self.config.replace(permutation=saved.permutation, epoch=saved.epoch)
         config.check_resumable(saved)
         start = config.resume_point(saved, consumed)  # more exclusions: the first sample not reached
-        if schedule is not None and scheduled is not None:
-            scheduled.load_schedule(schedule)
+        if schedule is not None:
+            cast(HasSchedule, self.dataset).load_schedule(schedule)
         self.__dict__["config"] = config
         self._partitions = {}  # the order may have changed (the state's permutation)
         self._start = start
@@ -551,7 +479,7 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
         state = dict(self.__dict__)
         state["_partitions"] = {}
         state["_pass"] = None
-        stop = _consumed_by(self._pass)
+        stop = self._pass.consumed() if self._pass is not None else None
         if stop is not None and self._run.is_open:  # the copy's history ends where this pass is
             state["_run"] = self._run.closed(stop)
         return state

@@ -6,23 +6,105 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator, Mapping
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Any, ClassVar, Optional
 
 import numpy as np
 import numpy.typing as npt
 from torch.utils.data import Sampler
 
 from . import _core
-from ._config import BUDGET_ALGORITHM, BudgetConfig
-from ._consensus import FIX_RESUME, Agreed, check_consensus, check_same_dataset, content_id, digest
-from ._distributed import MeshDim, resolve_world
+from ._config import EpochConfig, as_int, as_lengths, as_positive, as_u64
+from ._distributed import FIX_RESUME, Agreed, MeshDim, check_consensus, resolve_world
+from ._guards import check_same_dataset, content_id, digest
 from ._loader import LoaderCount
 from ._pass import PassLifecycle
-from ._plan import BudgetPlan
 from ._proof import ProofTarget, ProvenStream
-from ._validation import as_int, as_lengths, as_u64
+from ._report import BudgetPlan
 
 __all__ = ["BUDGET_ALGORITHM", "BudgetConfig", "TokenBudgetBatchSampler"]
+
+
+#: The algorithm id of the token-budget plan of new runs (budget-v2), recorded in state dicts.
+BUDGET_ALGORITHM = _core.BUDGET_ALGORITHM
+
+
+@dataclass(frozen=True, init=False)
+class BudgetConfig(EpochConfig):
+    """The configuration of :class:`~permshard.TokenBudgetBatchSampler`: an
+    :class:`EpochConfig` (the order of ``permutation`` the windows are read from, or the
+    identity without ``shuffle``) and the budget. Its ``algorithm`` and ``dealing`` are
+    ``budget-v2`` (over perm-v2) or ``budget-v1`` (over perm-v1): batches dealt by the plan.
+
+    Args:
+        n, num_replicas, seed, epoch, shuffle, drop_last, permutation: as in
+            :class:`EpochConfig`.
+        max_tokens (int, keyword-only): the padded token budget of a batch.
+        window (int, keyword-only): positions planned together, ``>= num_replicas``.
+
+    Example::
+
+        >>> BudgetConfig(n=1000, num_replicas=2, max_tokens=4096).algorithm
+        'budget-v2'
+    """
+
+    max_tokens: int = 1
+    window: int = 1 << 16
+
+    dealing_keys: ClassVar[tuple[str, ...]] = ("dealing",)
+
+    def __init__(
+        self, n: int, num_replicas: int, *, max_tokens: int, window: int = 1 << 16, **epoch: Any
+    ) -> None:
+        super().__init__(n, num_replicas, **epoch)
+        self._set(
+            {"max_tokens": as_positive("max_tokens", max_tokens), "window": as_positive("window", window)}
+        )
+        algorithm = self.budget_epoch().algorithm  # the core checks the fields together
+        self._set({"algorithm": algorithm, "dealing": algorithm})
+
+    def budget_epoch(self) -> _core.BudgetEpoch:
+        """The core's description of this epoch (algorithm id, state dicts, resumes)."""
+        return _core.BudgetEpoch(self)
+
+    def planner(self) -> _core.TokenBudget:
+        """The core's planner of this epoch's windows."""
+        return _core.TokenBudget(self)
+
+    def state_dict(self, start: _core.BudgetStart) -> dict[str, Any]:
+        """A resume point at ``start``, as the core writes it: this configuration, the
+        window being planned, its steps done and its samples taken before (base64 bits).
+
+        Args:
+            start (BudgetStart): the resume point.
+        """
+        return self.budget_epoch().state_dict(start)
+
+    def check_resumable(self, saved: BudgetConfig) -> None:
+        """Raises ValueError unless a state saved under ``saved`` continues under this one
+        (the same plan; the epoch and the number of ranks may differ).
+
+        Args:
+            saved (BudgetConfig): the configuration a state dict recorded.
+        """
+        self.budget_epoch().check_resumable(saved.budget_epoch())
+
+    @classmethod
+    def from_state_dict(
+        cls, state: Mapping[str, Any], *, strict: bool = True
+    ) -> tuple[BudgetConfig, int, int, bytes]:
+        """``(config, window_index, steps, taken)`` from a state dict saved by
+        :meth:`state_dict`, checked by the core as :meth:`ShardConfig.from_state_dict` is
+        (0.3's states, which wrote block fields, too); whether the resume point fits the
+        plan is ``BudgetStart``'s to check.
+
+        Args:
+            state (Mapping): a dict saved by ``TokenBudgetBatchSampler.state_dict()``.
+            strict (bool, optional): refuse keys this release does not write.
+                Default: ``True``.
+        """
+        epoch, window, steps, taken = _core.BudgetEpoch.from_state(state, strict)
+        return cls(**epoch.fields()), window, steps, taken
 
 
 class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):

@@ -10,13 +10,12 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from . import _consensus as consensus
 from . import _core
-from ._distributed import MeshDim
+from ._config import as_u64
+from ._distributed import Agreed, MeshDim
 from ._pass import SamplerPass
-from ._plan import ShardPlan
+from ._report import ShardPlan
 from ._sampler import ShardedSampler
-from ._validation import as_u64
 
 #: The id of the weighted draws (weighted-v1), recorded in state dicts.
 WEIGHTED_ALGORITHM = _core.WEIGHTED_ALGORITHM
@@ -158,11 +157,11 @@ class WeightedShardedSampler(ShardedSampler):
         draws, part, rank = self.draws(current.epoch), current.partition, self.rank
         return lambda start, stop: draws.take_list(part, rank, start, stop)
 
-    def _agreed(self) -> list[consensus.Agreed]:
+    def _agreed(self) -> list[Agreed]:
         fix = "pass the same weights (and replacement=) on every rank"
         return [
-            consensus.Agreed("weights", self._table.digest, fix, True),
-            consensus.Agreed("replacement", int(self.replacement), fix),
+            Agreed("weights", self._table.digest, fix, True),
+            Agreed("replacement", int(self.replacement), fix),
         ]
 
     def plan(self) -> ShardPlan:

@@ -21,9 +21,8 @@ import numpy as np
 
 from . import _core
 from ._adapter import optional_import
-from ._config import ShardConfig
+from ._config import ShardConfig, as_int, as_positive, as_u64
 from ._permutation import Permutation
-from ._validation import as_int, as_positive, as_u64
 
 __all__ = ["ShardedIndexSampler", "shuffle"]
 

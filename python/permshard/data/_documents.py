@@ -12,7 +12,7 @@ import numpy.typing as npt
 import torch
 from torch.utils.data import IterableDataset
 
-from .._validation import as_int, as_positive, as_u64
+from .._config import as_int, as_positive, as_u64
 from ._iterable import consumer, rank_and_world
 
 

@@ -22,9 +22,9 @@ import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .. import _core
-from .._consensus import content_id
+from .._config import as_int
 from .._distributed import MeshDim, from_mesh
-from .._validation import as_int
+from .._guards import content_id
 
 T = TypeVar("T")
 S = TypeVar("S")

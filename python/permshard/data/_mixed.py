@@ -12,10 +12,10 @@ from typing import Any, Optional, Union
 import numpy as np
 from torch.utils.data import Dataset
 
-from .._consensus import content_id, stable_fingerprint
+from .._config import as_positive, as_u64
+from .._guards import content_id, stable_fingerprint
 from .._loader import user_stacklevel
 from .._mixture import MIX_ALGORITHM, Mixture, MixtureSummary, as_floats
-from .._validation import as_positive, as_u64
 from ._schedule import ScheduleChanges
 
 _WEIGHTS_IN = ("samples", "tokens")

@@ -14,8 +14,8 @@ import torch
 from torch.utils.data import get_worker_info
 
 from .. import _core
-from .._consensus import content_id
-from .._validation import as_positive
+from .._config import as_positive
+from .._guards import content_id
 
 PathLike = Union[str, "os.PathLike[str]"]
 

@@ -11,9 +11,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .._consensus import digest
 from .._core import ShardingError
 from .._distributed import all_gather_u64
+from .._guards import digest
 from .._mixture import Mixture
 
 

@@ -13,7 +13,7 @@ from typing import Any, Optional, Union
 import numpy as np
 import numpy.typing as npt
 
-from .._validation import as_u64
+from .._config import as_u64
 from ._indexed import MegatronIndex, find_prefix, search_sorted, starts_with_index_magic
 
 PathLike = Union[str, "os.PathLike[str]"]

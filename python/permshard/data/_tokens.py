@@ -17,9 +17,9 @@ import torch
 from torch.utils.data import Dataset
 
 from .. import _core
-from .._consensus import content_id
+from .._config import as_int, as_positive, as_u64
+from .._guards import content_id
 from .._hooks import epoch_of
-from .._validation import as_int, as_positive, as_u64
 from ._documents import DocumentBatch, collate_items
 from ._rows import page_locked
 from ._token_files import PathLike, WindowProvenance

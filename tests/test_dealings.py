@@ -186,7 +186,7 @@ def test_what_each_sampler_proves_is_the_stream_it_yields(drop_last):
             ShardedBatchSampler(sampler(n, w, r), bs, drop_last),
             StepBatchSampler(sampler(n, w, r), bs, drop_last),
         ):
-            target = s.proof_target()
+            target = s._proof_target()
             part, config, rank = target.pass_, target.config, target.rank
             yielded = [x for item in s for x in (item if isinstance(item, list) else [item])]
             assert part.take_list(rank, 0, part.num_samples) == yielded, type(s).__name__
@@ -201,7 +201,7 @@ def test_the_batches_iterated_are_the_batches_proven(monkeypatch):
         sampler = ShardedSampler(1000, 4, 1, seed=3, check_consensus=False)
         batches = ShardedBatchSampler(sampler, 8)
         if batch_size_of_the_plan is not None:
-            broken = sampler.dealt(dealing="round-robin", batch_size=batch_size_of_the_plan)
+            broken = sampler._dealt(dealing="round-robin", batch_size=batch_size_of_the_plan)
             monkeypatch.setattr(batches, "_dealt", lambda: broken)
         return [list(b) for b in batches], batches.verify()
 

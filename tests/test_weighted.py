@@ -179,16 +179,23 @@ def test_bad_arguments_name_the_fix():
         sampler(["a", "b"])
     with pytest.raises(TypeError, match="1-D sequence"):
         sampler("abc")
-    with pytest.raises(ValueError, match="num_samples should be a positive integer"):
+    with pytest.raises(ValueError, match="num_draws should be a positive integer"):
         sampler(num_samples=0)
     with pytest.raises(TypeError, match="replacement should be a boolean"):
         sampler(replacement=1)
-    with pytest.raises(ValueError, match="num_samples <= 2 or replacement=True"):
+    with pytest.raises(ValueError, match="num_draws <= 2 or replacement=True"):
         sampler([0.0, 1.0, 2.0], 3, replacement=False)
     with pytest.raises(TypeError, match="BatchSampler"):
         ShardedBatchSampler(sampler(), 4)
     with pytest.raises(TypeError, match="draws"):
         sampler().locate(0)
+
+
+def test_total_draws_and_this_ranks_count_have_their_own_names():
+    s = sampler(num_samples=21, world=4, rank=3)  # 21 draws dealt over 4 ranks: 6 each, padded
+    assert (s.num_draws, s.num_samples, len(s), s.total_size) == (21, 6, 6, 24)
+    assert len(list(s)) == s.num_samples
+    assert "num_draws=21" in repr(s) and "num_samples=6" in repr(s)
 
 
 def test_weights_of_any_kind_are_copied():

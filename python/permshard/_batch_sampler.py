@@ -81,9 +81,9 @@ class ShardedBatchSampler(BatchSampler, ProvenStream):
 
     def _dealt(self) -> tuple[_core.Partition, ShardConfig]:
         """The pass being run as this sampler deals and batches it."""
-        return self._sharded.dealt(**self._dealing())
+        return self._sharded._dealt(**self._dealing())
 
-    def proof_target(self) -> ProofTarget:
+    def _proof_target(self) -> ProofTarget:
         """The pass being run, dealt and batched as this sampler yields it (a dropped
         last batch is declared dropped); see :class:`~permshard._proof.ProvenStream`."""
         part, config = self._dealt()
@@ -95,7 +95,7 @@ class ShardedBatchSampler(BatchSampler, ProvenStream):
         return self.as_array if self.as_array is not None else wants_arrays(self._sharded.dataset)
 
     def __iter__(self) -> Iterator[Any]:
-        current = self._sharded.begin_pass(**self._dealing())  # the batches agreed too
+        current = self._sharded._open_pass(**self._dealing())  # the batches agreed too
         part, _ = self._dealt()  # what this sampler proves, dealt and batched by the core
         arrays = self.yields_arrays
         take: Callable[[int, int, int], list[Any]] = part.take_batches if arrays else part.take_batches_list

@@ -147,7 +147,7 @@ class PassLifecycle(HoldsConfig):
 
 class SamplerPass:
     """One iteration over a sampler: which positions it deals and how many items it has
-    handed out. ``ShardedSampler.begin_pass()`` returns one. An item sampler iterates
+    handed out. ``ShardedSampler._open_pass()`` returns one. An item sampler iterates
     :meth:`items` (the core's ``RankPass``: chunks of this rank's items, counted exactly);
     a batch sampler deals this rank's items ``[0, num_samples)`` of ``partition`` in its
     own layout, passes each group through :meth:`for_dataset`, calls :meth:`announce`
@@ -165,7 +165,7 @@ class SamplerPass:
 
     Example::
 
-        >>> current = sampler.begin_pass()
+        >>> current = sampler._open_pass()
         >>> for i in range(0, current.num_samples, 4):
         ...     count = min(4, current.num_samples - i)
         ...     current.announce(i + count)

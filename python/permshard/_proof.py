@@ -288,31 +288,6 @@ def prove_pass(
     )
 
 
-def verify_distributed(*args: Any, exact: bool = False, **kwargs: Any) -> Certificate:
-    """Consensus, then the proof of a pass across the ranks of a group: a coverage
-    fingerprint, or with ``exact=True`` every rank proving its own stream by the inverse.
-    A collective: every process of the group must call it.
-
-    Args:
-        args, kwargs: ``part, config, rank, dataset=None, group=None``, as for
-            :func:`prove_pass`.
-        exact (bool, optional): the exact proof instead of the fingerprint.
-    """
-    return prove_pass(*args, exact=exact, **kwargs).wait()
-
-
-def verify_in_background(*args: Any, **kwargs: Any) -> PendingCertificate:
-    """The exact distributed proof of :func:`verify_distributed` (``exact=True``) with its
-    heavy part in a background thread: the consensus now (a collective), this rank's share
-    meanwhile, the gather and the judgement in :meth:`PendingCertificate.wait`.
-
-    Args:
-        args, kwargs: ``part, config, rank, dataset=None, group=None``, as for
-            :func:`prove_pass`.
-    """
-    return prove_pass(*args, exact=True, background=True, **kwargs)
-
-
 class ProofTarget(NamedTuple):
     """What a sampler proves: the pass it yields (a partition, or a token-budget pass; the
     same proof methods either way), its configuration, this process's rank, the dataset the
@@ -330,7 +305,7 @@ class ProofTarget(NamedTuple):
 
 class ProvenStream:
     """Proofs of the pass a sampler is running (from its resume point, if any), dealt the
-    way the sampler deals it: a subclass says what it yields with :meth:`proof_target`.
+    way the sampler deals it: a subclass says what it yields with :meth:`_proof_target`.
 
     Example::
 
@@ -339,7 +314,7 @@ class ProvenStream:
         'step'
     """
 
-    def proof_target(self) -> ProofTarget:
+    def _proof_target(self) -> ProofTarget:
         """The pass this sampler yields, dealt as it deals it, its configuration, this rank
         and the dataset the consensus fingerprints."""
         raise NotImplementedError
@@ -353,7 +328,7 @@ class ProvenStream:
             method (str, optional): ``"inverse"`` (O(1) memory) or ``"bitmap"`` (not for
                 token-budget plans, proven by the inverse only).
         """
-        target = self.proof_target()
+        target = self._proof_target()
         return verify_pass(target.pass_, target.config, method=method)
 
     def verify_distributed(self, group: Any = None, *, exact: bool = True) -> Certificate:
@@ -391,7 +366,7 @@ class ProvenStream:
 
     def _distributed(self, group: Any, *, exact: bool, background: bool) -> PendingCertificate:
         """The distributed proof (consensus now; the rest in ``wait()``)."""
-        target = self.proof_target()
+        target = self._proof_target()
         return prove_pass(
             target.pass_,
             target.config,

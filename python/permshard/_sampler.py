@@ -230,7 +230,7 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
                 "built; build a new ShardedSampler for the new dataset"
             )
 
-    def begin_pass(self, **dealing: Any) -> SamplerPass:
+    def _open_pass(self, **dealing: Any) -> SamplerPass:
         """Starts a pass over this epoch (from a loaded resume point, if any): checks the
         dataset, warns on a repeated epoch, runs the consensus once per epoch. Iterating
         the sampler calls it; a batch sampler built on this sampler calls it to deal the
@@ -293,7 +293,7 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
         return None
 
     def __iter__(self) -> Iterator[int]:
-        current = self.begin_pass()
+        current = self._open_pass()
         return current.items(self._take(current))
 
     def iter_with_padding(self) -> Iterator[tuple[int, bool]]:
@@ -302,7 +302,7 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
         ``is_padding`` marks the items that repeat a sample only to make ranks even: drop
         them from metrics for an exact evaluation.
         """
-        current = self.begin_pass()
+        current = self._open_pass()
         first_padding = current.partition.first_padding(self.rank)
         for k, index in enumerate(current.items(self._take(current))):
             yield index, k >= first_padding
@@ -375,13 +375,13 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
             raise ValueError(f"items must be in [0, {self.num_samples}] (this pass's length), got {items}")
         return self._current_partition().consumed_after(items)
 
-    def proof_target(self) -> ProofTarget:
+    def _proof_target(self) -> ProofTarget:
         """The pass being run (from its resume point, if any), dealt round-robin; see
         :class:`~permshard._proof.ProvenStream` for :meth:`verify`,
         :meth:`verify_distributed` and :meth:`verify_in_background`."""
         return ProofTarget(self._current_partition(), self.config, self.rank, self.dataset)
 
-    def dealt(self, **dealing: Any) -> tuple[_core.Partition, ShardConfig]:
+    def _dealt(self, **dealing: Any) -> tuple[_core.Partition, ShardConfig]:
         """The pass being run (or the next one) dealt as a batch sampler deals it, and its
         configuration: what the batch sampler yields and proves.
 

@@ -361,20 +361,21 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
         state["dataset"] = self._fingerprint()  # a resume over other lengths is refused
         return state
 
-    def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> None:
         """Restores a resume point, possibly saved with another number of ranks: the rest
         of that window is re-planned, every sample still exactly once.
 
         Args:
-            state (Mapping): a dict saved by :meth:`state_dict` (0.2's load too); every
+            state_dict (Mapping): a dict saved by :meth:`state_dict` (0.2's load too); every
                 field is type- and range-checked.
             strict (bool, optional): refuse keys this sampler does not save (``False``
                 ignores them). Default: ``True``.
 
         Raises:
-            TypeError: ``state`` is not a mapping, or a value has the wrong type.
+            TypeError: ``state_dict`` is not a mapping, or a value has the wrong type.
             ValueError: it was saved by another sampler or configuration, or edited.
         """
+        state = state_dict
         if isinstance(state, Mapping):  # else from_state_dict names the type
             check_same_dataset(state, self._fingerprint())
             state = {k: v for k, v in state.items() if k != "dataset"}
@@ -388,7 +389,7 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
         self._saved = (window, taken, steps, saved.num_replicas)
         self._state_loaded()
 
-    def proof_target(self) -> ProofTarget:
+    def _proof_target(self) -> ProofTarget:
         """The pass being run (from its resume point, if any), as the core plans it: its
         exact proof plans each window as the sampler hands it out and checks it through
         the order's inverse — every position of the window not consumed before exactly

@@ -47,21 +47,23 @@ class WeightedShardedSampler(ShardedSampler):
     r"""Samples elements from ``[0, len(weights))`` with the given probabilities, split
     across ranks: :class:`torch.utils.data.WeightedRandomSampler` for distributed runs.
 
-    One global stream of ``num_samples`` draws per ``(seed, epoch)``; rank ``r`` yields
+    One global stream of ``num_draws`` draws per ``(seed, epoch)``; rank ``r`` yields
     positions ``r, r + W, ...`` of it (DistributedSampler's round-robin, its padding and
     ``drop_last``), so the ranks together read the stream exactly once, whatever their
     number, and a resume on another world size continues it exactly. Position ``p`` is one
     draw from an alias table built in Rust (O(N), 16 bytes per weight), computed from
-    ``(seed, epoch, p)`` alone: the first index comes at once, whatever ``num_samples``.
+    ``(seed, epoch, p)`` alone: the first index comes at once, whatever ``num_draws``.
 
     Args:
         weights (sequence, numpy array or tensor): a sequence of weights, not necessary
             summing up to one; 1-D, finite, ``>= 0``, at least one positive.
-        num_samples (int): number of draws per epoch, across all ranks.
+        num_draws (int): number of draws per epoch, across all ranks (torch's
+            ``num_samples``, renamed: :attr:`num_samples` is this rank's count, as on
+            every sampler).
         replacement (bool, optional): if ``True`` (default), samples are drawn with
             replacement. If not, each sample is drawn at most once per epoch (by
-            exponential keys in Rust: ``num_samples`` at most the positive weights; O(N)
-            work at the start of each epoch, O(num_samples) memory).
+            exponential keys in Rust: ``num_draws`` at most the positive weights; O(N)
+            work at the start of each epoch, O(num_draws) memory).
         num_replicas (int, optional): number of data-parallel ranks (default: the world).
         rank (int, optional): this rank (default: the process's rank).
         seed (int, optional): key of the draws, identical on every rank. Default: ``0``.
@@ -71,14 +73,15 @@ class WeightedShardedSampler(ShardedSampler):
             :class:`~permshard.ShardedSampler`. The consensus also compares a digest of
             the weights across ranks.
 
-    ``len(sampler)`` is this rank's count, as for DistributedSampler; :attr:`n` is the
-    global number of draws. Wrap it in :class:`torch.utils.data.BatchSampler` for batches.
+    ``len(sampler)`` and :attr:`num_samples` are this rank's count, as for
+    DistributedSampler; :attr:`num_draws` is the global number of draws. Wrap it in
+    :class:`torch.utils.data.BatchSampler` for batches.
 
     Example::
 
         >>> weights = [0.1, 0.9, 0.4, 0.7, 3.0, 0.6]
         >>> sampler = WeightedShardedSampler(weights, 8, num_replicas=2, rank=0)
-        >>> len(sampler), sampler.n  # this rank's draws, the stream's
+        >>> sampler.num_samples, sampler.num_draws  # this rank's draws, the stream's
         (4, 8)
         >>> sampler.draws().at(0) in range(6)  # the sample drawn at global position 0
         True
@@ -89,7 +92,7 @@ class WeightedShardedSampler(ShardedSampler):
     def __init__(
         self,
         weights: Union[Sequence[float], npt.NDArray[Any], torch.Tensor],
-        num_samples: int,
+        num_draws: int,
         *,
         replacement: bool = True,
         num_replicas: Optional[int] = None,
@@ -103,17 +106,15 @@ class WeightedShardedSampler(ShardedSampler):
     ) -> None:
         if not isinstance(replacement, bool):
             raise TypeError(f"replacement should be a boolean value, but got replacement={replacement!r}")
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples <= 0:
-            raise ValueError(
-                f"num_samples should be a positive integer value, but got num_samples={num_samples!r}"
-            )
+        if isinstance(num_draws, bool) or not isinstance(num_draws, int) or num_draws <= 0:
+            raise ValueError(f"num_draws should be a positive integer value, but got num_draws={num_draws!r}")
         self._weights = as_weights(weights)
         self._replacement = replacement
         self._table = _core.Weights(self._weights, replacement)
-        self._table.check_draws(num_samples)  # the core's rule, at construction
+        self._table.check_draws(num_draws)  # the core's rule, at construction
         self._draws: Optional[tuple[int, _core.EpochDraws]] = None
         super().__init__(
-            num_samples,
+            num_draws,
             num_replicas,
             rank,
             shuffle=False,  # the positions in order; the draws are the randomness
@@ -129,6 +130,11 @@ class WeightedShardedSampler(ShardedSampler):
     def weights(self) -> torch.Tensor:
         """The weights, as float64 (a read-only view)."""
         return torch.from_numpy(self._weights)
+
+    @property
+    def num_draws(self) -> int:
+        """Draws per epoch across all ranks (:attr:`num_samples`: this rank's)."""
+        return self.n
 
     @property
     def replacement(self) -> bool:
@@ -220,7 +226,7 @@ class WeightedShardedSampler(ShardedSampler):
 
     def __repr__(self) -> str:
         return (
-            f"WeightedShardedSampler(num_weights={len(self._weights)}, n={self.n}, "
+            f"WeightedShardedSampler(num_weights={len(self._weights)}, num_draws={self.num_draws}, "
             f"replacement={self.replacement}, num_replicas={self.num_replicas}, rank={self.rank}, "
             f"seed={self.seed}, drop_last={self.drop_last}, epoch={self.epoch}, "
             f"num_samples={self.num_samples})"

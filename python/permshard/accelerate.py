@@ -99,10 +99,10 @@ class _Checkpoint:
         epoch, delivered = getattr(self.loader, "_permshard_delivered", (None, 0))
         return self.state_after(delivered if epoch == self.sampler.epoch else None)
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.sampler.load_state_dict(state)
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> None:
+        self.sampler.load_state_dict(state_dict, strict)
         # DataLoaderShard calls set_epoch(iteration) at each pass: make it the saved epoch.
-        self.loader.iteration = int(state["epoch"])
+        self.loader.iteration = int(state_dict["epoch"])
 
 
 def prepare_data_loader(accelerator: Any, dataloader: DataLoader[Any]) -> Any:

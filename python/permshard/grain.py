@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Mapping
 from typing import Any, Optional
 
 import numpy as np
@@ -188,16 +189,16 @@ class ShardedIndexSampler:
         epoch, start, position = self._locate(index)  # a finished epoch: the next one's start
         return self.config.replace(epoch=epoch).state_dict(start + position)
 
-    def load_state_dict(self, state: dict[str, Any], strict: bool = True) -> None:
-        """Starts this sampler's indices at the resume point of ``state`` (saved by
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> None:
+        """Starts this sampler's indices at the resume point of ``state_dict`` (saved by
         :meth:`state_dict`, or by a ``ShardedSampler``), on this shard count: build grain's
         ``DataLoader`` afresh on it.
 
         Args:
-            state (Mapping): a ``ShardedSampler`` state dict.
+            state_dict (Mapping): a ``ShardedSampler`` state dict.
             strict (bool, optional): refuse unknown keys. Default: ``True``.
         """
-        saved, consumed = ShardConfig.from_state_dict(state, strict=strict)
+        saved, consumed = ShardConfig.from_state_dict(state_dict, strict=strict)
         config = self.config.replace(permutation=saved.permutation)  # the order it names
         config.check_resumable(saved)
         if self.num_epochs is not None and saved.epoch >= self.num_epochs:

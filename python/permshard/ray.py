@@ -170,13 +170,14 @@ class DeviceLoader:
         state: dict[str, Any] = self._stateful().state_dict()
         return state
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> None:
         """Restores the sampler's resume point (onto another number of workers too).
 
         Args:
-            state (Mapping): a dict saved by :meth:`state_dict`.
+            state_dict (Mapping): a dict saved by :meth:`state_dict`.
+            strict (bool, optional): refuse keys the sampler does not save. Default: ``True``.
         """
-        self._stateful().load_state_dict(state)
+        self._stateful().load_state_dict(state_dict, strict)
 
     def __repr__(self) -> str:
         return f"DeviceLoader({self.loader!r}, device={self.device})"

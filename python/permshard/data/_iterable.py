@@ -421,16 +421,25 @@ class ShardedIterable(IterableDataset[T], Generic[T]):
             state["shard_names"] = names  # a resume over other shards is refused
         return state
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> None:
         """Continues after the runs a :meth:`state_dict` recorded: iterating reads only the
         elements none of them took, dealt by stride to this run's ranks and workers (every
         consumer reads the whole source and keeps its part of what is left).
 
         Args:
-            state (Mapping): a dict saved by :meth:`state_dict`, on any world size.
+            state_dict (Mapping): a dict saved by :meth:`state_dict`, on any world size.
+            strict (bool, optional): refuse keys :meth:`state_dict` does not write
+                (``False`` ignores them). Default: ``True``.
         """
+        state = state_dict
         if not isinstance(state, Mapping) or state.get("dealt_by") != "ShardedIterable":
             raise ValueError("state_dict was not saved by ShardedIterable.state_dict(): pass that dict")
+        unknown = sorted(set(state) - {"dealt_by", "shards", "shard_names", "layers"})
+        if strict and unknown:
+            raise ValueError(
+                f"state_dict has keys ShardedIterable.state_dict() does not write: {unknown}; "
+                "pass the dict it saved, or strict=False to ignore them"
+            )
         shards = self._num_shards() if self.open_shard is not None else None
         if state.get("shards") != shards:
             raise ValueError(

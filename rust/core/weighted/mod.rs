@@ -90,18 +90,18 @@ impl Weights {
         self.digest
     }
 
-    /// `Ok` when an epoch of `num_samples` draws can be had: at least one, and without
+    /// `Ok` when an epoch of `num_draws` draws can be had: at least one, and without
     /// replacement at most [`Weights::positive`].
-    pub fn check_draws(&self, num_samples: u64) -> Result<(), Error> {
-        if num_samples == 0 {
+    pub fn check_draws(&self, num_draws: u64) -> Result<(), Error> {
+        if num_draws == 0 {
             return Err(Error::Invalid(
-                "num_samples should be a positive integer value, but got num_samples=0".into(),
+                "num_draws should be a positive integer value, but got num_draws=0".into(),
             ));
         }
-        if !self.replacement() && num_samples > self.positive {
+        if !self.replacement() && num_draws > self.positive {
             return Err(Error::Invalid(format!(
-                "num_samples={num_samples} draws without replacement, but only {} of the \
-                 {} weights are positive; pass num_samples <= {} or replacement=True",
+                "num_draws={num_draws} draws without replacement, but only {} of the \
+                 {} weights are positive; pass num_draws <= {} or replacement=True",
                 self.positive, self.len, self.positive
             )));
         }

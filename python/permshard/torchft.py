@@ -1,0 +1,503 @@
+"""permshard for torchft: every committed sample exactly once while replica groups fail,
+heal and join.
+
+torchft keeps training with the replica groups that are alive: each step a quorum decides
+who participates, a failed group is dropped, a restarted one heals from a peer and joins
+again, a step that fails is not committed. :class:`CommittedLoader` hands each group, at
+each step, its part of one global stream of positions under that step's quorum, read only
+from the Manager's public API:
+
+* ``batch_size=B`` (per rank): a step reads ``B`` positions per rank of each participating
+  group, from ``batches_committed()``: group ``participating_rank()`` reads
+  ``[(batches_committed() + participating_rank()) * B * k, +B * k)``, its ``k`` ranks
+  ``B`` each;
+* ``global_batch_size=G``: a step reads ``G`` positions whatever the membership, from
+  ``current_step()``: ``[current_step() * G, +G)`` split over the participating groups
+  (sizes differ by at most one) and again over each group's ranks.
+
+Position ``p`` is sample ``order(epoch)[p % n]`` of epoch ``p // n`` (the order of
+``ShardedSampler(n, num_replicas=1, seed=seed, shuffle=shuffle)`` in that epoch): epochs
+follow from the position, with no ``set_epoch``. A step that is not committed is read
+again by the next one (the same positions); a healing group, which does not participate,
+gets an empty batch; a restarted group needs no loader checkpoint, since the counts travel
+with torchft's heal. Every group records its committed reads, and :func:`audit` proves
+from all of them that every position was committed exactly once (naming those read twice
+when a group formed a quorum of its own).
+
+torchft is not a dependency of permshard: nothing here imports it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple, Optional
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, Sampler
+from torch.utils.data._utils.collate import default_collate
+
+from ._config import as_positive, as_u64
+from ._core import ShardingError
+from ._permutation import Permutation
+
+__all__ = ["CommittedAudit", "CommittedLoader", "audit"]
+
+#: The id of the arithmetic above, recorded in every state.
+ALGORITHM = "committed-v1"
+
+
+class Agreed(NamedTuple):
+    """What the replica groups agreed at one step: its number, the positions committed
+    before it, how many groups train, and this group's slot among them (``None``: it
+    does not train)."""
+
+    step: int
+    consumed: int
+    trained: int
+    slot: Optional[int]
+
+
+class Read(NamedTuple):
+    """The positions one rank reads at one step: ``[start, start + length)``, and where the
+    next step's begin if the membership stays and the step commits (``start + stride``)."""
+
+    start: int
+    length: int
+    stride: int
+
+
+def share(total: int, parts: int, index: int) -> tuple[int, int]:
+    """``(offset, length)`` of part ``index`` of ``total`` items split in ``parts`` parts
+    whose sizes differ by at most one (the larger first)."""
+    base, extra = divmod(total, parts)
+    return index * base + min(index, extra), base + (index < extra)
+
+
+class StreamOrder:
+    """The global stream: position ``p`` is sample ``order(p // n)[p % n]``.
+
+    Args:
+        n (int): dataset length.
+        seed (int): key of the orders.
+        shuffle (bool): a keyed order per epoch, or the identity.
+    """
+
+    def __init__(self, n: int, seed: int, shuffle: bool) -> None:
+        self.n, self.seed, self.shuffle = n, seed, shuffle
+        self._orders: dict[int, Permutation] = {}
+
+    def samples(self, start: int, stop: int) -> list[int]:
+        """The samples at positions ``[start, stop)``, across epochs."""
+        out: list[int] = []
+        while start < stop:
+            epoch, offset = divmod(start, self.n)
+            end = min(stop - start, self.n - offset) + offset
+            if self.shuffle:
+                order = self._orders.get(epoch)
+                if order is None:
+                    self._orders = {epoch: Permutation(self.n, seed=self.seed, epoch=epoch)}
+                    order = self._orders[epoch]
+                out.extend(order.take(offset, end).tolist())
+            else:
+                out.extend(range(offset, end))
+            start += end - offset
+        return out
+
+
+class _Ahead(Sampler[list[int]]):
+    """The batches of the steps to come if the membership stays and every step commits:
+    a DataLoader over it prefetches them. It records each batch it hands the DataLoader
+    (``issued``), in order, so a batch coming back is known by its read."""
+
+    def __init__(self, order: StreamOrder) -> None:
+        self.order = order
+        self.next: Optional[Read] = None
+        self.issued: deque[Read] = deque()
+
+    def __iter__(self) -> Iterator[list[int]]:
+        while True:
+            read = self.next
+            assert read is not None, "a plan is set before the DataLoader starts"
+            self.next = read._replace(start=read.start + read.stride)
+            self.issued.append(read)
+            yield self.order.samples(read.start, read.start + read.length)
+
+
+class CommittedLoader:
+    """Hands this rank, at each torchft step, its batch of one global stream under that
+    step's quorum: over the committed steps of all replica groups, every sample of every
+    epoch is read exactly once, whatever joins, leaves, heals and uncommitted steps.
+
+    Call :meth:`next_batch` once per step, after ``optimizer.zero_grad()`` (which starts
+    the quorum) and before the forward pass. With ``num_workers > 0`` the batches of the
+    next steps are prefetched by DataLoader workers for the last quorum's membership; after
+    the quorum a batch of another membership is discarded and the right one fetched.
+
+    Args:
+        dataset (Dataset): a map-style dataset (``__getitem__``, ``__len__``; a
+            ``__getitems__`` is used when it has one).
+        manager (torchft.Manager): this rank's manager.
+        batch_size (int, optional): samples per rank and step; a step reads
+            ``batch_size`` per rank of each participating group.
+        global_batch_size (int, optional): samples per committed step across all groups
+            (instead of ``batch_size``): the same stream whatever the membership.
+        seed (int, optional): key of the order. Default: ``0``.
+        shuffle (bool, optional): a keyed order each epoch (``False``: the positions in
+            order). Default: ``True``.
+        rank (int, optional): this rank inside its replica group (``Manager(rank=)``;
+            model-parallel peers pass the same). Default: ``$RANK`` or ``0``.
+        world_size (int, optional): data-parallel ranks inside the group
+            (``Manager(world_size=)``). Default: ``$WORLD_SIZE`` or ``1``.
+        num_workers (int, optional): DataLoader worker processes prefetching the next
+            steps' batches. Default: ``0`` (fetched at :meth:`next_batch`).
+        collate_fn (callable, optional): merges a list of samples into a batch.
+            Default: torch's ``default_collate``.
+        prefetch_factor (int, optional): batches each worker prefetches. Default: ``2``.
+        multiprocessing_context (optional): the workers' start method (``"spawn"``, ...).
+        pin_memory (bool, optional): as DataLoader's.
+
+    Example::
+
+        >>> loader = CommittedLoader(dataset, manager, batch_size=8)  # doctest: +SKIP
+        >>> while manager.current_step() < steps:  # doctest: +SKIP
+        ...     optimizer.zero_grad()  # starts the quorum
+        ...     batch = loader.next_batch()  # this rank's batch under this quorum
+        ...     model(batch).sum().backward()
+        ...     optimizer.step()  # commits or not
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        manager: Any,
+        *,
+        batch_size: Optional[int] = None,
+        global_batch_size: Optional[int] = None,
+        seed: int = 0,
+        shuffle: bool = True,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        num_workers: int = 0,
+        collate_fn: Optional[Callable[[list[Any]], Any]] = None,
+        prefetch_factor: int = 2,
+        multiprocessing_context: Any = None,
+        pin_memory: bool = False,
+    ) -> None:
+        if (batch_size is None) == (global_batch_size is None):
+            raise ValueError(
+                "pass batch_size= (samples per rank and step) or global_batch_size= (samples "
+                "per committed step across all groups), not both and not neither"
+            )
+        for name in ("participating_rank", "num_participants", "is_participating", "batches_committed"):
+            if not callable(getattr(manager, name, None)):
+                raise TypeError(
+                    f"manager must be a torchft.Manager (it has no {name}()), got {type(manager).__name__}"
+                )
+        if not isinstance(shuffle, bool):
+            raise TypeError(f"shuffle should be a boolean value, but got shuffle={shuffle!r}")
+        self.dataset = dataset
+        self.manager = manager
+        self.batch_size = None if batch_size is None else as_positive("batch_size", batch_size)
+        self.global_batch_size = (
+            None if global_batch_size is None else as_positive("global_batch_size", global_batch_size)
+        )
+        self.seed = as_u64("seed", seed)
+        self.shuffle = shuffle
+        self.world_size = as_positive(
+            "world_size", int(os.environ.get("WORLD_SIZE", 1)) if world_size is None else world_size
+        )
+        self.rank = as_u64("rank", int(os.environ.get("RANK", 0)) if rank is None else rank)
+        if self.rank >= self.world_size:
+            raise ValueError(
+                f"rank {self.rank} is not below world_size {self.world_size}: pass Manager(rank=, world_size=)'s"
+            )
+        self.n = as_positive("len(dataset)", len(dataset))
+        self.collate_fn = default_collate if collate_fn is None else collate_fn
+        self._order = StreamOrder(self.n, self.seed, self.shuffle)
+        self._ahead = _Ahead(self._order)
+        self._loader: Optional[DataLoader[Any]] = None
+        if as_u64("num_workers", num_workers) > 0:
+            self._loader = DataLoader(
+                dataset,
+                batch_sampler=self._ahead,
+                num_workers=num_workers,
+                collate_fn=self.collate_fn,
+                prefetch_factor=prefetch_factor,
+                multiprocessing_context=multiprocessing_context,
+                pin_memory=pin_memory,
+            )
+        self._batches: Optional[Iterator[Any]] = None
+        self._handed: Optional[tuple[int, Read, Any]] = None  # (step, read, batch) of the last step
+        self._empty: Any = None
+        self._log = CommitLog()
+        self._consumed = 0  # positions committed before the step being run, as this rank knows them
+        self._pending: Optional[tuple[Agreed, int, Optional[Read]]] = None
+        #: Seconds from the quorum to the batch at the last :meth:`next_batch`.
+        self.last_wait: float = 0.0
+
+    # -- the step --
+
+    def agree(self) -> Agreed:
+        """What this step's quorum says, after it (this waits for it): one collective of
+        the replica groups tells which of them train (a group healing in torchft's
+        asynchronous mode takes part in the step but its gradients are zeroed, so it reads
+        nothing) and the positions committed before the step, so a group that joins or
+        heals learns them with no state of its own."""
+        group = self.manager.participating_rank()
+        slots = self.manager.num_participants()
+        view = torch.zeros(slots + 1, dtype=torch.float64)
+        training = group is not None and self.manager.is_participating()
+        if training:
+            view[group] = 1.0
+            view[slots] = float(self._consumed)  # exact below 2**53
+        # The manager zeroes a group that does not participate: the maximum is the count
+        # of the groups at torchft's newest step, and the slots of those that train.
+        self.manager.allreduce(view, reduce_op=dist.ReduceOp.MAX).wait()
+        trained = view[:slots] > 0
+        index = int(trained[:group].sum()) if training else None
+        return Agreed(self.manager.current_step(), int(view[slots]), int(trained.sum()), index)
+
+    def read(self, agreed: Agreed) -> tuple[Optional[Read], int]:
+        """This rank's positions under ``agreed`` (``None`` where its group does not
+        train), and the positions the step reads across all groups."""
+        k, rank, groups, slot = self.world_size, self.rank, agreed.trained, agreed.slot
+        if self.batch_size is not None:
+            b = self.batch_size
+            total = groups * k * b
+            return (None if slot is None else Read(agreed.consumed + (slot * k + rank) * b, b, total)), total
+        g = self.global_batch_size
+        assert g is not None
+        if slot is None:
+            return None, g if groups else 0
+        offset, length = share(g, groups, slot)
+        inner, length = share(length, k, rank)
+        return Read(agreed.consumed + offset + inner, length, g), g
+
+    def next_batch(self) -> Any:
+        """This rank's batch for the current step, under this step's quorum: what
+        ``collate_fn`` makes of its samples, an empty batch where the group does not
+        train. The same batch again when the last step was not committed."""
+        self._settle(retried=True)
+        agreed = self.agree()  # waits for the quorum
+        began = time.perf_counter()
+        read, total = self.read(agreed)
+        if read is None or read.length == 0:
+            batch = self._empty_batch()
+        elif self._handed is not None and self._handed[:2] == (agreed.step, read):
+            batch = self._handed[2]  # the step is retried after an uncommitted one
+        else:
+            batch = self._fetch(read)
+            self._handed = (agreed.step, read, batch)
+        self._pending = (agreed, total, read)
+        self.last_wait = time.perf_counter() - began
+        return batch
+
+    def _settle(self, retried: bool) -> None:
+        """Counts the last step's positions once the manager's step count shows it
+        committed (``retried``: the next step began, so a step still counted is not)."""
+        if self._pending is None:
+            return
+        agreed, total, read = self._pending
+        committed = self.manager.current_step() > agreed.step
+        if not (committed or retried):
+            return  # the step is still in progress
+        self._pending = None
+        self._consumed = agreed.consumed + (total if committed else 0)
+        if committed and read is not None and read.length:
+            self._log.record(agreed, read)
+
+    def _fetch(self, read: Read) -> Any:
+        if self._loader is None:
+            return self._collate(self._order.samples(read.start, read.start + read.length))
+        ahead = self._ahead
+        if self._batches is None or read not in ahead.issued:
+            ahead.next = read  # another membership than the last: the workers go on from here
+            if self._batches is None:
+                self._batches = iter(self._loader)
+        while ahead.issued[0] != read:  # prefetched for a membership that did not come
+            ahead.issued.popleft()
+            next(self._batches)
+        ahead.issued.popleft()
+        return next(self._batches)
+
+    def _collate(self, indices: list[int]) -> Any:
+        getitems = getattr(self.dataset, "__getitems__", None)
+        samples = getitems(indices) if getitems is not None else [self.dataset[i] for i in indices]
+        return self.collate_fn(samples)
+
+    def _empty_batch(self) -> Any:
+        """A batch of no sample, shaped as the dataset's (tensors and arrays of length 0)."""
+        if self._empty is None:
+            one = self._collate([0])
+            self._empty = torch.utils._pytree.tree_map(
+                lambda x: x[:0] if isinstance(x, (torch.Tensor, np.ndarray, list, tuple)) else x, one
+            )
+        return self._empty
+
+    # -- the record --
+
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's committed reads (what :func:`audit` proves), O(#membership changes):
+        one row ``[first_step, steps, start, stride, length, participants, group]`` per run
+        of steps read under one membership. A restarted group needs none of it to go on."""
+        self._settle(retried=False)
+        return {
+            "algorithm": ALGORITHM,
+            "n": self.n,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "batch_size": self.batch_size,
+            "global_batch_size": self.global_batch_size,
+            "world_size": self.world_size,
+            "rank": self.rank,
+            "consumed": self._consumed,
+            "reads": [list(row) for row in self._log.rows],
+        }
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> None:
+        """Restores the committed reads of :meth:`state_dict` (a job restarted from a
+        checkpoint keeps its record; the positions come from the manager's own state).
+
+        Args:
+            state_dict (Mapping): a dict saved by :meth:`state_dict`.
+            strict (bool, optional): refuse keys this loader does not save.
+        """
+        mine = self.state_dict()
+        if strict and set(state_dict) != set(mine):
+            unknown = sorted(set(state_dict) - set(mine))
+            missing = sorted(set(mine) - set(state_dict))
+            raise ValueError(f"not a CommittedLoader state: unknown keys {unknown}, missing {missing}")
+        for key in ("algorithm", "n", "seed", "shuffle", "batch_size", "global_batch_size"):
+            if state_dict.get(key) != mine[key]:
+                raise ValueError(
+                    f"the state was saved with {key}={state_dict.get(key)!r}, this loader has "
+                    f"{mine[key]!r}: build the loader as the run did"
+                )
+        self._log.rows = [Row(*map(int, row)) for row in state_dict["reads"]]
+        self._consumed = as_u64("consumed", state_dict["consumed"])
+        self._pending = None
+
+    def close(self) -> None:
+        """Stops the workers."""
+        self._batches = None
+
+    def __repr__(self) -> str:
+        size = (
+            f"batch_size={self.batch_size}"
+            if self.batch_size
+            else f"global_batch_size={self.global_batch_size}"
+        )
+        return (
+            f"CommittedLoader(n={self.n}, {size}, seed={self.seed}, shuffle={self.shuffle}, "
+            f"rank={self.rank}, world_size={self.world_size})"
+        )
+
+
+class Row(NamedTuple):
+    """Steps ``first_step .. first_step + steps - 1``, committed, read ``length`` positions
+    from ``start``, ``start + stride``, ... under ``participants`` groups as ``group``."""
+
+    first_step: int
+    steps: int
+    start: int
+    stride: int
+    length: int
+    participants: int
+    group: int
+
+
+class CommitLog:
+    """A rank's committed reads, one :class:`Row` per run of steps under one membership."""
+
+    def __init__(self) -> None:
+        self.rows: list[Row] = []
+
+    def record(self, agreed: Agreed, read: Read) -> None:
+        """Adds a committed step's read: to the last row when it goes on from it."""
+        assert agreed.slot is not None
+        step, last = agreed.step, self.rows[-1] if self.rows else None
+        if (
+            last is not None
+            and (last.stride, last.length, last.participants, last.group)
+            == (read.stride, read.length, agreed.trained, agreed.slot)
+            and last.first_step + last.steps == step
+            and last.start + last.steps * last.stride == read.start
+        ):
+            self.rows[-1] = last._replace(steps=last.steps + 1)
+        else:
+            self.rows.append(Row(step, 1, read.start, read.stride, read.length, agreed.trained, agreed.slot))
+
+
+@dataclass(frozen=True)
+class CommittedAudit:
+    """What :func:`audit` proved: positions ``[0, positions)`` committed exactly once.
+
+    Attributes:
+        positions: positions committed, all groups and ranks together.
+        epochs: complete epochs among them (each sample of each read exactly once).
+        steps: committed steps seen.
+        seconds: time the audit took.
+    """
+
+    positions: int
+    epochs: int
+    steps: int
+    seconds: float
+
+
+def audit(states: Sequence[Mapping[str, Any]]) -> CommittedAudit:
+    """Proves from the :meth:`CommittedLoader.state_dict` of every data-parallel rank of
+    every replica group (model-parallel peers read the same: pass one of them, and one
+    per attempt of a restarted group) that every position up to the last committed was
+    read exactly once over the committed steps: so every sample of every complete epoch.
+
+    Args:
+        states (sequence of Mapping): the loaders' state dicts.
+
+    Raises:
+        ShardingError: naming the positions read twice (a group that formed a quorum of its
+            own) or never, with their samples and steps.
+    """
+    began = time.perf_counter()
+    if not states:
+        raise ValueError("audit needs the state of every rank of every group; got none")
+    first = states[0]
+    for s in states:
+        for key in ("algorithm", "n", "seed", "shuffle"):
+            if s.get(key) != first.get(key):
+                raise ValueError(f"the states disagree on {key}: {s.get(key)!r} and {first.get(key)!r}")
+    reads: list[tuple[int, int, int, int]] = []  # (start, stop, step, state) per committed read
+    steps: set[int] = set()
+    for index, s in enumerate(states):
+        for row in map(lambda r: Row(*map(int, r)), s["reads"]):
+            for i in range(row.steps):
+                start = row.start + i * row.stride
+                reads.append((start, start + row.length, row.first_step + i, index))
+                steps.add(row.first_step + i)
+    reads.sort()
+    order = StreamOrder(int(first["n"]), int(first["seed"]), bool(first["shuffle"]))
+    reached = twice = 0
+    problems: list[str] = []
+    for start, stop, step, index in reads:
+        if start < reached:
+            twice += min(stop, reached) - start
+            sample = order.samples(start, start + 1)[0]
+            problems.append(f"position {start} (sample {sample}) read again at step {step} (state {index})")
+        elif start > reached:
+            problems.append(f"positions [{reached}, {start}) never read (before step {step}, state {index})")
+        reached = max(reached, stop)
+    if problems:
+        raise ShardingError(
+            f"the committed reads are not exactly once: {twice} positions read twice; "
+            + "; ".join(problems[:5])
+            + ". Two groups committed the same step (a group formed a quorum of its own: torchft's "
+            "lighthouse needs min_replicas above half the groups) or a rank's state is missing"
+        )
+    n = int(first["n"])
+    return CommittedAudit(reached, reached // n, len(steps), time.perf_counter() - began)

@@ -1,0 +1,222 @@
+"""permshard.torchft under real torchft 0.2.0 (its own test harness: ``Runner`` and
+``EventInjector``, gloo, the lighthouse in-process): over the committed steps of every
+replica group, every sample of every epoch is read exactly once, whatever fails, heals,
+rejoins or is not committed; compared with an independent reference (the epochs of a
+one-rank ``ShardedSampler``, concatenated) and proven by ``permshard.torchft.audit`` from
+the loaders' states, which names the positions read twice in a split brain."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+from torchft.manager_integ_test import EventInjector
+from torchft_groups import Features, run_groups
+
+import permshard
+import permshard.torchft
+from permshard.torchft import CommittedLoader, StreamOrder, audit, share
+
+pytestmark = [
+    pytest.mark.multiprocess,
+    # torch warns inside torchft's heal (a checkpoint read from a read-only buffer) and
+    # of its own deprecations under torchft's DDP: not permshard's, and raised as errors
+    # they would break the heal this suite tests.
+    pytest.mark.filterwarnings("ignore::UserWarning"),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore::FutureWarning"),
+]
+
+N = 50
+
+
+def reference(count: int, n: int = N, seed: int = 0, shuffle: bool = True) -> list[int]:
+    """The first ``count`` samples of the stream: epoch after epoch of one rank's order."""
+    out: list[int] = []
+    epoch = 0
+    while len(out) < count:
+        sampler = permshard.ShardedSampler(n, num_replicas=1, rank=0, seed=seed, shuffle=shuffle)
+        sampler.set_epoch(epoch)
+        out += list(sampler)
+        epoch += 1
+    return out[:count]
+
+
+def check_exactly_once(record, **order) -> permshard.torchft.CommittedAudit:
+    samples = record.samples()
+    assert Counter(samples) == Counter(reference(len(samples), **order))
+    proof = audit(record.states)
+    assert proof.positions == len(samples)
+    return proof
+
+
+@pytest.mark.parametrize("async_quorum", [False, True], ids=["sync", "async"])
+def test_a_group_killed_and_restarted_reads_nothing_twice_and_loses_nothing(async_quorum):
+    # Group 1 dies after step 4 and restarts with a new loader (no state of its own).
+    record = run_groups(
+        async_quorum=async_quorum,
+        injectors=[EventInjector(), EventInjector().fail_at(0, 4), EventInjector()],
+        batch_size=2,
+    )
+    proof = check_exactly_once(record)
+    assert proof.epochs >= 1 and proof.steps >= 12
+    assert len(record.states) == 4  # group 1's two attempts each left a state
+
+
+@pytest.mark.parametrize("async_quorum", [False, True], ids=["sync", "async"])
+def test_an_uncommitted_step_is_read_again(async_quorum):
+    injectors = [EventInjector(), EventInjector().fail_allreduce_at(0, 3), EventInjector()]
+    record = run_groups(async_quorum=async_quorum, injectors=injectors, batch_size=2)
+    check_exactly_once(record)
+    assert injectors[1].count  # the failure was injected
+
+
+def test_prefetching_workers_through_a_restart():
+    record = run_groups(
+        async_quorum=True,
+        injectors=[EventInjector(), EventInjector(), EventInjector().fail_at(0, 5)],
+        batch_size=3,
+        num_workers=2,
+        multiprocessing_context="fork",
+        seed=7,
+    )
+    check_exactly_once(record, seed=7)
+
+
+def test_a_constant_global_batch_whatever_the_membership():
+    record = run_groups(
+        injectors=[EventInjector().fail_at(0, 3), EventInjector(), EventInjector()], global_batch_size=5
+    )
+    check_exactly_once(record)
+    per_step = Counter()
+    for step, _, _, samples in record.reads:
+        per_step[step] += len(samples)
+    assert set(per_step.values()) == {5}  # 5 a step with 3 groups or 2 (sizes 2, 2, 1 or 3, 2)
+
+
+def test_groups_of_two_ranks():
+    injectors = [EventInjector(), EventInjector().fail_at(0, 4).fail_at(1, 4)]
+    record = run_groups(
+        groups=2, world_size=2, injectors=injectors, batch_size=2, min_replicas=1, shuffle=False
+    )
+    check_exactly_once(record, shuffle=False)
+    assert {rank for _, _, rank, _ in record.reads} == {0, 1}
+
+
+def test_a_split_brain_is_caught_by_the_audit():
+    # The last group asks a lighthouse of its own: it commits alone from position 0.
+    record = run_groups(lighthouses=2, expect_together=1, batch_size=2)
+    samples = record.samples()
+    assert len(samples) > len(set(samples))  # read twice in one epoch, and nothing noticed
+    with pytest.raises(permshard.ShardingError, match=r"positions read twice.*position 0 \(sample"):
+        audit(record.states)
+
+
+# -- without torchft's processes --
+
+
+def test_share_splits_into_parts_that_differ_by_at_most_one():
+    for total in range(0, 30):
+        for parts in range(1, 7):
+            pieces = [share(total, parts, i) for i in range(parts)]
+            assert sum(length for _, length in pieces) == total
+            assert max(length for _, length in pieces) - min(length for _, length in pieces) <= 1
+            assert [offset for offset, _ in pieces] == [
+                sum(length for _, length in pieces[:i]) for i in range(parts)
+            ]
+
+
+def test_the_stream_is_the_epochs_of_a_one_rank_sampler():
+    order = StreamOrder(N, 3, True)
+    assert order.samples(0, 3 * N) == reference(3 * N, seed=3)
+    assert order.samples(N - 7, 2 * N + 5) == reference(2 * N + 5, seed=3)[N - 7 :]
+    assert StreamOrder(N, 3, False).samples(45, 60) == reference(60, shuffle=False)[45:]
+
+
+class _Manager:
+    """Enough of torchft's Manager for the checks that need no quorum."""
+
+    def participating_rank(self):
+        return 0
+
+    def num_participants(self):
+        return 1
+
+    def is_participating(self):
+        return True
+
+    def batches_committed(self):
+        return 0
+
+    def current_step(self):
+        return 0
+
+    def allreduce(self, tensor, reduce_op=None):
+        class Done:
+            def wait(self):
+                return tensor
+
+        return Done()
+
+
+def test_bad_arguments_name_the_fix():
+    data = Features(10)
+    with pytest.raises(ValueError, match="batch_size= .* or global_batch_size="):
+        CommittedLoader(data, _Manager())
+    with pytest.raises(ValueError, match="not both"):
+        CommittedLoader(data, _Manager(), batch_size=2, global_batch_size=4)
+    with pytest.raises(TypeError, match="torchft.Manager"):
+        CommittedLoader(data, object(), batch_size=2)
+    with pytest.raises(ValueError, match="rank 2 is not below world_size 2"):
+        CommittedLoader(data, _Manager(), batch_size=2, rank=2, world_size=2)
+    with pytest.raises(ValueError, match="batch_size should be a positive integer"):
+        CommittedLoader(data, _Manager(), batch_size=0)
+
+
+def test_state_dict_round_trip_and_refusals():
+    loader = CommittedLoader(Features(10), _Manager(), batch_size=2, seed=5)
+    features, samples = loader.next_batch()
+    assert samples.tolist() == reference(2, n=10, seed=5) and features.shape == (2, 3)
+    state = loader.state_dict()
+    again = CommittedLoader(Features(10), _Manager(), batch_size=2, seed=5)
+    again.load_state_dict(state)
+    assert again.state_dict() == state
+    with pytest.raises(ValueError, match="seed=5, this loader has 6"):
+        CommittedLoader(Features(10), _Manager(), batch_size=2, seed=6).load_state_dict(state)
+    with pytest.raises(ValueError, match="unknown keys \\['extra'\\]"):
+        again.load_state_dict(dict(state, extra=1))
+    again.load_state_dict(dict(state, extra=1), strict=False)
+
+
+def test_an_empty_batch_has_the_samples_shape():
+    class Healing(_Manager):
+        def is_participating(self):
+            return False
+
+    features, samples = CommittedLoader(Features(10), Healing(), batch_size=2).next_batch()
+    assert features.shape == (0, 3) and features.dtype == torch.float32 and samples.shape == (0,)
+
+
+def test_forged_records_fail_the_audit_naming_the_positions():
+    base = {
+        "algorithm": "committed-v1",
+        "n": 10,
+        "seed": 0,
+        "shuffle": True,
+        "batch_size": 2,
+        "global_batch_size": None,
+        "world_size": 1,
+        "rank": 0,
+        "consumed": 0,
+    }
+    a = dict(base, reads=[[0, 5, 0, 4, 2, 2, 0]])  # steps 0-4: [0, 2), [4, 6), ...
+    b = dict(base, reads=[[0, 5, 2, 4, 2, 2, 1]])  # steps 0-4: [2, 4), [6, 8), ...
+    assert audit([a, b]).positions == 20 and audit([a, b]).epochs == 2
+    with pytest.raises(
+        permshard.ShardingError,
+        match=r"2 positions read twice; position 2 \(sample \d+\) read again at step 0",
+    ):
+        audit([a, b, dict(base, reads=[[0, 1, 2, 2, 2, 1, 0]])])
+    with pytest.raises(permshard.ShardingError, match=r"positions \[2, 4\) never read"):
+        audit([a, dict(base, reads=[[1, 4, 6, 4, 2, 2, 1]])])

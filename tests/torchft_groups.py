@@ -1,0 +1,177 @@
+"""Replica groups training under real torchft, as torchft's own integration tests run them
+(``torchft.manager_integ_test``: a ``Runner`` per group in a thread, its ranks in threads,
+gloo, the lighthouse in-process, an ``EventInjector`` that kills a group or fails an
+allreduce), each rank reading through ``permshard.torchft.CommittedLoader``.
+
+Every rank records what it read at each step the manager committed (the samples the
+batch held, not what the loader says it read), and its loader's state at the end of each
+attempt: the tests compare the first with an independent reference and audit the second.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Optional
+
+import torch
+from torch import optim
+from torchft._torchft import LighthouseServer
+from torchft.ddp import DistributedDataParallel
+from torchft.manager import Manager
+from torchft.manager_integ_test import INIT_LOCK, EventInjector, MyModel, Runner
+from torchft.optim import OptimizerWrapper
+from torchft.process_group import FakeProcessGroupWrapper, ProcessGroupGloo
+
+import permshard.torchft
+
+
+class Features(torch.utils.data.Dataset):
+    """Sample ``i`` is ``(features, i)``: the batch says which samples it holds."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        return torch.full((3,), float(i) / self.n), i
+
+
+@dataclass
+class Record:
+    """What the ranks of every group read, committed, and their loaders' states."""
+
+    reads: list[tuple[int, int, int, list[int]]] = field(default_factory=list)  # (step, group, rank, samples)
+    states: list[dict[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def samples(self) -> list[int]:
+        """Every committed sample, all groups and ranks together."""
+        return [s for *_, samples in self.reads for s in samples]
+
+
+def train_loop(
+    rank: int, store_port: int, device: torch.device, runner: Runner, train_loop_args: dict
+) -> None:
+    record: Record = train_loop_args["record"]
+    pg = FakeProcessGroupWrapper(ProcessGroupGloo())
+    runner.event_injector.set_pg(pg)
+    model: Any = None
+
+    def state_dict() -> dict[str, Any]:
+        return {"model": model.state_dict(), "optim": optimizer.state_dict()}
+
+    def load_state_dict(state: dict[str, Any]) -> None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optim"])
+
+    manager = Manager(
+        pg=pg,
+        min_replica_size=train_loop_args.get("min_replica_size", 2),
+        load_state_dict=load_state_dict,
+        state_dict=state_dict,
+        replica_id=str(runner.replica_id),
+        store_addr="localhost",
+        store_port=store_port,
+        rank=rank,
+        world_size=runner.world_size,
+        lighthouse_addr=runner.lighthouse_address,
+        port=0,
+        timeout=timedelta(seconds=20),
+        quorum_timeout=timedelta(seconds=20),
+        **runner.manager_args,
+    )
+    try:
+        with INIT_LOCK:
+            torch.manual_seed(42)
+            model = MyModel()
+        model = DistributedDataParallel(manager, model)
+        optimizer = OptimizerWrapper(manager, optim.Adam(model.parameters()))
+        loader = permshard.torchft.CommittedLoader(
+            Features(train_loop_args["n"]),
+            manager,
+            rank=rank,
+            world_size=runner.world_size,
+            **train_loop_args["loader"],
+        )
+        try:
+            while True:
+                optimizer.zero_grad()  # starts the quorum
+                features, samples = loader.next_batch()
+                step, groups = manager.current_step(), manager.num_participants()
+                out = model(features) if len(features) else model(torch.zeros(1, 3)) * 0.0
+                out.sum().backward()
+                optimizer.step()  # commits or not
+                if manager.current_step() > step:
+                    with record.lock:
+                        record.reads.append((step, runner.replica_id, rank, samples.tolist()))
+                # Every group stops at the same step: the first past the end with all of them.
+                if manager.current_step() >= train_loop_args["steps"] and groups >= train_loop_args["groups"]:
+                    break
+                runner.event_injector.check(rank, manager.current_step())
+        finally:
+            with record.lock:
+                record.states.append(loader.state_dict())
+            loader.close()
+    finally:
+        manager.shutdown(wait=False)
+
+
+def run_groups(
+    *,
+    groups: int = 3,
+    steps: int = 12,
+    n: int = 50,
+    async_quorum: bool = False,
+    injectors: Optional[list[EventInjector]] = None,
+    world_size: int = 1,
+    lighthouses: int = 1,
+    min_replicas: int = 2,
+    expect_together: Optional[int] = None,
+    **loader: Any,
+) -> Record:
+    """Trains ``groups`` replica groups of ``world_size`` ranks for at least ``steps``
+    committed steps (until all of them, or ``expect_together``, take part in one), with
+    ``loader`` the CommittedLoader's options. With ``lighthouses=2`` the last group asks
+    a lighthouse of its own: a split brain."""
+    record = Record()
+    servers = [
+        LighthouseServer(bind="[::]:0", min_replicas=min_replicas if i == 0 else 1, join_timeout_ms=200)
+        for i in range(lighthouses)
+    ]
+    injectors = injectors or [EventInjector() for _ in range(groups)]
+    try:
+        with ThreadPoolExecutor(max_workers=groups) as executor:
+            futures = [
+                executor.submit(
+                    Runner(
+                        replica_id=g,
+                        num_replicas=groups,
+                        lighthouse_address=servers[lighthouses - 1 if g == groups - 1 else 0].address(),
+                        event_injector=injectors[g],
+                        train_loop=train_loop,
+                        world_size=world_size,
+                        manager_args={"use_async_quorum": async_quorum},
+                        train_loop_args={
+                            "record": record,
+                            "n": n,
+                            "steps": steps,
+                            "groups": groups if expect_together is None else expect_together,
+                            "loader": loader,
+                            # The group on a lighthouse of its own commits alone.
+                            "min_replica_size": 1 if lighthouses > 1 and g == groups - 1 else min_replicas,
+                        },
+                    ).run_replica
+                )
+                for g in range(groups)
+            ]
+            for future in futures:
+                future.result()
+    finally:
+        for server in servers:
+            server.shutdown()
+    return record

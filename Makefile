@@ -48,6 +48,7 @@ $(VENV)/.dev: $(VENV)/.base
 	$(UV) -r pyproject.toml --extra dev
 	$(UV) --no-deps megatron-core==0.16.1
 	$(UV) grain "ray[train]"
+	$(UV) torchft==0.2.0 parameterized  # parameterized: torchft's test harness imports it
 	touch $@
 
 build: $(VENV)/.build-release  ## Build the Rust extension into the virtualenv (release, fat LTO)

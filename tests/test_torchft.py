@@ -7,6 +7,7 @@ the loaders' states, which names the positions read twice in a split brain."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
@@ -220,3 +221,73 @@ def test_forged_records_fail_the_audit_naming_the_positions():
         audit([a, b, dict(base, reads=[[0, 1, 2, 2, 2, 1, 0]])])
     with pytest.raises(permshard.ShardingError, match=r"positions \[2, 4\) never read"):
         audit([a, dict(base, reads=[[1, 4, 6, 4, 2, 2, 1]])])
+
+
+def test_the_audit_command_reads_every_ranks_state(tmp_path, capsys):
+    import json
+
+    from permshard import _cli
+
+    record = run_groups(groups=2, min_replicas=1, batch_size=2, steps=6)
+    paths = []
+    for i, state in enumerate(record.states):
+        paths += ["--state", str(tmp_path / f"rank{i}.json")]
+        (tmp_path / f"rank{i}.json").write_text(json.dumps(state))
+    capsys.readouterr()  # what torchft's harness printed
+    assert _cli.main(["audit", *paths, "--json"]) == 0
+    proof = json.loads(capsys.readouterr().out)
+    assert proof["positions"] == len(record.samples()) and proof["steps"] >= 6
+    assert _cli.main(["audit", *paths[:2]]) == 1  # one group's reads alone leave gaps
+    assert "never read" in capsys.readouterr().err
+
+
+def test_the_example_under_torchrun_with_a_crash(tmp_path):
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    from torchft._torchft import LighthouseServer
+
+    example = pathlib.Path(__file__).parent.parent / "examples" / "torchft_ddp.py"
+    lighthouse = LighthouseServer(bind="[::]:0", min_replicas=2, join_timeout_ms=1000)
+    try:
+        groups = []
+        for group, extra in ((0, []), (1, ["--max-restarts", "1"])):
+            env = dict(
+                os.environ,
+                REPLICA_GROUP_ID=str(group),
+                NUM_REPLICA_GROUPS="2",
+                TORCHFT_LIGHTHOUSE=lighthouse.address(),
+            )
+            command = [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc_per_node",
+                "1",
+                *extra,
+            ]
+            command += [str(example), "--out", str(tmp_path), "--steps", "12", "--workers", "1"]
+            command += ["--kill-at", "5"] if group == 1 else []
+            groups.append(
+                subprocess.Popen(
+                    command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+                )
+            )
+        outputs = [g.communicate(timeout=240)[0] for g in groups]
+        assert [g.returncode for g in groups] == [0, 0], outputs
+    finally:
+        lighthouse.shutdown()
+    records = sorted(tmp_path.glob("group*.json"))
+    assert [r.name for r in records] == [
+        "group0-attempt0-rank0.json",
+        "group1-attempt0-rank0.json",
+        "group1-attempt1-rank0.json",
+    ]
+    states = [json.loads(r.read_text()) for r in records]
+    proof = audit(states)
+    # Steps where a group heals (its first step, torchft's asynchronous quorum) are read by the other alone.
+    read = sum(steps * length for state in states for _, steps, _, _, length, _, _ in state["reads"])
+    assert proof.positions == read and 12 * 8 < read <= 12 * 2 * 8 and proof.steps == 12

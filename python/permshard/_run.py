@@ -5,6 +5,7 @@ that answer from a checkpoint: ``where``, ``show STEP --state FILE`` and ``audit
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from collections.abc import Mapping
 from typing import Any, Callable, NamedTuple, Optional
@@ -311,7 +312,13 @@ def add_parsers(sub: Any, count: Callable[[str], int]) -> None:
     p = sub.add_parser(
         "audit", help="prove from a checkpoint that every sample was read exactly once per epoch"
     )
-    p.add_argument("--state", required=True, metavar="FILE", help="a sampler's state dict (.pt or .json)")
+    p.add_argument(
+        "--state",
+        required=True,
+        action="append",
+        metavar="FILE",
+        help="a sampler's state dict (.pt or .json); for a torchft run, one per rank of every group, repeated",
+    )
     p.add_argument("--no-recount", action="store_true", help="the history's proof only (O(#changes))")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
@@ -373,7 +380,21 @@ def show(args: argparse.Namespace) -> int:
 
 def audit(args: argparse.Namespace) -> int:
 
-    result = Run(_load_state(args.state)).audit(recount=not args.no_recount)
+    states = [_load_state(path) for path in args.state]
+    if any(state.get("algorithm") == "committed-v1" for state in states):
+        from .torchft import audit as committed_audit
+
+        proof = committed_audit(states)
+        print(
+            json.dumps(dataclasses.asdict(proof))
+            if args.json
+            else f"exactly once: {proof.positions:,} committed positions ({proof.epochs} whole epochs) "
+            f"over {proof.steps:,} steps of {len(states)} ranks' loaders"
+        )
+        return 0
+    if len(states) > 1:
+        raise ValueError("pass one --state: a sampler's (several only for the loaders of a torchft run)")
+    result = Run(states[0]).audit(recount=not args.no_recount)
     if args.json:
         print(json.dumps(result._asdict()))
     else:

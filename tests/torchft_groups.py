@@ -11,6 +11,7 @@ attempt: the tests compare the first with an independent reference and audit the
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -46,7 +47,10 @@ class Record:
     """What the ranks of every group read, committed, and their loaders' states."""
 
     reads: list[tuple[int, int, int, list[int]]] = field(default_factory=list)  # (step, group, rank, samples)
+    # (step, group, groups, the loader's call, quorum-to-batch seconds, of which the batch's)
+    waits: list[tuple[int, int, int, int, float, float]] = field(default_factory=list)
     states: list[dict[str, Any]] = field(default_factory=list)
+    started: set[tuple[int, int]] = field(default_factory=set)  # (group, rank) that ran once
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def samples(self) -> list[int]:
@@ -58,6 +62,11 @@ def train_loop(
     rank: int, store_port: int, device: torch.device, runner: Runner, train_loop_args: dict
 ) -> None:
     record: Record = train_loop_args["record"]
+    with record.lock:
+        restarted = (runner.replica_id, rank) in record.started
+        record.started.add((runner.replica_id, rank))
+    if restarted:
+        time.sleep(train_loop_args.get("rejoin_after", 0.0))  # the others go on without it meanwhile
     pg = FakeProcessGroupWrapper(ProcessGroupGloo())
     runner.event_injector.set_pg(pg)
     model: Any = None
@@ -92,17 +101,23 @@ def train_loop(
         model = DistributedDataParallel(manager, model)
         optimizer = OptimizerWrapper(manager, optim.Adam(model.parameters()))
         loader = permshard.torchft.CommittedLoader(
-            Features(train_loop_args["n"]),
+            train_loop_args.get("dataset") or Features(train_loop_args["n"]),
             manager,
             rank=rank,
             world_size=runner.world_size,
             **train_loop_args["loader"],
         )
+        calls = 0
         try:
             while True:
                 optimizer.zero_grad()  # starts the quorum
                 features, samples = loader.next_batch()
                 step, groups = manager.current_step(), manager.num_participants()
+                record.waits.append(
+                    (step, runner.replica_id, groups, calls, loader.last_wait, loader.last_fetch)
+                )
+                calls += 1
+                time.sleep(train_loop_args.get("step_seconds", 0.0))  # the forward and backward passes
                 out = model(features) if len(features) else model(torch.zeros(1, 3)) * 0.0
                 out.sum().backward()
                 optimizer.step()  # commits or not
@@ -132,11 +147,16 @@ def run_groups(
     lighthouses: int = 1,
     min_replicas: int = 2,
     expect_together: Optional[int] = None,
+    dataset: Any = None,
+    step_seconds: float = 0.0,
+    rejoin_after: float = 0.0,
     **loader: Any,
 ) -> Record:
     """Trains ``groups`` replica groups of ``world_size`` ranks for at least ``steps``
     committed steps (until all of them, or ``expect_together``, take part in one), with
-    ``loader`` the CommittedLoader's options. With ``lighthouses=2`` the last group asks
+    ``loader`` the CommittedLoader's options (over ``dataset``, default :class:`Features`;
+    each step takes ``step_seconds`` more, as a model would; a restarted group
+    rejoins ``rejoin_after`` seconds later). With ``lighthouses=2`` the last group asks
     a lighthouse of its own: a split brain."""
     record = Record()
     servers = [
@@ -162,6 +182,9 @@ def run_groups(
                             "steps": steps,
                             "groups": groups if expect_together is None else expect_together,
                             "loader": loader,
+                            "dataset": dataset,
+                            "step_seconds": step_seconds,
+                            "rejoin_after": rejoin_after,
                             # The group on a lighthouse of its own commits alone.
                             "min_replica_size": 1 if lighthouses > 1 and g == groups - 1 else min_replicas,
                         },

@@ -30,6 +30,7 @@ torchft is not a dependency of permshard: nothing here imports it.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
@@ -233,13 +234,18 @@ class CommittedLoader:
                 pin_memory=pin_memory,
             )
         self._batches: Optional[Iterator[Any]] = None
+        self._draining: Optional[threading.Thread] = None
         self._handed: Optional[tuple[int, Read, Any]] = None  # (step, read, batch) of the last step
         self._empty: Any = None
         self._log = CommitLog()
         self._consumed = 0  # positions committed before the step being run, as this rank knows them
         self._pending: Optional[tuple[Agreed, int, Optional[Read]]] = None
-        #: Seconds from the quorum to the batch at the last :meth:`next_batch`.
+        #: Seconds from the quorum to the batch at the last :meth:`next_batch` (the
+        #: groups' one collective included).
         self.last_wait: float = 0.0
+        #: Of it, seconds spent getting the batch (read here, or waited for from the workers).
+        self.last_fetch: float = 0.0
+        self._quorum_at = 0.0
 
     # -- the step --
 
@@ -250,6 +256,7 @@ class CommittedLoader:
         nothing) and the positions committed before the step, so a group that joins or
         heals learns them with no state of its own."""
         group = self.manager.participating_rank()
+        self._quorum_at = time.perf_counter()
         slots = self.manager.num_participants()
         view = torch.zeros(slots + 1, dtype=torch.float64)
         training = group is not None and self.manager.is_participating()
@@ -285,8 +292,8 @@ class CommittedLoader:
         train. The same batch again when the last step was not committed."""
         self._settle(retried=True)
         agreed = self.agree()  # waits for the quorum
-        began = time.perf_counter()
         read, total = self.read(agreed)
+        fetching = time.perf_counter()
         if read is None or read.length == 0:
             batch = self._empty_batch()
         elif self._handed is not None and self._handed[:2] == (agreed.step, read):
@@ -295,7 +302,8 @@ class CommittedLoader:
             batch = self._fetch(read)
             self._handed = (agreed.step, read, batch)
         self._pending = (agreed, total, read)
-        self.last_wait = time.perf_counter() - began
+        done = time.perf_counter()
+        self.last_wait, self.last_fetch = done - self._quorum_at, done - fetching
         return batch
 
     def _settle(self, retried: bool) -> None:
@@ -314,17 +322,38 @@ class CommittedLoader:
 
     def _fetch(self, read: Read) -> Any:
         if self._loader is None:
-            return self._collate(self._order.samples(read.start, read.start + read.length))
+            return self._samples(read)
         ahead = self._ahead
-        if self._batches is None or read not in ahead.issued:
-            ahead.next = read  # another membership than the last: the workers go on from here
-            if self._batches is None:
-                self._batches = iter(self._loader)
-        while ahead.issued[0] != read:  # prefetched for a membership that did not come
+        if self._draining is not None:
+            self._draining.join()
+            self._draining = None
+        if self._batches is None:  # the first step: the workers start here
+            ahead.next = read
+            self._batches = iter(self._loader)
+        elif read not in ahead.issued:
+            # Another membership than the last: this batch is read here, and the workers
+            # go on from the next step's once the batches in flight (prefetched for the old
+            # membership) are taken and discarded, in a thread, while the step computes.
+            ahead.next = read._replace(start=read.start + read.stride)
+            self._draining = threading.Thread(target=self._discard, args=(len(ahead.issued),), daemon=True)
+            self._draining.start()
+            return self._samples(read)
+        while ahead.issued[0] != read:  # prefetched for steps that did not come
             ahead.issued.popleft()
             next(self._batches)
         ahead.issued.popleft()
         return next(self._batches)
+
+    def _discard(self, count: int) -> None:
+        """Takes the first ``count`` batches in flight and drops them."""
+        assert self._batches is not None
+        for _ in range(count):
+            self._ahead.issued.popleft()
+            next(self._batches)
+
+    def _samples(self, read: Read) -> Any:
+        """The batch of ``read``, read here."""
+        return self._collate(self._order.samples(read.start, read.start + read.length))
 
     def _collate(self, indices: list[int]) -> Any:
         getitems = getattr(self.dataset, "__getitems__", None)
@@ -385,6 +414,9 @@ class CommittedLoader:
 
     def close(self) -> None:
         """Stops the workers."""
+        if self._draining is not None:
+            self._draining.join()
+            self._draining = None
         self._batches = None
 
     def __repr__(self) -> str:

@@ -66,11 +66,19 @@ def test_a_group_killed_and_restarted_reads_nothing_twice_and_loses_nothing(asyn
 
 
 @pytest.mark.parametrize("async_quorum", [False, True], ids=["sync", "async"])
-def test_an_uncommitted_step_is_read_again(async_quorum):
-    injectors = [EventInjector(), EventInjector().fail_allreduce_at(0, 3), EventInjector()]
-    record = run_groups(async_quorum=async_quorum, injectors=injectors, batch_size=2)
+def test_a_step_no_group_commits_is_read_again(async_quorum):
+    record = run_groups(async_quorum=async_quorum, batch_size=2, error_at={(0, 3), (1, 3), (2, 3)})
     check_exactly_once(record)
-    assert injectors[1].count  # the failure was injected
+    attempts = [(group, samples) for step, group, _, samples, _ in record.reads if step == 3]
+    assert len(attempts) == 6 and all(attempts.count(a) == 2 for a in attempts)  # the same batch twice
+
+
+@pytest.mark.parametrize("async_quorum", [False, True], ids=["sync", "async"])
+def test_a_step_one_group_does_not_commit_is_trained_by_the_others(async_quorum):
+    # Group 1 does not commit step 3; the others do, with its gradients: it heals past it.
+    record = run_groups(async_quorum=async_quorum, batch_size=2, error_at={(1, 3)})
+    check_exactly_once(record)
+    assert [own for step, group, _, _, own in record.reads if (step, group) == (3, 1)] == [False]
 
 
 def test_prefetching_workers_through_a_restart():
@@ -91,7 +99,7 @@ def test_a_constant_global_batch_whatever_the_membership():
     )
     check_exactly_once(record)
     per_step = Counter()
-    for step, _, _, samples in record.reads:
+    for step, _, _, samples in record.committed():
         per_step[step] += len(samples)
     assert set(per_step.values()) == {5}  # 5 a step with 3 groups or 2 (sizes 2, 2, 1 or 3, 2)
 
@@ -102,7 +110,7 @@ def test_groups_of_two_ranks():
         groups=2, world_size=2, injectors=injectors, batch_size=2, min_replicas=1, shuffle=False
     )
     check_exactly_once(record, shuffle=False)
-    assert {rank for _, _, rank, _ in record.reads} == {0, 1}
+    assert {rank for _, _, rank, _ in record.committed()} == {0, 1}
 
 
 def test_a_split_brain_is_caught_by_the_audit():
@@ -152,6 +160,9 @@ class _Manager:
 
     def current_step(self):
         return 0
+
+    def errored(self):
+        return None
 
     def allreduce(self, tensor, reduce_op=None):
         class Done:

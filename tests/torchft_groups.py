@@ -46,16 +46,29 @@ class Features(torch.utils.data.Dataset):
 class Record:
     """What the ranks of every group read, committed, and their loaders' states."""
 
-    reads: list[tuple[int, int, int, list[int]]] = field(default_factory=list)  # (step, group, rank, samples)
+    # Every step's read: (step, group, rank, samples, whether the group committed the step)
+    reads: list[tuple[int, int, int, list[int], bool]] = field(default_factory=list)
     # (step, group, groups, the loader's call, quorum-to-batch seconds, of which the batch's)
     waits: list[tuple[int, int, int, int, float, float]] = field(default_factory=list)
     states: list[dict[str, Any]] = field(default_factory=list)
     started: set[tuple[int, int]] = field(default_factory=set)  # (group, rank) that ran once
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def committed(self) -> list[tuple[int, int, int, list[int]]]:
+        """The reads the run trained on: those of the steps a group committed, and those of
+        a group that did not commit a step the others committed (its gradients went into
+        their update, and it heals past the step) unless it read the step again."""
+        by_others = {step for step, *_, own in self.reads if own}
+        out = []
+        for i, (step, group, rank, samples, own) in enumerate(self.reads):
+            again = any(r[:3] == (step, group, rank) for r in self.reads[i + 1 :])
+            if own or (step in by_others and not again):
+                out.append((step, group, rank, samples))
+        return out
+
     def samples(self) -> list[int]:
         """Every committed sample, all groups and ranks together."""
-        return [s for *_, samples in self.reads for s in samples]
+        return [s for *_, samples in self.committed() for s in samples]
 
 
 def train_loop(
@@ -120,10 +133,14 @@ def train_loop(
                 time.sleep(train_loop_args.get("step_seconds", 0.0))  # the forward and backward passes
                 out = model(features) if len(features) else model(torch.zeros(1, 3)) * 0.0
                 out.sum().backward()
+                if (runner.replica_id, step) in train_loop_args.get("error_at", ()):
+                    train_loop_args["error_at"].discard((runner.replica_id, step))
+                    manager.report_error(RuntimeError("injected"))  # this group will not commit the step
                 optimizer.step()  # commits or not
-                if manager.current_step() > step:
-                    with record.lock:
-                        record.reads.append((step, runner.replica_id, rank, samples.tolist()))
+                with record.lock:
+                    record.reads.append(
+                        (step, runner.replica_id, rank, samples.tolist(), manager.current_step() > step)
+                    )
                 # Every group stops at the same step: the first past the end with all of them.
                 if manager.current_step() >= train_loop_args["steps"] and groups >= train_loop_args["groups"]:
                     break
@@ -150,13 +167,16 @@ def run_groups(
     dataset: Any = None,
     step_seconds: float = 0.0,
     rejoin_after: float = 0.0,
+    error_at: Optional[set[tuple[int, int]]] = None,
     **loader: Any,
 ) -> Record:
     """Trains ``groups`` replica groups of ``world_size`` ranks for at least ``steps``
     committed steps (until all of them, or ``expect_together``, take part in one), with
     ``loader`` the CommittedLoader's options (over ``dataset``, default :class:`Features`;
     each step takes ``step_seconds`` more, as a model would; a restarted group
-    rejoins ``rejoin_after`` seconds later). With ``lighthouses=2`` the last group asks
+    rejoins ``rejoin_after`` seconds later; a group of ``error_at``'s ``(group, step)``
+    reports an error to its manager after the backward pass: it does not commit the step).
+    With ``lighthouses=2`` the last group asks
     a lighthouse of its own: a split brain."""
     record = Record()
     servers = [
@@ -185,6 +205,7 @@ def run_groups(
                             "dataset": dataset,
                             "step_seconds": step_seconds,
                             "rejoin_after": rejoin_after,
+                            "error_at": error_at if error_at is not None else set(),
                             # The group on a lighthouse of its own commits alone.
                             "min_replica_size": 1 if lighthouses > 1 and g == groups - 1 else min_replicas,
                         },

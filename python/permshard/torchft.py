@@ -195,7 +195,7 @@ class CommittedLoader:
                 "pass batch_size= (samples per rank and step) or global_batch_size= (samples "
                 "per committed step across all groups), not both and not neither"
             )
-        for name in ("participating_rank", "num_participants", "is_participating", "batches_committed"):
+        for name in ("participating_rank", "num_participants", "is_participating", "current_step", "allreduce", "errored"):
             if not callable(getattr(manager, name, None)):
                 raise TypeError(
                     f"manager must be a torchft.Manager (it has no {name}()), got {type(manager).__name__}"
@@ -249,26 +249,30 @@ class CommittedLoader:
 
     # -- the step --
 
-    def agree(self) -> Agreed:
+    def agree(self) -> Optional[Agreed]:
         """What this step's quorum says, after it (this waits for it): one collective of
         the replica groups tells which of them train (a group healing in torchft's
         asynchronous mode takes part in the step but its gradients are zeroed, so it reads
         nothing) and the positions committed before the step, so a group that joins or
-        heals learns them with no state of its own."""
+        heals learns them with no state of its own. ``None`` when the manager saw an
+        error: the step will not be committed."""
         group = self.manager.participating_rank()
         self._quorum_at = time.perf_counter()
         slots = self.manager.num_participants()
         view = torch.zeros(slots + 1, dtype=torch.float64)
         training = group is not None and self.manager.is_participating()
+        view[slots] = float(self._consumed)  # exact below 2**53
         if training:
             view[group] = 1.0
-            view[slots] = float(self._consumed)  # exact below 2**53
         # The manager zeroes a group that does not participate: the maximum is the count
         # of the groups at torchft's newest step, and the slots of those that train.
         self.manager.allreduce(view, reduce_op=dist.ReduceOp.MAX).wait()
+        if self.manager.errored() is not None:
+            return None  # this collective's or an earlier one: the view may be corrupt
         trained = view[:slots] > 0
         index = int(trained[:group].sum()) if training else None
-        return Agreed(self.manager.current_step(), int(view[slots]), int(trained.sum()), index)
+        self._consumed = int(view[slots])
+        return Agreed(self.manager.current_step(), self._consumed, int(trained.sum()), index)
 
     def read(self, agreed: Agreed) -> tuple[Optional[Read], int]:
         """This rank's positions under ``agreed`` (``None`` where its group does not
@@ -290,35 +294,46 @@ class CommittedLoader:
         """This rank's batch for the current step, under this step's quorum: what
         ``collate_fn`` makes of its samples, an empty batch where the group does not
         train. The same batch again when the last step was not committed."""
-        self._settle(retried=True)
+        self._settle()
         agreed = self.agree()  # waits for the quorum
-        read, total = self.read(agreed)
         fetching = time.perf_counter()
-        if read is None or read.length == 0:
+        if agreed is None:  # the manager saw an error: this step will not be committed
             batch = self._empty_batch()
-        elif self._handed is not None and self._handed[:2] == (agreed.step, read):
-            batch = self._handed[2]  # the step is retried after an uncommitted one
         else:
-            batch = self._fetch(read)
-            self._handed = (agreed.step, read, batch)
-        self._pending = (agreed, total, read)
+            self._settle(agreed)
+            read, total = self.read(agreed)
+            if read is None or read.length == 0:
+                batch = self._empty_batch()
+            elif self._handed is not None and self._handed[:2] == (agreed.step, read):
+                batch = self._handed[2]  # the step is retried after an uncommitted one
+            else:
+                batch = self._fetch(read)
+                self._handed = (agreed.step, read, batch)
+            self._pending = (agreed, total, read)
         done = time.perf_counter()
         self.last_wait, self.last_fetch = done - self._quorum_at, done - fetching
         return batch
 
-    def _settle(self, retried: bool) -> None:
-        """Counts the last step's positions once the manager's step count shows it
-        committed (``retried``: the next step began, so a step still counted is not)."""
+    def _settle(self, now: Optional[Agreed] = None) -> None:
+        """Records the last step's read once it is known committed: by this group (its
+        step count moved past it; in torchft's synchronous mode a heal past it too), or,
+        given the next step's agreement ``now``, by the others (the committed count went
+        past it: their update held this group's gradients). Else, with ``now``, it was not
+        committed, and the next step reads the same positions."""
         if self._pending is None:
             return
-        agreed, total, read = self._pending
-        committed = self.manager.current_step() > agreed.step
-        if not (committed or retried):
-            return  # the step is still in progress
+        was, total, read = self._pending
+        if self.manager.current_step() > was.step:
+            committed = True
+        elif now is None:
+            return  # the step is in progress, or its fate is known at the next agreement
+        else:
+            committed = total > 0 and now.consumed >= was.consumed + total
         self._pending = None
-        self._consumed = agreed.consumed + (total if committed else 0)
-        if committed and read is not None and read.length:
-            self._log.record(agreed, read)
+        if committed:
+            self._consumed = max(self._consumed, was.consumed + total)
+            if read is not None and read.length:
+                self._log.record(was, read)
 
     def _fetch(self, read: Read) -> Any:
         if self._loader is None:
@@ -375,7 +390,7 @@ class CommittedLoader:
         """This rank's committed reads (what :func:`audit` proves), O(#membership changes):
         one row ``[first_step, steps, start, stride, length, participants, group]`` per run
         of steps read under one membership. A restarted group needs none of it to go on."""
-        self._settle(retried=False)
+        self._settle()
         return {
             "algorithm": ALGORITHM,
             "n": self.n,

@@ -40,35 +40,21 @@
 //!   int64 in the same pass.
 //! * [`check_sequence_layout`], [`check_document_indices`] — a Megatron `.idx`'s arrays.
 
-mod algorithm;
-mod bitmap_proof;
-mod block;
-mod budget;
-mod coverage;
-mod dealing;
+// The crate's folders are its concepts; their modules are named at the root, where every
+// path of the crate (`crate::partition::Partition`) and of its users finds them.
 mod epoch;
 mod error;
-mod exclusion;
-mod fingerprint;
-mod gather;
-mod gather_ahead;
-mod indexed;
-mod inverse_proof;
-mod iterable;
-mod mixture;
-mod order;
-mod partition;
-mod pass_plan;
-mod permutation;
-mod plan;
-mod pool;
-mod rank_layout;
+mod io;
+mod orders;
+mod pass;
+mod proofs;
 mod run;
-mod sharding;
-mod splitmix;
-mod state;
-mod verdict;
-mod weighted;
+
+use epoch::{algorithm, dealing, partition, rank_layout, sharding, state};
+use io::{gather, gather_ahead, indexed, iterable};
+use orders::{block, exclusion, mixture, order, permutation, splitmix, weighted};
+use pass::{budget, pass_plan, plan, pool};
+use proofs::{bitmap_proof, coverage, fingerprint, inverse_proof, verdict};
 
 pub use bitmap_proof::verify;
 pub use block::{BlockPermutation, BLOCK_ALGORITHM, BLOCK_ALGORITHMS};

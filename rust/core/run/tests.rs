@@ -3,17 +3,26 @@
 
 use super::*;
 use crate::dealing::Dealing;
+use crate::epoch::EpochSpec;
 use crate::exclusion::Exclusions;
 use std::collections::BTreeMap;
 
 type Key = (u64, Option<u64>, u64, u64); // epoch, step, rank, position
 
 fn epoch(n: u64, world: u64, epoch: u64, dealing: Dealing, excluded: &[u64]) -> Sharding {
-    Sharding::new(n, world, 7, epoch, true, false, 0, 0)
-        .unwrap()
-        .with_dealing(dealing)
-        .with_exclusions(Exclusions::new(excluded.to_vec(), n).unwrap())
-        .unwrap()
+    Sharding::of_spec(
+        EpochSpec {
+            seed: 7,
+            epoch,
+            ..EpochSpec::new(n, world)
+        },
+        0,
+        0,
+    )
+    .unwrap()
+    .with_dealing(dealing)
+    .with_exclusions(Exclusions::new(excluded.to_vec(), n).unwrap())
+    .unwrap()
 }
 
 /// Replays passes `(sharding, start, steps taken)` in lockstep: what each rank read.

@@ -40,31 +40,6 @@ pub struct Sharding {
 }
 
 impl Sharding {
-    /// Checks the fields together (an epoch shuffled by perm-v2; see
-    /// [`Sharding::with_permutation`]).
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        n: u64,
-        num_replicas: u64,
-        seed: u64,
-        epoch: u64,
-        shuffle: bool,
-        drop_last: bool,
-        block_size: u64,
-        window_blocks: u64,
-    ) -> Result<Self, Error> {
-        let spec = EpochSpec {
-            n,
-            num_replicas,
-            seed,
-            epoch,
-            shuffle,
-            drop_last,
-            permutation: Version::DEFAULT,
-        };
-        Sharding::of_spec(spec, block_size, window_blocks)
-    }
-
     /// The epoch of `spec` in a block order of `block_size` samples per block,
     /// `window_blocks` blocks shuffled together (`0`, `0`: no blocks): checked together.
     pub fn of_spec(spec: EpochSpec, block_size: u64, window_blocks: u64) -> Result<Self, Error> {
@@ -250,13 +225,13 @@ mod tests {
     use super::*;
 
     fn sharding(n: u64, w: u64, shuffle: bool, block: u64) -> Sharding {
-        Sharding::new(
-            n,
-            w,
-            3,
-            1,
-            shuffle,
-            false,
+        Sharding::of_spec(
+            EpochSpec {
+                seed: 3,
+                epoch: 1,
+                shuffle,
+                ..EpochSpec::new(n, w)
+            },
             block,
             if block > 0 { 2 } else { 0 },
         )
@@ -307,14 +282,22 @@ mod tests {
 
     #[test]
     fn bad_combinations_are_refused_with_the_fix() {
-        let err = Sharding::new(10, 2, 0, 0, false, false, 4, 2).unwrap_err();
+        let err = Sharding::of_spec(
+            EpochSpec {
+                shuffle: false,
+                ..EpochSpec::new(10, 2)
+            },
+            4,
+            2,
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("needs shuffle=True"), "{err}");
-        let err = Sharding::new(10, 2, 0, 0, true, false, 4, 0).unwrap_err();
+        let err = Sharding::of_spec(EpochSpec::new(10, 2), 4, 0).unwrap_err();
         assert!(err.to_string().contains("needs window_blocks"), "{err}");
-        let err = Sharding::new(10, 2, 0, 0, true, false, 0, 3).unwrap_err();
+        let err = Sharding::of_spec(EpochSpec::new(10, 2), 0, 3).unwrap_err();
         assert!(err.to_string().contains("needs block_size"), "{err}");
         assert_eq!(
-            Sharding::new(0, 2, 0, 0, true, false, 0, 0),
+            Sharding::of_spec(EpochSpec::new(0, 2), 0, 0),
             Err(Error::EmptyDomain)
         );
     }
@@ -332,7 +315,15 @@ mod tests {
                 .num_samples(),
             0
         );
-        let dropped = Sharding::new(10, 4, 0, 0, true, true, 0, 0).unwrap();
+        let dropped = Sharding::of_spec(
+            EpochSpec {
+                drop_last: true,
+                ..EpochSpec::new(10, 4)
+            },
+            0,
+            0,
+        )
+        .unwrap();
         assert_eq!(dropped.max_consumed(), 10);
     }
 
@@ -363,7 +354,16 @@ mod tests {
     #[test]
     fn a_resume_with_more_exclusions_reads_the_rest_of_the_kept_samples() {
         let n = 200;
-        let base = Sharding::new(n, 3, 7, 2, true, false, 0, 0).unwrap();
+        let base = Sharding::of_spec(
+            EpochSpec {
+                seed: 7,
+                epoch: 2,
+                ..EpochSpec::new(n, 3)
+            },
+            0,
+            0,
+        )
+        .unwrap();
         let full: Vec<u64> = {
             let order = base.order().unwrap();
             (0..n).map(|p| order.at(p)).collect()

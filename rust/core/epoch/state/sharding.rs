@@ -2,6 +2,7 @@
 
 use super::{Value, SHARD};
 use crate::algorithm::Version;
+use crate::epoch::EpochSpec;
 use crate::error::Error;
 use crate::exclusion::Exclusions;
 use crate::sharding::Sharding;
@@ -36,13 +37,14 @@ impl Sharding {
     pub fn from_state(state: &[(String, Value)], strict: bool) -> Result<(Sharding, u64), Error> {
         let saved = SHARD.read(state, strict)?;
         let algorithm = saved.text("algorithm");
-        let mut sharding = Sharding::new(
-            saved.int("n")?,
-            saved.int("num_replicas")?,
-            saved.int("seed")?,
-            saved.int("epoch")?,
-            saved.flag("shuffle"),
-            saved.flag("drop_last"),
+        let mut sharding = Sharding::of_spec(
+            EpochSpec {
+                seed: saved.int("seed")?,
+                epoch: saved.int("epoch")?,
+                shuffle: saved.flag("shuffle"),
+                drop_last: saved.flag("drop_last"),
+                ..EpochSpec::new(saved.int("n")?, saved.int("num_replicas")?)
+            },
             saved.int("block_size")?,
             saved.int("window_blocks")?,
         )?
@@ -87,7 +89,16 @@ mod tests {
     }
 
     fn sharding() -> Sharding {
-        Sharding::new(1000, 4, 3, 2, true, false, 0, 0).unwrap()
+        Sharding::of_spec(
+            EpochSpec {
+                seed: 3,
+                epoch: 2,
+                ..EpochSpec::new(1000, 4)
+            },
+            0,
+            0,
+        )
+        .unwrap()
     }
 
     #[test]
@@ -128,7 +139,15 @@ mod tests {
         );
         assert!(Sharding::from_state(&state, false).is_ok());
         // 0.1 and 0.2 recorded an unshuffled epoch as perm-v1.
-        let unshuffled = Sharding::new(10, 2, 0, 0, false, false, 0, 0).unwrap();
+        let unshuffled = Sharding::of_spec(
+            EpochSpec {
+                shuffle: false,
+                ..EpochSpec::new(10, 2)
+            },
+            0,
+            0,
+        )
+        .unwrap();
         let mut old = owned(unshuffled.state(0));
         old.iter_mut().find(|(k, _)| k == "algorithm").unwrap().1 = Value::Str("perm-v1".into());
         assert!(Sharding::from_state(&old, true).is_ok());
@@ -179,7 +198,15 @@ mod tests {
 
     #[test]
     fn a_resume_needs_the_same_order() {
-        let other = Sharding::new(1000, 8, 4, 0, true, false, 0, 0).unwrap();
+        let other = Sharding::of_spec(
+            EpochSpec {
+                seed: 4,
+                ..EpochSpec::new(1000, 8)
+            },
+            0,
+            0,
+        )
+        .unwrap();
         let err = sharding().check_resumable(&other).unwrap_err().to_string();
         assert!(
             err.contains("state_dict has seed=4 but this sampler has seed=3"),
@@ -216,7 +243,17 @@ mod tests {
             u64,
             u64,
         )| {
-            Sharding::new(n, 4, seed, 0, shuffle, drop_last, block_size, window_blocks).unwrap()
+            Sharding::of_spec(
+                EpochSpec {
+                    seed,
+                    shuffle,
+                    drop_last,
+                    ..EpochSpec::new(n, 4)
+                },
+                block_size,
+                window_blocks,
+            )
+            .unwrap()
         };
         let cases = [
             ("n", (1001, 3, true, false, 8, 4)),

@@ -28,6 +28,21 @@ pub struct EpochSpec {
 }
 
 impl EpochSpec {
+    /// `n` samples over `num_replicas` ranks, with the defaults of every sampler: seed 0,
+    /// epoch 0, shuffled by perm-v2, padded (a struct update sets the others:
+    /// `EpochSpec { seed: 3, ..EpochSpec::new(1000, 4) }`).
+    pub fn new(n: u64, num_replicas: u64) -> Self {
+        EpochSpec {
+            n,
+            num_replicas,
+            seed: 0,
+            epoch: 0,
+            shuffle: true,
+            drop_last: false,
+            permutation: Version::DEFAULT,
+        }
+    }
+
     /// These fields, checked: samples and ranks to deal them to.
     pub fn checked(self) -> Result<Self, Error> {
         if self.n == 0 {

@@ -92,19 +92,19 @@ class BudgetConfig(EpochConfig):
     @classmethod
     def from_state_dict(
         cls, state: Mapping[str, Any], *, strict: bool = True
-    ) -> tuple[BudgetConfig, int, int, bytes]:
-        """``(config, window_index, steps, taken)`` from a state dict saved by
-        :meth:`state_dict`, checked by the core as :meth:`ShardConfig.from_state_dict` is
-        (0.3's states, which wrote block fields, too); whether the resume point fits the
-        plan is ``BudgetStart``'s to check.
+    ) -> tuple[BudgetConfig, dict[str, Any]]:
+        """``(config, resume)`` from a state dict saved by :meth:`state_dict`, checked by
+        the core as :meth:`ShardConfig.from_state_dict` is (0.3's states, which wrote block
+        fields, too); ``resume`` is the keywords of the core's ``BudgetStart`` (``window``,
+        ``steps``, ``taken``), which checks that the resume point fits the plan.
 
         Args:
             state (Mapping): a dict saved by ``TokenBudgetBatchSampler.state_dict()``.
             strict (bool, optional): refuse keys this release does not write.
                 Default: ``True``.
         """
-        epoch, window, steps, taken = _core.BudgetEpoch.from_state(state, strict)
-        return cls(**epoch.fields()), window, steps, taken
+        epoch, resume = _core.BudgetEpoch.from_state(state, strict)
+        return cls(**epoch.fields()), resume
 
 
 class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
@@ -196,9 +196,13 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
     def _set_config(self, config: BudgetConfig, planner: Optional[_core.TokenBudget] = None) -> None:
         """A new epoch's configuration and its planner, from the epoch's start."""
         self.config, self._planner = config, planner if planner is not None else config.planner()
-        self._saved = (0, b"", 0, config.num_replicas)  # resume point: window, taken, steps, world
-        self._summary: Optional[tuple[Any, tuple[int, int, int]]] = None  # (resume point, sums)
+        self._resume_at(_core.BudgetStart(self._planner), config.num_replicas)
         self._forget_pass()
+
+    def _resume_at(self, start: _core.BudgetStart, world: int) -> None:
+        """The pass resumes at ``start``, saved by ``world`` ranks (the epoch's start: no resume)."""
+        self._resume, self._resume_world = start, world
+        self._summary: Optional[tuple[int, int, int]] = None  # the pass's (steps, padding, dropped)
 
     def _forget_pass(self) -> None:  # the steps handed out in the pass being run
         # Each window the pass entered: the steps handed out before it and where its plan
@@ -211,11 +215,16 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
     def __getstate__(self) -> dict[str, Any]:
         if not self._settled:  # a started pass is accounted for first (a copy does not resume it again)
             self._settle()
-        unpicklable = ("_planner", "_window_starts", "_entered", "_loader")
-        return {k: v for k, v in self.__dict__.items() if k not in unpicklable}
+        unpicklable = ("_planner", "_window_starts", "_entered", "_loader", "_resume", "_summary")
+        state = {k: v for k, v in self.__dict__.items() if k not in unpicklable}
+        r = self._resume
+        state["_resume"] = {"window": r.window, "steps": r.steps, "taken": r.taken}
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        resume = state.pop("_resume")
         self.__dict__.update(state, _planner=state["config"].planner())  # native: rebuilt
+        self._resume_at(_core.BudgetStart(self._planner, **resume), self._resume_world)
         self._forget_pass()
 
     def set_epoch(self, epoch: int) -> None:
@@ -232,9 +241,7 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
     def _pass(self) -> _core.BudgetPass:
         """The pass from the resume point (its first window, taken samples and steps done,
         under this world size), as the core plans, locates and proves it."""
-        window, taken, steps, world = self._saved
-        saved = _core.BudgetStart(self._planner, window, taken, steps)
-        start = self._planner.resume(self._lengths, saved, world, self.num_replicas)
+        start = self._planner.resume(self._lengths, self._resume, self._resume_world, self.num_replicas)
         return _core.BudgetPass(self._planner, self._lengths, start, self.num_replicas)
 
     def __iter__(self) -> Iterator[Any]:
@@ -261,10 +268,9 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
     def _sums(self) -> tuple[int, int, int]:
         """``(steps, padding, dropped)`` of the pass from the resume point: the core plans
         every window, once per resume point (``len()`` and :meth:`plan` share it)."""
-        if self._summary is None or self._summary[0] is not self._saved:
-            sums = self._pass().summary()
-            self._summary = (self._saved, sums)
-        return self._summary[1]
+        if self._summary is None:
+            self._summary = self._pass().summary()
+        return self._summary
 
     def plan(self) -> BudgetPlan:
         """The pass from the resume point (or the epoch's start), in sum: its steps per
@@ -300,10 +306,11 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
         return self._handed > 0
 
     def _resuming(self) -> bool:
-        return self._saved[:3] != (0, b"", 0)
+        r = self._resume
+        return (r.window, r.steps) != (0, 0) or any(r.taken)
 
     def _forget_resume_point(self) -> None:
-        self._saved = (0, b"", 0, self.num_replicas)
+        self._resume_at(_core.BudgetStart(self._planner), self.num_replicas)
 
     def _check_consensus(self, dealing: Mapping[str, Any]) -> None:
         check_consensus(self.config, self.rank, agreed=self._agreed())
@@ -311,13 +318,13 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
     def _agreed(self) -> list[Agreed]:
         """What every process of the group must share beside the configuration: the resume
         point and the lengths (model-parallel peers share a rank)."""
-        window, taken, steps, world = self._saved
+        r = self._resume
         probe = self._lengths_probe()
         return [
-            Agreed("window_index", window, FIX_RESUME),
-            Agreed("steps", steps, FIX_RESUME),
-            Agreed("saved num_replicas", world, FIX_RESUME),
-            Agreed("taken", digest(taken), FIX_RESUME, digest=True),
+            Agreed("window_index", r.window, FIX_RESUME),
+            Agreed("steps", r.steps, FIX_RESUME),
+            Agreed("saved num_replicas", self._resume_world, FIX_RESUME),
+            Agreed("taken", digest(r.taken), FIX_RESUME, digest=True),
             Agreed(
                 "lengths", digest(probe), "build the sampler from the same lengths on every rank", digest=True
             ),
@@ -379,14 +386,14 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
         if isinstance(state, Mapping):  # else from_state_dict names the type
             check_same_dataset(state, self._fingerprint())
             state = {k: v for k, v in state.items() if k != "dataset"}
-        saved, window, steps, taken = BudgetConfig.from_state_dict(state, strict=strict)
+        saved, resume = BudgetConfig.from_state_dict(state, strict=strict)
         # The state's epoch, continued with the plan it names; nothing else changes.
         config = self.config.replace(permutation=saved.permutation, epoch=saved.epoch)
         config.check_resumable(saved)
         planner = self._planner if config == self.config else config.planner()
-        _core.BudgetStart(planner, window, taken, steps)  # checked by the core, before any change
+        start = _core.BudgetStart(planner, **resume)  # checked by the core, before any change
         self._set_config(config, planner)
-        self._saved = (window, taken, steps, saved.num_replicas)
+        self._resume_at(start, saved.num_replicas)
         self._state_loaded()
 
     def _proof_target(self) -> ProofTarget:

@@ -222,24 +222,23 @@ impl BudgetEpoch {
         to_dict(py, self.inner.state(&resume))
     }
 
-    /// `(epoch, window_index, steps, taken)` of a state dict, checked by the core (keys,
-    /// types, ranges, algorithm, states of earlier releases); `strict` refuses unknown keys.
+    /// `(epoch, resume)` of a state dict, checked by the core (keys, types, ranges,
+    /// algorithm, states of earlier releases; `strict` refuses unknown keys): `resume` is
+    /// `BudgetStart`'s keywords, `{"window", "steps", "taken"}`.
     #[staticmethod]
     fn from_state<'py>(
         py: Python<'py>,
         state: &Bound<'py, PyAny>,
         strict: bool,
-    ) -> PyResult<(BudgetEpoch, u64, u64, Bound<'py, PyBytes>)> {
+    ) -> PyResult<(BudgetEpoch, Bound<'py, PyDict>)> {
         let (inner, resume) =
             permshard_core::BudgetEpoch::from_state(&from_mapping(state)?, strict)
                 .map_err(to_py)?;
-        let taken = PyBytes::new(py, &resume.taken);
-        Ok((
-            BudgetEpoch { inner },
-            resume.window_index,
-            resume.steps,
-            taken,
-        ))
+        let point = PyDict::new(py);
+        point.set_item("window", resume.window_index)?;
+        point.set_item("steps", resume.steps)?;
+        point.set_item("taken", PyBytes::new(py, &resume.taken))?;
+        Ok((BudgetEpoch { inner }, point))
     }
 
     /// The fields a configuration is built from (`BudgetConfig(**fields)`).

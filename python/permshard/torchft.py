@@ -195,7 +195,14 @@ class CommittedLoader:
                 "pass batch_size= (samples per rank and step) or global_batch_size= (samples "
                 "per committed step across all groups), not both and not neither"
             )
-        for name in ("participating_rank", "num_participants", "is_participating", "current_step", "allreduce", "errored"):
+        for name in (
+            "participating_rank",
+            "num_participants",
+            "is_participating",
+            "current_step",
+            "allreduce",
+            "errored",
+        ):
             if not callable(getattr(manager, name, None)):
                 raise TypeError(
                     f"manager must be a torchft.Manager (it has no {name}()), got {type(manager).__name__}"

@@ -203,3 +203,32 @@ def test_the_module_paths_of_0_4_are_gone():
     ):
         with pytest.raises(ModuleNotFoundError):
             importlib.import_module(old)
+
+
+def test_the_configurations_declare_the_cores_tables_of_fields():
+    """Each field is listed once, in the core (name, kind, default, help, flags); the
+    Python configurations declare the same names and defaults, and the CLI's flags are
+    built from the table."""
+    import dataclasses
+    import inspect
+
+    from permshard._token_budget import BudgetConfig
+
+    for cls, family in ((permshard.ShardConfig, "shard"), (BudgetConfig, "budget")):
+        table = {f["name"]: f for f in _core.fields(family)}
+        declared = {f.name: f for f in dataclasses.fields(cls) if f.init or f.name == "dealing"}
+        derived = {"algorithm", "dealing"} if cls is BudgetConfig else {"algorithm"}  # named by the core
+        assert set(declared) - derived == set(table) - derived, cls
+        params = {}
+        for base in reversed(cls.__mro__[:-1]):
+            if "__init__" in base.__dict__:
+                given = inspect.signature(base.__init__).parameters.values()
+                params.update({p.name: p for p in given if p.kind is not p.VAR_KEYWORD})
+        for name, f in table.items():
+            if name == "dealing" and cls is BudgetConfig:
+                continue
+            default = params[name].default
+            assert (default is inspect.Parameter.empty) == f["required"], (cls, name)
+            if not f["required"]:
+                assert default == f["default"] == declared[name].default, (cls, name)
+    assert permshard.ShardConfig.dealing_keys == ("dealing", "batch_size", "drop_last_batch")

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any, NoReturn, Optional
 
+from . import _core
 from . import _run as run_commands
 from ._config import ShardConfig
 from ._core import ShardingError
@@ -68,30 +68,29 @@ def id_file(path: str) -> Any:
 
 
 def _config_args(p: argparse.ArgumentParser, *, dealing: bool = False, given: Sequence[str] = ()) -> None:
-    """The flags of :class:`ShardConfig`'s fields, from the fields themselves (their
-    metadata): all but the dealing's (unless ``dealing``) and those ``given`` otherwise."""
-    for f in dataclasses.fields(ShardConfig):
-        if not f.init or f.name in given or (f.name in ShardConfig.dealing_keys and not dealing):
+    """The flags of :class:`ShardConfig`'s fields, from the core's table of them: all but
+    the dealing's (unless ``dealing``) and those ``given`` otherwise."""
+    for f in _core.fields("shard"):
+        if f["name"] in given or (f["dealing"] and not dealing):
             continue
-        flags = f.metadata.get("flags", (f"--{f.name.replace('_', '-')}",))
-        options: dict[str, Any] = {"dest": f.name, "help": f.metadata["help"]}
-        if "metavar" in f.metadata:
-            options["metavar"] = f.metadata["metavar"]
-        if f.metadata.get("ids"):
+        flags = f["flags"] or [f"--{f['name'].replace('_', '-')}"]
+        options: dict[str, Any] = {"dest": f["name"], "help": f["help"]}
+        if f["metavar"]:
+            options["metavar"] = f["metavar"]
+        if f["kind"] == "ids":
             options.update(type=id_file, default=None)
-        elif f.type == "bool":
-            options["action"] = "store_false" if f.default else "store_true"
-        elif f.type == "str":
-            options.update(choices=f.metadata["choices"], default=f.default)
+        elif f["kind"] == "flag":
+            options["action"] = "store_false" if f["default"] else "store_true"
+        elif f["kind"] == "choice":
+            options.update(choices=f["choices"], default=f["default"])
         else:
-            required = f.default is dataclasses.MISSING
-            options.update(type=count, required=required, default=None if required else f.default)
+            options.update(type=count, required=f["required"], default=f["default"])
         p.add_argument(*flags, **options)
 
 
 def _config(args: argparse.Namespace, **given: Any) -> ShardConfig:
     """The configuration the flags of :func:`_config_args` (and ``given``) describe."""
-    fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(ShardConfig) if hasattr(args, f.name)}
+    fields = {f["name"]: getattr(args, f["name"]) for f in _core.fields("shard") if hasattr(args, f["name"])}
     return ShardConfig(**fields, **given)
 
 

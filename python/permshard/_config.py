@@ -100,26 +100,15 @@ class EpochConfig:
             does not write it: its ``algorithm`` names it.
     """
 
-    # Each field's metadata: its command-line flags (default ``--field-name``) and help.
-    n: int = field(metadata={"flags": ("-n",), "help": "dataset length N (1e9 works)"})
-    num_replicas: int = field(
-        metadata={"flags": ("-w", "--world"), "metavar": "W", "help": "number of ranks W"}
-    )
-    seed: int = field(default=0, metadata={"help": "key of the order (default 0)"})
-    epoch: int = field(default=0, metadata={"help": "epoch (default 0)"})
-    shuffle: bool = field(
-        default=True,
-        metadata={"flags": ("--no-shuffle",), "help": "identity order (DistributedSampler shuffle=False)"},
-    )
-    drop_last: bool = field(default=False, metadata={"help": "drop the tail instead of padding"})
-    permutation: str = field(
-        default=_core.ALGORITHM,
-        metadata={
-            "flags": ("--algorithm",),
-            "choices": (_core.ALGORITHM_V2, _core.ALGORITHM_V1),
-            "help": "the keyed permutation of a shuffle (default perm-v2; perm-v1: the order up to 0.3)",
-        },
-    )
+    # The fields, as the core's table lists them (``_core.fields("shard")``: their kinds,
+    # defaults, help and flags); a test holds these declarations to it.
+    n: int
+    num_replicas: int
+    seed: int = 0
+    epoch: int = 0
+    shuffle: bool = True
+    drop_last: bool = False
+    permutation: str = _core.ALGORITHM
     dealing: str = field(init=False)  # how the pass is dealt, named by certificates
     algorithm: str = field(init=False)  # the order the fields imply, recorded in state dicts
 
@@ -208,31 +197,14 @@ class ShardConfig(EpochConfig):
         125
     """
 
-    block_size: int = field(
-        default=0, metadata={"help": "the block order: blocks of this many samples (default 0: none)"}
-    )
-    window_blocks: int = field(default=0, metadata={"help": "the block order: blocks shuffled together"})
-    dealing: str = field(
-        default="round-robin",
-        metadata={
-            "choices": ("round-robin", "step"),
-            "help": "round-robin: DistributedSampler's (default); step: accelerate's whole batches (StepBatchSampler)",
-        },
-    )
-    batch_size: int = field(default=0, metadata={"help": "per-rank batch size (needed for --dealing step)"})
-    drop_last_batch: bool = field(
-        default=False, metadata={"help": "the batch sampler drops its last partial batch"}
-    )
-    exclude: Optional[_core.Exclusions] = field(
-        default=None,
-        metadata={
-            "metavar": "FILE",
-            "ids": True,
-            "help": "sample ids never to read: a text file of ids (one per line) or a .npy",
-        },
-    )
+    block_size: int = 0
+    window_blocks: int = 0
+    dealing: str = "round-robin"
+    batch_size: int = 0
+    drop_last_batch: bool = False
+    exclude: Optional[_core.Exclusions] = None
 
-    dealing_keys: ClassVar[tuple[str, ...]] = ("dealing", "batch_size", "drop_last_batch")
+    dealing_keys: ClassVar[tuple[str, ...]] = tuple(f["name"] for f in _core.fields("shard") if f["dealing"])
 
     def __init__(
         self,

@@ -48,7 +48,7 @@ class BudgetConfig(EpochConfig):
         'budget-v2'
     """
 
-    max_tokens: int = 1
+    max_tokens: int
     window: int = 1 << 16
 
     dealing_keys: ClassVar[tuple[str, ...]] = ("dealing",)

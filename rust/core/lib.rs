@@ -9,7 +9,9 @@
 //! * [`BlockPermutation`] — block-v1: blocks permuted, samples shuffled within windows of
 //!   blocks (locality for datasets bigger than RAM).
 //! * [`EpochSpec`] — the fields every epoch has (samples, ranks, seed, epoch, shuffle,
-//!   `drop_last`, the permutation), whichever sampler deals it.
+//!   `drop_last`, the permutation), whichever sampler deals it; [`fields_of`] — the table
+//!   of every family's fields (name, kind, default, help, flags), which the Python
+//!   configurations and the command line are built from.
 //! * [`Sharding`] — what an epoch is: the fields, the order they imply and its algorithm
 //!   id, the dealing, the partition at a resume point, the resume limit.
 //! * [`Value`], [`BudgetEpoch`] — what a state dict of an epoch holds ([`SHARD`],
@@ -64,7 +66,9 @@ pub use budget::{
 };
 pub use coverage::{judge_coverage, CoverageShare};
 pub use dealing::{Dealing, Layout, Pass};
-pub use epoch::EpochSpec;
+pub use epoch::{
+    fields_of, EpochSpec, Field, FieldDefault, FieldKind, BUDGET_FIELDS, EPOCH_FIELDS, SHARD_FIELDS,
+};
 pub use error::{range_len, Error};
 pub use exclusion::{Excluding, Exclusions};
 pub use fingerprint::Fingerprint;

@@ -4,10 +4,14 @@
 
 pub(crate) mod algorithm;
 pub(crate) mod dealing;
+mod fields;
 pub(crate) mod partition;
 pub(crate) mod rank_layout;
 pub(crate) mod sharding;
 mod spec;
 pub(crate) mod state;
 
+pub use fields::{
+    fields_of, Field, FieldDefault, FieldKind, BUDGET_FIELDS, EPOCH_FIELDS, SHARD_FIELDS,
+};
 pub use spec::EpochSpec;

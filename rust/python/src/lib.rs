@@ -9,6 +9,7 @@ mod budget_pass;
 mod convert;
 mod errors;
 mod exclusion;
+mod fields;
 mod gather;
 mod indexed;
 mod iterable;
@@ -34,6 +35,8 @@ mod _core {
     use super::errors::ShardingError;
     #[pymodule_export]
     use super::exclusion::Exclusions;
+    #[pymodule_export]
+    use super::fields::fields;
     #[pymodule_export]
     use super::gather::{gather_records, gather_windows, PyRecordsAhead};
     #[pymodule_export]

@@ -53,6 +53,7 @@ __all__ = [
     "Audit",
     "Read",
     "Run",
+    "fields",
 ]
 
 __version__: str

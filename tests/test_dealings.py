@@ -206,7 +206,7 @@ def test_the_batches_iterated_are_the_batches_proven(monkeypatch):
         return [list(b) for b in batches], batches.verify()
 
     honest, proven = run()
-    assert [len(b) for b in honest] == [8] * 31 + [2] and proven.batch_size == 8
+    assert [len(b) for b in honest] == [8] * 31 + [2] and proven.config.batch_size == 8
     broken, proven_broken = run(batch_size_of_the_plan=5)
-    assert [len(b) for b in broken] == [5] * 50 and proven_broken.batch_size == 5
+    assert [len(b) for b in broken] == [5] * 50 and proven_broken.config.batch_size == 5
     assert sum(broken, []) == sum(honest, [])  # the same items, cut as the plan says

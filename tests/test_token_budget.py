@@ -151,7 +151,7 @@ def test_verify_returns_a_certificate_of_the_pass(rank_streams):
     assert cert.lengths == tuple(sum(map(len, r)) for r in ranks)
     assert cert.batches == len(ranks[0]) == len(s)
     assert (cert.covered, cert.padding, cert.dropped, cert.consumed) == (6000, 0, 0, 0)
-    assert (cert.max_tokens, cert.window) == (BUDGET, 1000)  # the budget's own fields read too
+    assert (cert.config.max_tokens, cert.config.window) == (BUDGET, 1000)  # the budget's own fields
     assert cert.method == "inverse" and cert.ranks == (0, 1, 2)
     # After a resume: the rest of the epoch, what came before counted as consumed.
     it = iter(s)

@@ -14,7 +14,7 @@ import dataclasses
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional, TypeVar
+from typing import Any, ClassVar, NoReturn, Optional, TypeVar
 
 import numpy as np
 
@@ -329,66 +329,30 @@ def as_exclusions(exclude: Any, n: int) -> Optional[_core.Exclusions]:
     return _core.Exclusions(np.ascontiguousarray(ids, dtype=np.int64), n)
 
 
-class Configured:
-    """Reads a result's configuration fields by name (``plan.n``, ``cert.seed``) from its
-    ``config``: a field added to :class:`ShardConfig` is readable here without more code.
-
-    Example::
-
-        >>> cert = permshard.verify(100, 4, seed=3)
-        >>> cert.seed == cert.config.seed == 3
-        True
-    """
-
-    config: EpochConfig
-
-    def __getattr__(self, name: str) -> Any:
-        # Called only for names not found normally; "config" itself must not recurse
-        # (e.g. while unpickling, before the instance has its fields).
-        config = self.__dict__.get("config") if name != "config" else None
-        if config is not None and name in _field_names(config):
-            return getattr(config, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    def __dir__(self) -> list[str]:
-        config = self.__dict__.get("config")
-        return sorted(set(super().__dir__()) | (set(_field_names(config)) if config is not None else set()))
-
-
-class ConfigField:
-    """A configuration field read as an attribute of the sampler holding it
-    (``sampler.seed`` is ``sampler.config.seed``), and read-only: assigning one raises,
-    naming the method that changes it (``set_epoch``) or the argument to build a new
-    sampler with. A data descriptor: an instance can never shadow it.
+def refuse_assignment(holder: Any, name: str, value: Any) -> NoReturn:
+    """Raises AttributeError for an assignment to ``holder``'s configuration field
+    ``name``, naming what changes it: ``set_epoch``, or a new sampler (every rank must
+    agree on the configuration; nothing is rebuilt behind the caller's back).
 
     Args:
-        name (str): the field's name.
+        holder: the sampler whose field it is.
+        name (str): the field.
+        value: what was assigned.
     """
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __get__(self, holder: Any, owner: Optional[type] = None) -> Any:
-        if holder is None:
-            return self
-        return getattr(holder.config, self.name)
-
-    def __set__(self, holder: Any, value: Any) -> None:
-        cls = type(holder).__name__
-        fix = (
-            f"call sampler.set_epoch({value!r})"
-            if self.name == "epoch"
-            else f"build a new {cls}(..., {self.name}={value!r}) (every rank must agree on it)"
-        )
-        raise AttributeError(f"{cls}.{self.name} is read-only, part of the epoch's configuration: {fix}")
+    cls = type(holder).__name__
+    fix = (
+        f"call sampler.set_epoch({value!r})"
+        if name == "epoch"
+        else f"build a new {cls}(..., {name}={value!r}) (every rank must agree on it)"
+    )
+    raise AttributeError(f"{cls}.{name} is read-only, part of the epoch's configuration: {fix}")
 
 
-class HoldsConfig:
-    """A sampler whose only epoch state is its configuration, ``config`` (of
-    ``config_type``): every field reads as an attribute (DistributedSampler's
-    ``num_replicas``, ``epoch``, ``seed``, ``shuffle``, ``drop_last``) and is read-only
-    (:class:`ConfigField`). Assigning one never rebuilds or forgets anything behind the
-    caller's back.
+class EpochFields:
+    """The fields every epoch's configuration has, read from ``config`` as attributes:
+    a sampler's (DistributedSampler's ``num_replicas``, ``epoch``, ``seed``, ``shuffle``,
+    ``drop_last``) and a result's (``plan.n``, ``cert.seed``). On a sampler they are
+    read-only: assigning one raises, naming what changes it.
 
     Example::
 
@@ -399,28 +363,72 @@ class HoldsConfig:
     """
 
     config: EpochConfig
-    #: The configuration's class, whose fields the sampler reads as attributes.
-    config_type: ClassVar[type[EpochConfig]]
-    # Every configuration's fields, read as attributes (a subclass declares its own).
-    n: int
-    num_replicas: int
-    seed: int
-    epoch: int
-    shuffle: bool
-    drop_last: bool
-    algorithm: str
-    permutation: str
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        config_type = cls.__dict__.get("config_type")
-        for f in dataclasses.fields(config_type) if config_type is not None else ():
-            if not any(f.name in base.__dict__ for base in cls.__mro__ if base is not object):
-                setattr(cls, f.name, ConfigField(f.name))
+    @property
+    def n(self) -> int:
+        """Dataset length: the samples of an epoch."""
+        return self.config.n
 
+    @n.setter
+    def n(self, value: int) -> None:
+        refuse_assignment(self, "n", value)
 
-def _field_names(config: EpochConfig) -> Mapping[str, Any]:
-    """The fields of ``config``'s class, by name (a mapping: ``in`` is one dict lookup, on
-    every attribute a sampler reads or sets)."""
-    names: Mapping[str, Any] = type(config).__dataclass_fields__
-    return names
+    @property
+    def num_replicas(self) -> int:
+        """Data-parallel ranks the epoch is dealt to."""
+        return self.config.num_replicas
+
+    @num_replicas.setter
+    def num_replicas(self, value: int) -> None:
+        refuse_assignment(self, "num_replicas", value)
+
+    @property
+    def seed(self) -> int:
+        """Key of the order."""
+        return self.config.seed
+
+    @seed.setter
+    def seed(self, value: int) -> None:
+        refuse_assignment(self, "seed", value)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch (``set_epoch`` changes it)."""
+        return self.config.epoch
+
+    @epoch.setter
+    def epoch(self, value: int) -> None:
+        refuse_assignment(self, "epoch", value)
+
+    @property
+    def shuffle(self) -> bool:
+        """A keyed order (``True``) or the identity."""
+        return self.config.shuffle
+
+    @shuffle.setter
+    def shuffle(self, value: bool) -> None:
+        refuse_assignment(self, "shuffle", value)
+
+    @property
+    def drop_last(self) -> bool:
+        """The tail that does not fill a round of ranks is dropped (else padded)."""
+        return self.config.drop_last
+
+    @drop_last.setter
+    def drop_last(self, value: bool) -> None:
+        refuse_assignment(self, "drop_last", value)
+
+    @property
+    def permutation(self) -> str:
+        """The keyed permutation a shuffled order is built on (``perm-v2``, ``perm-v1``)."""
+        return self.config.permutation
+
+    @property
+    def algorithm(self) -> str:
+        """The order's id, decided by the core (what state dicts record)."""
+        return self.config.algorithm
+
+    @property
+    def dealing(self) -> str:
+        """How the pass is dealt: ``round-robin``, ``step`` or a token-budget plan's id."""
+        return self.config.dealing

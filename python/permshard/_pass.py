@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from . import _core
 from . import _guards as guards
-from ._config import HoldsConfig
+from ._config import EpochFields
 from ._hooks import EpochIndices, WindowPrefetch, tag
 from ._loader import LOADER_ITERATOR, LoaderCount, find_loader_iterator, iterating, user_stacklevel
 
@@ -24,7 +24,7 @@ from ._loader import LOADER_ITERATOR, LoaderCount, find_loader_iterator, iterati
 _NO_DEALING: Mapping[str, Any] = {}
 
 
-class PassLifecycle(HoldsConfig):
+class PassLifecycle(EpochFields):
     """The epoch lifecycle of a sampler: a subclass calls :meth:`_begin_pass` where each
     pass starts, and says whether its pass has handed out an item (:meth:`_pass_started`),
     where a pass starts (:meth:`_resuming`, :meth:`_forget_resume_point`) and what every
@@ -44,8 +44,6 @@ class PassLifecycle(HoldsConfig):
     """
 
     rank: int
-    epoch: int  # the configuration's (HoldsConfig)
-    num_replicas: int
     auto_epoch: bool
     check_consensus: bool
 

@@ -12,14 +12,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 from . import _core
-from ._config import Configured, EpochConfig, ShardConfig, as_positive
+from ._config import EpochConfig, EpochFields, ShardConfig, as_positive
 
 if TYPE_CHECKING:
     from ._token_budget import BudgetConfig
 
 
 @dataclass(frozen=True)
-class ShardPlan(Configured):
+class ShardPlan(EpochFields):
     """What every rank yields in one epoch, in closed form.
 
     Attributes:
@@ -141,12 +141,12 @@ def build_plan(part: _core.Partition, config: ShardConfig, rank: int) -> ShardPl
 
 
 @dataclass(frozen=True)
-class BudgetPlan(Configured):
+class BudgetPlan(EpochFields):
     """What every rank yields in one pass of a token-budget epoch, in sum.
 
     Attributes:
-        config: the configuration planned; its fields (``n``, ``num_replicas``,
-            ``max_tokens``, ``window``, ...) read as attributes too.
+        config: the configuration planned (``max_tokens``, ``window``, ...); the fields
+            every epoch has (``n``, ``num_replicas``, ``seed``, ...) read as attributes too.
         rank: the rank this plan was made on.
         first_window: the window the pass starts in (non-zero after a resume).
         steps: batches every rank yields (one a step; every rank as many).
@@ -173,14 +173,14 @@ class BudgetPlan(Configured):
     def __str__(self) -> str:
         return (
             f"BudgetPlan: n={self.n:,} num_replicas={self.num_replicas} epoch={self.epoch} "
-            f"seed={self.seed} max_tokens={self.max_tokens:,} window={self.window:,}"
+            f"seed={self.seed} max_tokens={self.config.max_tokens:,} window={self.config.window:,}"
             + (f" resumed in window {self.first_window:,}" if self.first_window else "")
             + f"\nsteps={self.steps:,} per rank  padding={self.padding:,}  dropped={self.dropped:,}"
         )
 
 
 @dataclass(frozen=True)
-class Certificate(Configured):
+class Certificate(EpochFields):
     """What a proof established.
 
     Attributes:

@@ -14,7 +14,7 @@ import numpy.typing as npt
 from torch.utils.data import Sampler
 
 from . import _core
-from ._config import EpochConfig, as_int, as_lengths, as_positive, as_u64
+from ._config import EpochConfig, as_int, as_lengths, as_positive, as_u64, refuse_assignment
 from ._distributed import FIX_RESUME, Agreed, MeshDim, check_consensus, resolve_world
 from ._guards import check_same_dataset, content_id, digest
 from ._loader import LoaderCount
@@ -48,7 +48,7 @@ class BudgetConfig(EpochConfig):
         'budget-v2'
     """
 
-    max_tokens: int
+    max_tokens: int = 0  # required (__init__ has no default): a dataclass field after defaults
     window: int = 1 << 16
 
     dealing_keys: ClassVar[tuple[str, ...]] = ("dealing",)
@@ -153,10 +153,24 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
     """
 
     config: BudgetConfig  # the configuration of the current epoch, as every rank must agree on it
-    config_type = BudgetConfig
-    # Its fields beyond every configuration's, read-only attributes (HoldsConfig).
-    max_tokens: int
-    window: int
+
+    @property
+    def max_tokens(self) -> int:
+        """The padded token budget of a batch."""
+        return self.config.max_tokens
+
+    @max_tokens.setter
+    def max_tokens(self, value: int) -> None:
+        refuse_assignment(self, "max_tokens", value)
+
+    @property
+    def window(self) -> int:
+        """Positions planned together."""
+        return self.config.window
+
+    @window.setter
+    def window(self, value: int) -> None:
+        refuse_assignment(self, "window", value)
 
     def __init__(
         self,

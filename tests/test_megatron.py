@@ -161,3 +161,38 @@ def test_masks_match_get_ltor_masks_and_position_ids(tmp_path, documents):
             assert torch.equal(batch["attention_mask"][k], mask), flags
             assert torch.equal(batch["loss_mask"][k], loss), flags
             assert torch.equal(batch["position_ids"][k], pos), flags
+
+
+def test_a_blend_of_more_prefixes_than_open_files_reads(tmp_path):
+    # 600 prefixes (1,200 files) under an open-file limit of 256, in a process of its own:
+    # every prefix's .idx and .bin mapped, none holding a descriptor (0.5 kept 2 a prefix).
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        f"""
+        import os, resource
+        import numpy as np
+        from permshard.data import MixedDataset, write_indexed
+        words = []
+        for i in range(600):
+            prefix = os.path.join({str(tmp_path)!r}, f"p{{i}}")
+            write_indexed(prefix, [np.full(40, i + 1), np.full(30, i + 1)], dtype=np.uint16)
+            words += ["1", prefix]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        blend = MixedDataset.from_data_path(words, 16)
+        seen = set()
+        for i in range(len(blend)):
+            source, _ = blend.mixture[i]
+            tokens = blend[i]["tokens"] if isinstance(blend[i], dict) else blend[i]
+            values = set(np.asarray(tokens).ravel().tolist()) - {{0}}
+            assert values <= {{source + 1}}, (i, source, values)  # the prefix's own tokens
+            seen.add(source)
+        assert seen == set(range(600))
+        print("open files", len(os.listdir("/proc/self/fd")))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert int(done.stdout.split()[-1]) < 20

@@ -5,7 +5,6 @@ documents, its bytes, and read-ahead)."""
 
 from __future__ import annotations
 
-import mmap
 import os
 from collections.abc import Sequence
 from typing import Any, Optional, Union
@@ -14,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._config import as_u64
-from ._indexed import MegatronIndex, find_prefix, search_sorted, starts_with_index_magic
+from ._indexed import MegatronIndex, find_prefix, map_readonly, search_sorted, starts_with_index_magic
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -41,7 +40,7 @@ class TokenFiles:
     first_tokens: list[int]
     sizes: list[int]
     read_ahead: bool
-    _maps: Optional[list[np.memmap]]
+    _maps: Optional[list[npt.NDArray[Any]]]
     _coarse: dict[int, tuple[npt.NDArray[np.int64], int]]
 
     def _read_files(
@@ -127,8 +126,9 @@ class TokenFiles:
         except OSError as e:
             raise ValueError(f"cannot open {self.paths[f]}: {e.strerror}") from None
 
-    def _open(self) -> list[np.memmap]:
-        """Memmaps, opened lazily in each process (DataLoader workers included)."""
+    def _open(self) -> list[npt.NDArray[Any]]:
+        """The files' tokens, mapped lazily in each process (DataLoader workers included),
+        holding no file descriptor."""
         if self._maps is None:
             maps = []
             for f, path in enumerate(self.paths):
@@ -139,13 +139,10 @@ class TokenFiles:
                     raise ValueError(
                         f"{path} changed size since the dataset was built ({expected} -> {now} tokens)"
                     )
-                mm = np.memmap(path, dtype=self.dtype, mode="r")
                 # Globally shuffled windows are random reads: kernel read-ahead would only
                 # waste I/O and page cache. A block order reads whole blocks (read_ahead).
-                raw = getattr(mm, "_mmap", None)
-                if raw is not None and hasattr(mmap, "MADV_RANDOM") and not self.read_ahead:
-                    raw.madvise(mmap.MADV_RANDOM)
-                maps.append(mm)
+                raw = map_readonly(path, random_access=not self.read_ahead)
+                maps.append(raw[: len(raw) - len(raw) % self.dtype.itemsize].view(self.dtype))
             self._maps = maps
         return self._maps
 

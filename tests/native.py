@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
-from permshard import ShardConfig, _core
+from permshard import _core
 
 
 def sharding(n: int, num_replicas: int, **fields: Any) -> _core.Sharding:
     """``_core.Sharding`` of a configuration no Python check has seen (the defaults of a
     ``ShardConfig`` for the fields not given)."""
-    values = {**ShardConfig(1, 1).as_dict(), "n": n, "num_replicas": num_replicas, **fields}
-    return _core.Sharding(SimpleNamespace(**values))
+    return _core.Sharding(n=n, num_replicas=num_replicas, **fields)

@@ -98,7 +98,7 @@ def test_verify_exit_codes(capsys, monkeypatch):
         (["plan", "-n", "abc", "-w", "2"], "not a number"),
         (["plan", "-n", "1.5", "-w", "2"], "not a non-negative integer"),
         (["plan", "-w", "2"], "required"),
-        (["plan", "-n", "0", "-w", "2"], "n must be in [1, 2**64 - 1], got 0"),
+        (["plan", "-n", "0", "-w", "2"], "n should be a positive integer below 2**64, got 0"),
         (["plan", "-n", "10", "-w", "0"], "num_replicas"),
         (["verify", "-n", "10", "-w", "2", "--seed", "1e30"], "seed must be in"),
         (["locate", "10", "-n", "10", "-w", "2"], "not in range"),

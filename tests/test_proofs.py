@@ -108,7 +108,7 @@ def test_sampler_verify_and_progress():
 @pytest.mark.parametrize(
     "args, exc, text",
     [
-        ((0, 2), ValueError, "n must be in"),
+        ((0, 2), ValueError, "n should be a positive integer"),
         ((10, 0), ValueError, "num_replicas should be a positive integer"),
         ((10, 2.0), TypeError, "num_replicas must be an integer"),
     ],

@@ -161,6 +161,10 @@ class EpochConfig:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
+#: The fields of a round-robin or step epoch, in the core's order.
+_SHARD_FIELDS: tuple[str, ...] = tuple(f["name"] for f in _core.fields("shard"))
+
+
 @dataclass(frozen=True, init=False)
 class ShardConfig(EpochConfig):
     """The configuration of :class:`~permshard.ShardedSampler` and the batch samplers on
@@ -217,21 +221,31 @@ class ShardConfig(EpochConfig):
         batch_size: int = 0,
         drop_last_batch: bool = False,
         exclude: Any = None,
-        **epoch: Any,
+        seed: int = 0,
+        epoch: int = 0,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        permutation: str = _core.ALGORITHM,
     ) -> None:
-        super().__init__(n, num_replicas, **epoch)
-        self._set(
-            {
-                "block_size": as_u64("block_size", block_size),
-                "window_blocks": as_u64("window_blocks", window_blocks),
-                "dealing": as_str("dealing", dealing),
-                "batch_size": as_u64("batch_size", batch_size),
-                "drop_last_batch": bool(drop_last_batch),
-                "exclude": as_exclusions(exclude, self.n),
-            }
+        # The core converts and checks every field (once, by its table of them) and names
+        # the order they imply; this configuration holds what it read.
+        sharding = _core.Sharding(
+            n=n,
+            num_replicas=num_replicas,
+            seed=seed,
+            epoch=epoch,
+            shuffle=shuffle,
+            drop_last=drop_last,
+            permutation=permutation,
+            block_size=block_size,
+            window_blocks=window_blocks,
+            dealing=dealing,
+            batch_size=batch_size,
+            drop_last_batch=drop_last_batch,
+            exclude=None if exclude is None else as_exclusions(exclude, as_u64("n", n, minimum=1)),
         )
-        # The core checks the fields together and names the order they imply.
-        self._set({"algorithm": self.sharding().algorithm})
+        self._set(sharding.fields(dealing=True))
+        self._set({"algorithm": sharding.algorithm, "_sharding": sharding})
 
     def sharding(self) -> _core.Sharding:
         """The core's description of this epoch (order, algorithm id, dealing, resume
@@ -239,7 +253,10 @@ class ShardConfig(EpochConfig):
         derives its own from it)."""
         cached: Optional[_core.Sharding] = self.__dict__.get("_sharding")
         if cached is None or cached.epoch != self.epoch:
-            cached = _core.Sharding(self) if cached is None else cached.with_epoch(self.epoch)
+            if cached is None:  # unpickled: rebuilt from the fields
+                cached = _core.Sharding(**{name: getattr(self, name) for name in _SHARD_FIELDS})
+            else:
+                cached = cached.with_epoch(self.epoch)
             object.__setattr__(self, "_sharding", cached)
         return cached
 

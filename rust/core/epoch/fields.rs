@@ -52,6 +52,19 @@ pub struct Field {
     /// How a pass is dealt, not what it holds: agreed by the ranks and named by
     /// certificates, but not written in state dicts (a resume may deal otherwise).
     pub dealing: bool,
+    /// The name users pass it by, where it is not [`Field::name`] (messages name it).
+    pub argument: &'static str,
+}
+
+impl Field {
+    /// The name users pass the field by: what messages name.
+    pub fn argument(&self) -> &'static str {
+        if self.argument.is_empty() {
+            self.name
+        } else {
+            self.argument
+        }
+    }
 }
 
 const fn field(
@@ -69,6 +82,7 @@ const fn field(
         metavar: "",
         choices: &[],
         dealing: false,
+        argument: "",
     }
 }
 
@@ -123,6 +137,7 @@ pub const EPOCH_FIELDS: [Field; 7] = [
     Field {
         flags: &["--algorithm"],
         choices: &["perm-v2", "perm-v1"],
+        argument: "algorithm",
         ..field(
             "permutation",
             FieldKind::Choice,

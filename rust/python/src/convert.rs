@@ -3,10 +3,13 @@
 
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::conversion::FromPyObjectOwned;
-use pyo3::exceptions::{PyMemoryError, PyValueError};
+use pyo3::exceptions::{PyMemoryError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict};
 
-use permshard_core::{range_len, EpochSpec, SampleOrder, Version};
+use permshard_core::{
+    fields_of, range_len, EpochSpec, Field, FieldDefault, FieldKind, SampleOrder, Version,
+};
 
 use crate::errors::to_py;
 
@@ -96,4 +99,132 @@ pub fn epoch_spec(config: &Bound<'_, PyAny>) -> PyResult<EpochSpec> {
     }
     .checked()
     .map_err(to_py)
+}
+
+/// The keyword arguments of an epoch's configuration, read by the core's table of the
+/// family's fields: each converted once, with the message Python's checks give, the
+/// table's default where one is not given, and an unknown keyword refused.
+pub struct Fields<'a, 'py> {
+    given: Option<&'a Bound<'py, PyDict>>,
+    table: Vec<Field>,
+}
+
+impl<'a, 'py> Fields<'a, 'py> {
+    /// The keywords `given` of a configuration of `family` (`"shard"`, `"budget"`).
+    pub fn new(family: &str, given: Option<&'a Bound<'py, PyDict>>) -> PyResult<Self> {
+        let table = fields_of(family).expect("a family of the core");
+        if let Some(given) = given {
+            for key in given.keys() {
+                let key: String = key.extract()?;
+                if !table.iter().any(|f| f.name == key) {
+                    return Err(PyTypeError::new_err(format!(
+                        "an epoch's configuration has no field {key:?}"
+                    )));
+                }
+            }
+        }
+        Ok(Fields { given, table })
+    }
+
+    fn field(&self, name: &str) -> &Field {
+        self.table
+            .iter()
+            .find(|f| f.name == name)
+            .expect("a field of the table")
+    }
+
+    fn value(&self, name: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+        match self.given {
+            Some(given) => given.get_item(name),
+            None => Ok(None),
+        }
+    }
+
+    /// An integer field (`Count`: `>= 0`, `Positive`: `>= 1`), below `2**64`.
+    pub fn int(&self, name: &str) -> PyResult<u64> {
+        let f = self.field(name);
+        let Some(value) = self.value(name)? else {
+            return match f.default {
+                FieldDefault::Int(v) => Ok(v),
+                _ => Err(PyTypeError::new_err(format!(
+                    "missing the required argument {}",
+                    f.argument()
+                ))),
+            };
+        };
+        let arg = f.argument();
+        if value.is_instance_of::<PyBool>() {
+            return Err(PyTypeError::new_err(format!(
+                "{arg} must be an integer, got the bool {}",
+                value.repr()?
+            )));
+        }
+        let number = value.call_method0("__index__").map_err(|_| {
+            let kind = value
+                .get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default();
+            let repr = value.repr().map(|r| r.to_string()).unwrap_or_default();
+            PyTypeError::new_err(format!("{arg} must be an integer, got {kind} {repr}"))
+        })?;
+        let minimum = u64::from(f.kind == FieldKind::Positive);
+        match number.extract::<u64>() {
+            Ok(v) if v >= minimum => Ok(v),
+            _ if f.kind == FieldKind::Positive => Err(PyValueError::new_err(format!(
+                "{arg} should be a positive integer below 2**64, got {number}"
+            ))),
+            _ => Err(PyValueError::new_err(format!(
+                "{arg} must be in [{minimum}, 2**64 - 1], got {number}"
+            ))),
+        }
+    }
+
+    /// A flag field: the truth of the value given.
+    pub fn flag(&self, name: &str) -> PyResult<bool> {
+        match (self.value(name)?, self.field(name).default) {
+            (Some(value), _) => value.is_truthy(),
+            (None, FieldDefault::Flag(v)) => Ok(v),
+            (None, _) => Ok(false),
+        }
+    }
+
+    /// A choice field, as given (the core names the choices when it refuses one).
+    pub fn choice(&self, name: &str) -> PyResult<String> {
+        let f = self.field(name);
+        match (self.value(name)?, f.default) {
+            (Some(value), _) => value.extract::<String>().map_err(|_| {
+                let repr = value.repr().map(|r| r.to_string()).unwrap_or_default();
+                let choices: Vec<String> = f.choices.iter().map(|c| format!("{c:?}")).collect();
+                PyTypeError::new_err(format!(
+                    "{} must be a str ({}), got {repr}",
+                    f.argument(),
+                    choices.join(" or ").replace('"', "'")
+                ))
+            }),
+            (None, FieldDefault::Str(v)) => Ok(v.to_string()),
+            (None, _) => Ok(String::new()),
+        }
+    }
+
+    /// An object field as given (`None` when absent or `None`).
+    pub fn object(&self, name: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+        Ok(self.value(name)?.filter(|v| !v.is_none()))
+    }
+
+    /// The fields every epoch has, converted and checked.
+    pub fn epoch_spec(&self) -> PyResult<EpochSpec> {
+        let permutation = Version::named(&self.choice("permutation")?).map_err(to_py)?;
+        EpochSpec {
+            n: self.int("n")?,
+            num_replicas: self.int("num_replicas")?,
+            seed: self.int("seed")?,
+            epoch: self.int("epoch")?,
+            shuffle: self.flag("shuffle")?,
+            drop_last: self.flag("drop_last")?,
+            permutation,
+        }
+        .checked()
+        .map_err(to_py)
+    }
 }

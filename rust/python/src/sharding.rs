@@ -6,7 +6,7 @@ use pyo3::types::PyDict;
 
 use permshard_core::{Dealing, EpochSpec};
 
-use crate::convert::{epoch_spec, field};
+use crate::convert::Fields;
 use crate::errors::to_py;
 use crate::exclusion::Exclusions;
 use crate::partition::Partition;
@@ -19,34 +19,36 @@ pub struct Sharding {
 
 #[pymethods]
 impl Sharding {
-    /// The core's description of the epoch `config` describes: any object with the
-    /// fields of a `ShardConfig` as attributes (the one list of them is Python's).
+    /// The core's description of an epoch, from the fields of `ShardConfig` as keywords
+    /// (the core's table of them, `fields("shard")`, gives the defaults): each converted
+    /// once, then checked together.
     #[new]
-    fn new(config: &Bound<'_, PyAny>) -> PyResult<Self> {
+    #[pyo3(signature = (**fields))]
+    fn new(fields: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+        let fields = Fields::new("shard", fields)?;
+        let spec = fields.epoch_spec()?;
+        let (block_size, window_blocks) = (fields.int("block_size")?, fields.int("window_blocks")?);
         let dealing = Dealing::new(
-            &field::<String>(config, "dealing")?,
-            field(config, "batch_size")?,
-            field(config, "drop_last_batch")?,
+            &fields.choice("dealing")?,
+            fields.int("batch_size")?,
+            fields.flag("drop_last_batch")?,
         )
         .map_err(to_py)?;
-        let inner = permshard_core::Sharding::of_spec(
-            epoch_spec(config)?,
-            field(config, "block_size")?,
-            field(config, "window_blocks")?,
-        )
-        .map_err(to_py)?
-        .with_dealing(dealing);
-        let exclude = config.getattr("exclude")?;
-        let inner = match exclude.cast::<Exclusions>() {
-            Ok(set) => inner
-                .with_exclusions(set.get().inner.clone())
-                .map_err(to_py)?,
-            Err(_) if exclude.is_none() => inner,
-            Err(_) => {
-                return Err(PyTypeError::new_err(
-                    "the configuration's exclude must be an Exclusions or None",
-                ))
-            }
+        let inner = permshard_core::Sharding::of_spec(spec, block_size, window_blocks)
+            .map_err(to_py)?
+            .with_dealing(dealing);
+        let inner = match fields.object("exclude")? {
+            None => inner,
+            Some(exclude) => match exclude.cast::<Exclusions>() {
+                Ok(set) => inner
+                    .with_exclusions(set.get().inner.clone())
+                    .map_err(to_py)?,
+                Err(_) => {
+                    return Err(PyTypeError::new_err(
+                        "exclude must be the core's Exclusions or None",
+                    ))
+                }
+            },
         };
         Ok(Sharding { inner })
     }
@@ -122,15 +124,21 @@ impl Sharding {
         Ok((Sharding { inner }, consumed))
     }
 
-    /// The fields a configuration is built from (`ShardConfig(**fields)`), the dealing's
-    /// aside.
-    fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    /// The fields a configuration is built from (`ShardConfig(**fields)`); with
+    /// `dealing`, how the pass is dealt too.
+    #[pyo3(signature = (dealing = false))]
+    fn fields<'py>(&self, py: Python<'py>, dealing: bool) -> PyResult<Bound<'py, PyDict>> {
         let s = &self.inner;
         let exclude = (!s.exclusions.is_empty()).then(|| Exclusions {
             inner: s.exclusions.clone(),
         });
         let dict = config_fields(py, s.values(), s.spec.permutation)?;
         dict.set_item("exclude", exclude)?;
+        if dealing {
+            dict.set_item("dealing", s.dealing.name())?;
+            dict.set_item("batch_size", s.dealing.batch_size())?;
+            dict.set_item("drop_last_batch", s.dealing.drop_last())?;
+        }
         Ok(dict)
     }
 

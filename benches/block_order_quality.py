@@ -17,8 +17,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent.parent / "tests"))
-import battery  # noqa: E402
-
+from helpers import battery  # noqa: E402
 from permshard import BlockPermutation, Permutation  # noqa: E402
 
 N = 1_000_000

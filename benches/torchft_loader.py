@@ -25,8 +25,8 @@ sys.path.insert(
     0, str(pathlib.Path(__file__).parent.parent / "tests")
 )  # torchft's harness, as the tests run it
 from torchft.manager_integ_test import EventInjector  # noqa: E402
-from torchft_groups import run_groups  # noqa: E402
 
+from helpers.torchft_groups import run_groups  # noqa: E402
 from permshard.torchft import audit  # noqa: E402
 
 

@@ -14,7 +14,7 @@ import pytest
 # Test helpers (the plain-Python references, the battery, process launchers, workers).
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
-import examples  # noqa: E402  (after the path above)
+from helpers import examples  # noqa: E402  (after the path above)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-import integration_workers
 import pytest
 import torch
-from distributed import launch
+
+from helpers import integration_workers
+from helpers.distributed import launch
 
 pytestmark = pytest.mark.multiprocess
 
@@ -56,7 +57,7 @@ def test_accelerate_that_counts_fewer_processes_than_the_group_is_refused(tmp_pa
     import json
     import pathlib
 
-    from torchrun import finish, torchrun
+    from helpers.torchrun import finish, torchrun
 
     script = pathlib.Path(__file__).parent / "scripts" / "accelerate_without_cpu.py"
     finish(torchrun("--standalone", "--nproc-per-node", "2", str(script), str(tmp_path)))

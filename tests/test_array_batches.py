@@ -11,9 +11,9 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from array_datasets import GatheringAhead, Recording, keep
 from torch.utils.data import DataLoader
 
+from helpers.array_datasets import GatheringAhead, Recording, keep
 from permshard import ShardedBatchSampler, ShardedSampler
 from permshard._hooks import EpochIndices
 from permshard._token_budget import TokenBudgetBatchSampler

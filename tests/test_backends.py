@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import multiprocessing
 
-import backend_workers
 import pytest
 import torch
 import torch.distributed as dist
-from distributed import launch
 
+from helpers import backend_workers
+from helpers.distributed import launch
 from permshard import ShardingError
 from permshard._distributed import collective_device
 

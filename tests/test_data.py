@@ -6,13 +6,13 @@ from __future__ import annotations
 import pickle
 from collections import Counter
 
-import dataset_workers
 import numpy as np
 import pytest
 import torch
-from distributed import launch
 from torch.utils.data import DataLoader
 
+from helpers import dataset_workers
+from helpers.distributed import launch
 from permshard import ShardedBatchSampler, ShardedSampler
 from permshard._hooks import EpochIndex
 from permshard.data import PackedDataset, TokenWindows, shard_iterable

@@ -10,9 +10,9 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from reference_perm_v2 import ReferencePermutation
 
 import permshard
+from helpers.reference_perm_v2 import ReferencePermutation
 from permshard import (
     ShardedBatchSampler,
     ShardedSampler,
@@ -134,8 +134,8 @@ def test_a_consensus_refuses_a_rank_with_another_dealing_message():
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("world", [2, 4])
 def test_the_step_dealing_is_proven_on_real_ranks_and_after_a_resume(world):
-    import dealing_workers
-    from distributed import launch
+    from helpers import dealing_workers
+    from helpers.distributed import launch
 
     n, bs, saved_world, saved_steps = 1001, 8, 3, 5
     results = launch(dealing_workers.step_proofs, world, n, bs, saved_world, saved_steps)

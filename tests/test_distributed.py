@@ -6,13 +6,10 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 
-import dataset_workers
-import integration_workers
-import mesh_workers
-import proof_workers
 import pytest
-from distributed import launch
 
+from helpers import dataset_workers, integration_workers, mesh_workers, proof_workers
+from helpers.distributed import launch
 from permshard import ShardedSampler
 
 pytestmark = pytest.mark.multiprocess

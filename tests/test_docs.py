@@ -14,7 +14,8 @@ import subprocess
 import sys
 
 import pytest
-from torchrun import torchrun
+
+from helpers.torchrun import torchrun
 
 ROOT = pathlib.Path(__file__).parent.parent
 PAGES = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]

@@ -14,7 +14,7 @@ import pkgutil
 import pytest
 
 import permshard
-from examples import namespace
+from helpers.examples import namespace
 
 
 def _examples() -> list[doctest.DocTest]:

@@ -8,11 +8,11 @@ import random
 
 import numpy as np
 import pytest
-import stream_workers
 import torch
-from distributed import launch
 from torch.utils.data import DataLoader
 
+from helpers import stream_workers
+from helpers.distributed import launch
 from permshard import ShardedBatchSampler, ShardedSampler, StepBatchSampler
 
 

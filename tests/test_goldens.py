@@ -7,11 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-import reference_budget
-import reference_mix
-import reference_perm_v1
-import reference_perm_v2
-import reference_weighted
+
+from helpers import reference_budget, reference_mix, reference_perm_v1, reference_perm_v2, reference_weighted
 
 
 def _generated(name: str) -> dict:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-import dataset_workers  # noqa: E402
 import datasets  # noqa: E402  (a test dependency, installed by make)
 import pytest
-from distributed import launch  # noqa: E402
 
+from helpers import dataset_workers  # noqa: E402
+from helpers.distributed import launch  # noqa: E402
 from permshard.data import shard_iterable  # noqa: E402
 
 

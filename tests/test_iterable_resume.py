@@ -10,9 +10,9 @@ import random
 from collections import Counter
 
 import pytest
-import stream_workers
 from torch.utils.data import DataLoader
 
+from helpers import stream_workers
 from permshard.data import ShardedIterable
 
 # 4 workers on a 2-core machine: torch suggests fewer, these tests need them.

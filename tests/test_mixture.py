@@ -13,8 +13,8 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from reference_mix import GOLDEN, ReferenceMixture
 
+from helpers.reference_mix import GOLDEN, ReferenceMixture
 from permshard import Mixture, ShardedSampler
 from permshard.data import MixedDataset
 

@@ -8,8 +8,8 @@ import pathlib
 from collections import Counter
 
 import pytest
-from torchrun import finish, torchrun
 
+from helpers.torchrun import finish, torchrun
 from permshard.launch import free_port
 
 pytestmark = pytest.mark.multiprocess

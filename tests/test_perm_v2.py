@@ -12,10 +12,10 @@ import sys
 
 import numpy as np
 import pytest
-from reference_perm_v1 import chain
-from reference_perm_v2 import ReferencePermutation
 
 import permshard
+from helpers.reference_perm_v1 import chain
+from helpers.reference_perm_v2 import ReferencePermutation
 from permshard import ShardedBatchSampler, ShardedSampler, StepBatchSampler, TokenBudgetBatchSampler
 
 

@@ -12,15 +12,15 @@ import sys
 import threading
 import time
 
-import native
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference_perm_v1 import ReferencePermutation
-from reference_perm_v2 import ReferencePermutation as ReferencePermutationV2
 
 import permshard
+from helpers import native
+from helpers.reference_perm_v1 import ReferencePermutation
+from helpers.reference_perm_v2 import ReferencePermutation as ReferencePermutationV2
 from permshard import Permutation
 
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "perm-v1.json"

@@ -7,12 +7,12 @@ import time
 import warnings
 from collections import Counter
 
-import native
 import pytest
 import torch
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Subset
 
 import permshard
+from helpers import native
 from permshard import ShardConfig, ShardedSampler, ShardingError, _core, check_loader, verify
 from permshard._guards import check_not_presharded, dataset_fingerprint
 

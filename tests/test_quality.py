@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import functools
 
-import battery
 import numpy as np
 import pytest
 
+from helpers import battery
 from permshard import Permutation
 
 #: A p-value below this fails a test. Deterministic seeds: no flakiness, and the

@@ -11,9 +11,9 @@ import random
 from collections import Counter
 
 import pytest
-import stream_workers
 from torch.utils.data import DataLoader
 
+from helpers import stream_workers
 from permshard import ShardedSampler, WeightedShardedSampler
 from permshard.data import MixedDataset, ShardedIterable
 

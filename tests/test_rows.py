@@ -7,13 +7,13 @@ import os
 import pickle
 from collections import Counter
 
-import dataset_workers
 import numpy as np
 import pytest
 import torch
-from distributed import launch
 from torch.utils.data import DataLoader
 
+from helpers import dataset_workers
+from helpers.distributed import launch
 from permshard import ShardedBatchSampler, ShardedSampler, _core
 from permshard._hooks import EpochIndex, EpochIndices
 from permshard.data import MemmapRows, RowBatch

@@ -11,8 +11,8 @@ import subprocess
 import sys
 
 import pytest
-from torchrun import finish, torchrun
 
+from helpers.torchrun import finish, torchrun
 from permshard import Run, ShardedBatchSampler, ShardedSampler, ShardingError, StepBatchSampler
 
 SCRIPTS = pathlib.Path(__file__).parent / "scripts"

@@ -6,13 +6,12 @@ from __future__ import annotations
 import pickle
 
 import pytest
-import reference_perm_v1
-import reference_perm_v2
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import BatchSampler, DistributedSampler
 
+from helpers import reference_perm_v1, reference_perm_v2
 from permshard import ShardedBatchSampler, ShardedSampler
 
 GRID = [(n, w) for n in (1, 2, 3, 7, 10, 64, 101, 1000) for w in (1, 2, 3, 4, 8, 13)]

@@ -5,11 +5,11 @@ the sampler's state dict carries them onto any world size; ranks must agree."""
 from __future__ import annotations
 
 import pytest
-import stream_workers
-from distributed import launch
 from torch.utils.data import DataLoader
 
-from examples import example_files
+from helpers import stream_workers
+from helpers.distributed import launch
+from helpers.examples import example_files
 from permshard import ShardedSampler
 from permshard.data import MixedDataset
 

@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import native
 import pytest
-import reference_perm_v2
-from reference_perm_v1 import ReferencePermutation
 
 import permshard
+from helpers import native, reference_perm_v2
+from helpers.reference_perm_v1 import ReferencePermutation
 from permshard import ShardConfig, ShardedSampler, StepBatchSampler, _core
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "state_dicts.json").read_text())

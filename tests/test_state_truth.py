@@ -312,7 +312,7 @@ def test_a_break_then_a_resume_on_another_world_under_torchrun(tmp_path):
     import json
     import pathlib
 
-    from torchrun import finish, torchrun
+    from helpers.torchrun import finish, torchrun
 
     script = pathlib.Path(__file__).parent / "scripts" / "break_and_resume.py"
     finish(torchrun("--standalone", "--nproc-per-node", "2", str(script), "first", str(tmp_path)))

@@ -15,13 +15,11 @@ import textwrap
 from collections import Counter
 from pathlib import Path
 
-import dataset_workers
-import integration_workers
 import numpy as np
 import pytest
-import reference_budget
-from distributed import launch
 
+from helpers import dataset_workers, integration_workers, reference_budget
+from helpers.distributed import launch
 from permshard import Certificate, ShardedSampler, ShardingError, _core
 from permshard._token_budget import BUDGET_ALGORITHM, BudgetConfig, TokenBudgetBatchSampler
 

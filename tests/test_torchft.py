@@ -13,10 +13,10 @@ from collections import Counter
 import pytest
 import torch
 from torchft.manager_integ_test import EventInjector
-from torchft_groups import Features, run_groups
 
 import permshard
 import permshard.torchft
+from helpers.torchft_groups import Features, run_groups
 from permshard.torchft import CommittedLoader, StreamOrder, audit, share
 
 pytestmark = [

@@ -9,7 +9,8 @@ import pathlib
 from collections import Counter
 
 import pytest
-from torchrun import nodes
+
+from helpers.torchrun import nodes
 
 N = 203
 

@@ -10,13 +10,12 @@ import struct
 
 import numpy as np
 import pytest
-import reference_weighted
-import stream_workers
 import torch
-from distributed import launch
 from scipy import stats
 from torch.utils.data import BatchSampler, DataLoader
 
+from helpers import reference_weighted, stream_workers
+from helpers.distributed import launch
 from permshard import ShardedBatchSampler, ShardedSampler, WeightedShardedSampler, _core
 
 WEIGHTS = [0.1, 0.9, 0.4, 0.7, 3.0, 0.6]

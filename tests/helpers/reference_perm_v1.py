@@ -3,7 +3,7 @@
 It is the independent reference for the golden vectors (``tests/golden/perm-v1.json``)
 and, with ``rounds=4``, the weak Feistel that the quality battery must flag.
 
-Run ``python tests/reference_perm_v1.py`` to regenerate the golden file.
+Run ``python -m helpers.reference_perm_v1`` in ``tests/`` to regenerate the golden file.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class ReferencePermutation:
         return p
 
 
-GOLDEN = pathlib.Path(__file__).parent / "golden" / "perm-v1.json"
+GOLDEN = pathlib.Path(__file__).parent.parent / "golden" / "perm-v1.json"
 CASES = [
     # (n, seed, epoch, positions)
     (1, 0, 0, [0]),

@@ -4,7 +4,7 @@ at a time.
 It is the independent reference for the token-budget sampler's plans and for the golden
 vectors (``tests/golden/budget-v1.json``, ``budget-v2.json``), which it computes over the
 plain-Python perm-v1 (budget-v1) or perm-v2 (budget-v2) reference. Run
-``python tests/reference_budget.py`` to regenerate the golden files.
+``python -m helpers.reference_budget`` (in ``tests/``) to regenerate the golden files.
 """
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 import pathlib
 
-import reference_perm_v1
-import reference_perm_v2
+from . import reference_perm_v1, reference_perm_v2
 
 #: The golden file of each version.
-GOLDEN = {v: pathlib.Path(__file__).parent / "golden" / f"{v}.json" for v in ("budget-v1", "budget-v2")}
+GOLDEN = {
+    v: pathlib.Path(__file__).parent.parent / "golden" / f"{v}.json" for v in ("budget-v1", "budget-v2")
+}
 #: The permutation of each version (the samples' order and each window's steps).
 PERMUTATIONS = {
     "budget-v1": reference_perm_v1.ReferencePermutation,
@@ -90,7 +91,7 @@ def reference_plan(
 
 def lengths_of(n: int, seed: int) -> list[int]:
     """Lengths in [1, 4000] from splitmix64, so the Rust test rebuilds them."""
-    from reference_perm_v1 import splitmix64
+    from .reference_perm_v1 import splitmix64
 
     return [1 + splitmix64(seed ^ i) % 4000 for i in range(n)]
 

@@ -8,10 +8,11 @@ Each worker runs on every rank (see ``distributed.launch``) and returns plain da
 from __future__ import annotations
 
 import torch.distributed as dist
-from distributed import expect_error
 from torch.utils.data import DataLoader, IterableDataset
 
 from permshard import ShardedSampler, ShardingError
+
+from .distributed import expect_error
 
 
 class Docs(IterableDataset):

@@ -6,7 +6,7 @@ tree of two-way splits, Beatty routing (``f(m) = floor(m·a/t + 1/2)`` lefts amo
 first ``m`` positions) with Python's unbounded ints, and the per-pass orders of
 ``reference_perm_v1`` (mix-v1) or ``reference_perm_v2`` (mix-v2).
 
-Run ``python tests/reference_mix.py`` to regenerate the golden files.
+Run ``python -m helpers.reference_mix`` in ``tests/`` to regenerate the golden files.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import pathlib
 from fractions import Fraction
 from typing import Union
 
-import reference_perm_v1
-import reference_perm_v2
-from reference_perm_v1 import chain
+from . import reference_perm_v1, reference_perm_v2
+from .reference_perm_v1 import chain
 
 #: The golden file of each version.
 GOLDEN = {
-    version: pathlib.Path(__file__).parent / "golden" / f"{version}.json" for version in ("mix-v1", "mix-v2")
+    version: pathlib.Path(__file__).parent.parent / "golden" / f"{version}.json"
+    for version in ("mix-v1", "mix-v2")
 }
 #: The permutation of each version's passes.
 PASSES = {"mix-v1": reference_perm_v1.ReferencePermutation, "mix-v2": reference_perm_v2.ReferencePermutation}

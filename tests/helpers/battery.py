@@ -66,7 +66,7 @@ def _cycle_walk(encrypt: Callable[[np.ndarray], np.ndarray], n: int) -> np.ndarr
 def feistel(rounds: int) -> Shuffler:
     """perm-v1's construction with ``rounds`` rounds, vectorised in numpy. With 8 rounds it
     must equal perm-v1 (a cross-check); with 4 (as Grain / TF index_shuffle) it is weak."""
-    from reference_perm_v1 import ReferencePermutation
+    from .reference_perm_v1 import ReferencePermutation
 
     def shuffle(n: int, seed: int, epoch: int) -> np.ndarray:
         ref = ReferencePermutation(n, seed, epoch, rounds=rounds)

@@ -2,15 +2,15 @@
 slow and obvious: the independent reference for the golden vectors
 (``tests/golden/perm-v2.json``).
 
-Run ``python tests/reference_perm_v2.py`` to regenerate the golden file.
+Run ``python -m helpers.reference_perm_v2`` in ``tests/`` to regenerate the golden file.
 """
 
 from __future__ import annotations
 
 import pathlib
 
-import reference_perm_v1
-from reference_perm_v1 import chain, splitmix64
+from . import reference_perm_v1
+from .reference_perm_v1 import chain, splitmix64
 
 MASK32 = (1 << 32) - 1
 MASK64 = (1 << 64) - 1
@@ -71,7 +71,7 @@ class ReferencePermutation(reference_perm_v1.ReferencePermutation):
         return self.inverse_table[x] if self.table is not None else super().inverse(x)
 
 
-GOLDEN = pathlib.Path(__file__).parent / "golden" / "perm-v2.json"
+GOLDEN = pathlib.Path(__file__).parent.parent / "golden" / "perm-v2.json"
 CASES = [
     # (n, seed, epoch, positions): tables (n <= 2^16) and the Feistel above, to 2^64 - 1.
     (1, 0, 0, [0]),

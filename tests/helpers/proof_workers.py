@@ -8,11 +8,12 @@ Each worker runs on every rank (see ``distributed.launch``) and returns plain da
 from __future__ import annotations
 
 import torch.distributed as dist
-from distributed import expect_error
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 import permshard
 from permshard import ShardedSampler, ShardingError
+
+from .distributed import expect_error
 
 
 class _Lying(ShardedSampler):

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from distributed import expect_error
 from torch.utils.data import DataLoader
 
 from permshard import ShardedSampler, WeightedShardedSampler
+
+from .distributed import expect_error
 
 
 def weighted_ranks(rank: int, world: int, weights: list[float], num_samples: int, differ: bool) -> dict:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import itertools
 
-from distributed import expect_error
-
 from permshard import ShardedBatchSampler, ShardedSampler, ShardingError, StepBatchSampler
+
+from .distributed import expect_error
 
 
 def _cert(cert) -> tuple:

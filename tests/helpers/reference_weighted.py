@@ -7,7 +7,7 @@ two cursors), thresholds ``prob * 2**64``, a draw from two splitmix64 hashes of
 sorted in full (the core keeps the smallest in O(k) memory), ``ln`` by the same IEEE
 operations as the core's.
 
-Run ``python tests/reference_weighted.py`` to regenerate the golden file.
+Run ``python -m helpers.reference_weighted`` in ``tests/`` to regenerate the golden file.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import math
 import pathlib
 import struct
 
-from reference_perm_v1 import MASK64, chain, splitmix64
+from .reference_perm_v1 import MASK64, chain, splitmix64
 
-GOLDEN = pathlib.Path(__file__).parent / "golden" / "weighted-v1.json"
+GOLDEN = pathlib.Path(__file__).parent.parent / "golden" / "weighted-v1.json"
 DOMAIN = 0x7765696768746564  # "weighted"
 
 

@@ -4,7 +4,7 @@ release yields on every rank after loading it, on the world size it was saved wi
 on another. Run it with a release installed (not this checkout) to freeze what that
 release did; ``tests/test_perm_v2.py`` loads every such file into today's samplers.
 
-Run: ``python tests/write_states.py`` (the version is the installed one's).
+Run: ``python -m helpers.write_states`` in ``tests/`` (the version is the installed one's).
 """
 
 from __future__ import annotations
@@ -170,10 +170,10 @@ def main() -> None:
         f"State dicts as permshard {version} wrote them, each taken mid-epoch, and the first items "
         f"(batches) {version} yielded on every rank after loading it, on the world size it was saved "
         "with and on another (key: the world size). Each must still load and continue exactly. "
-        "Written by tests/write_states.py."
+        "Written by tests/helpers/write_states.py."
     )
     short = ".".join(version.split(".")[:2])
-    path = pathlib.Path(__file__).parent / "golden" / f"state_dicts_{short}.json"
+    path = pathlib.Path(__file__).parent.parent / "golden" / f"state_dicts_{short}.json"
     path.write_text(json.dumps({"about": about, "version": version, "cases": cases}) + "\n")
     print(f"wrote {path} ({len(cases)} states)")
 

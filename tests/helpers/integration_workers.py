@@ -7,11 +7,12 @@ Each worker runs on every rank (see ``distributed.launch``) and returns plain da
 
 from __future__ import annotations
 
-from distributed import expect_error
 from torch.utils.data import DataLoader, DistributedSampler
 
 import permshard
 from permshard import ShardedSampler, ShardingError
+
+from .distributed import expect_error
 
 
 def accelerate_double_split(rank: int, world: int, n: int) -> dict:

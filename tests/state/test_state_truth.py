@@ -314,7 +314,7 @@ def test_a_break_then_a_resume_on_another_world_under_torchrun(tmp_path):
 
     from helpers.torchrun import finish, torchrun
 
-    script = pathlib.Path(__file__).parent / "scripts" / "break_and_resume.py"
+    script = pathlib.Path(__file__).parent.parent / "scripts" / "break_and_resume.py"
     finish(torchrun("--standalone", "--nproc-per-node", "2", str(script), "first", str(tmp_path)))
     states = [json.loads((tmp_path / f"state-{r}.json").read_text()) for r in range(2)]
     assert states[0] == states[1] and states[0]["consumed"] == 2 * 10 * 16

@@ -1,5 +1,5 @@
-"""ShardedSampler and ShardedBatchSampler: DistributedSampler parity, lengths, epochs,
-plans, locate, padding, errors, O(1) memory."""
+"""ShardedSampler: DistributedSampler parity, lengths, epochs, plans, locate, padding,
+errors, O(1) memory (its batch samplers: test_batch_sampler.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.utils.data import BatchSampler, DistributedSampler
+from torch.utils.data import DistributedSampler
 
 from helpers import reference_perm_v1, reference_perm_v2
-from permshard import ShardedBatchSampler, ShardedSampler
+from permshard import ShardedSampler
 
 GRID = [(n, w) for n in (1, 2, 3, 7, 10, 64, 101, 1000) for w in (1, 2, 3, 4, 8, 13)]
 
@@ -124,29 +124,6 @@ def test_auto_epoch_advances():
     ref = ShardedSampler(100, num_replicas=2, rank=0)
     ref.set_epoch(1)
     assert list(ref) == b
-
-
-def test_batch_sampler_equals_torch_batch_sampler():
-    for drop_last in (False, True):
-        for n, w, bs in [(1000, 3, 7), (10, 4, 64), (5000, 2, 64), (20_000, 1, 1000)]:
-            for r in range(w):
-                a = ShardedSampler(n, num_replicas=w, rank=r, seed=4)
-                b = ShardedSampler(n, num_replicas=w, rank=r, seed=4)
-                ours = ShardedBatchSampler(a, bs, drop_last=drop_last)
-                ref = list(BatchSampler(b, bs, drop_last=drop_last))
-                got = list(ours)
-                assert got == ref and len(ours) == len(ref)
-                assert all(type(i) is int for batch in got for i in batch)
-
-
-def test_batch_sampler_errors():
-    s = ShardedSampler(10, num_replicas=1, rank=0)
-    with pytest.raises(ValueError, match="batch_size should be a positive integer"):
-        ShardedBatchSampler(s, 0)
-    with pytest.raises(TypeError, match="ShardedSampler"):
-        ShardedBatchSampler(range(10), 2)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="drop_last"):
-        ShardedBatchSampler(s, 2, drop_last=1)  # type: ignore[arg-type]
 
 
 def test_plan_is_exact_and_readable():

@@ -1,5 +1,7 @@
-"""Every sampler proves the stream it yields: the dealing of its positions (round-robin,
-step, a token-budget plan) is named by its certificate and checked by the one proof."""
+"""ShardedBatchSampler and StepBatchSampler: torch's BatchSampler's batches, their
+arguments; and every sampler proves the stream it yields: the dealing of its positions
+(round-robin, step, a token-budget plan) is named by its certificate and checked by the
+one proof."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from torch.utils.data import BatchSampler
 
 import permshard
 from helpers.reference_perm_v2 import ReferencePermutation
@@ -33,6 +36,29 @@ def accelerate_layout(n: int, w: int, bs: int, seed: int, epoch: int = 0, start:
             first = start + step * bs * w + r * b
             out[r].append([perm.forward(p % n) for p in range(first, first + b)])
     return out
+
+
+def test_batch_sampler_equals_torch_batch_sampler():
+    for drop_last in (False, True):
+        for n, w, bs in [(1000, 3, 7), (10, 4, 64), (5000, 2, 64), (20_000, 1, 1000)]:
+            for r in range(w):
+                a = ShardedSampler(n, num_replicas=w, rank=r, seed=4)
+                b = ShardedSampler(n, num_replicas=w, rank=r, seed=4)
+                ours = ShardedBatchSampler(a, bs, drop_last=drop_last)
+                ref = list(BatchSampler(b, bs, drop_last=drop_last))
+                got = list(ours)
+                assert got == ref and len(ours) == len(ref)
+                assert all(type(i) is int for batch in got for i in batch)
+
+
+def test_batch_sampler_errors():
+    s = ShardedSampler(10, num_replicas=1, rank=0)
+    with pytest.raises(ValueError, match="batch_size should be a positive integer"):
+        ShardedBatchSampler(s, 0)
+    with pytest.raises(TypeError, match="ShardedSampler"):
+        ShardedBatchSampler(range(10), 2)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="drop_last"):
+        ShardedBatchSampler(s, 2, drop_last=1)  # type: ignore[arg-type]
 
 
 def sampler(n: int, w: int, r: int, **kw) -> ShardedSampler:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from helpers.reference_mix import GOLDEN, ReferenceMixture
-from permshard import Mixture, ShardedSampler
+from permshard import Certificate, Mixture, ShardedSampler
 from permshard.data import MixedDataset
 
 
@@ -139,14 +139,16 @@ def brute_force_passes(m: Mixture, start: int, stop: int) -> list[int]:
 def test_verify_proves_every_pass_exhaustively(sizes, weights, n, stages):
     m = Mixture(sizes, weights, num_samples=n, seed=4, stages=stages)
     proof = m.verify()
-    assert proof.positions == n and proof.per_source == m.counts(n)
-    assert (
-        proof.complete_passes == brute_force_passes(m, 0, n) == [c // z for c, z in zip(m.counts(n), sizes)]
-    )
+    assert isinstance(proof, Certificate) and (proof.dealing, proof.algorithm) == ("mixture", m.algorithm)
+    assert proof.covered == n and list(proof.per_source) == m.counts(n)
+    assert list(proof.complete_passes) == brute_force_passes(m, 0, n) == [
+        c // z for c, z in zip(m.counts(n), sizes)
+    ]
+    assert "PROVEN (inverse, " in str(proof)
     for start, stop in [(1, n - 1), (n // 3, n // 2), (5, 5)]:
         part = m.verify(start, stop)
-        assert part.positions == stop - start
-        assert part.complete_passes == brute_force_passes(m, start, stop)
+        assert part.covered == stop - start and part.start == start
+        assert list(part.complete_passes) == brute_force_passes(m, start, stop)
     for s, size in enumerate(sizes):
         one = m.verify_pass(s, 0)
         assert one.per_source[s] == size and one.complete_passes[s] == 1
@@ -164,8 +166,8 @@ def test_passes_of_a_mixture_of_1e12_positions_are_proven():
         assert proof.per_source[s] == sizes[s] and proof.complete_passes[s] == 1
     for start in [rng.randrange(10**12 - 10**6) for _ in range(2)] + [10**12 - 10**6]:
         proof = m.verify(start, start + 10**6)
-        assert proof.positions == 10**6
-        assert proof.complete_passes == brute_force_passes(m, start, start + 10**6)
+        assert proof.covered == 10**6
+        assert list(proof.complete_passes) == brute_force_passes(m, start, start + 10**6)
     with pytest.raises(ValueError, match="pass 10000000000 is never reached"):
         m.verify_pass(0, 10**10)
     with pytest.raises(ValueError, match="invalid range"):

@@ -3,15 +3,17 @@ mix-v1), and ``MixtureSummary``: what it reads of each source, per stage and ove
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Optional, SupportsIndex
+from typing import Any, Optional, SupportsIndex
 
 import numpy as np
 import numpy.typing as npt
 
 from . import _core
-from ._config import as_int, as_str, as_u64
+from ._config import EpochConfig, as_int, as_str, as_u64
+from ._report import Certificate
 
 
 @dataclass(frozen=True)
@@ -107,23 +109,6 @@ def summarize(mixture: Any, tokens_per_sample: Optional[Sequence[Optional[int]]]
 
 #: The algorithm id of the mixture map of new runs (mix-v2), named by certificates.
 MIX_ALGORITHM: str = _core.MIX_ALGORITHM
-
-
-class MixtureProof(NamedTuple):
-    """What :meth:`Mixture.verify` or :meth:`Mixture.verify_pass` proved.
-
-    Example::
-
-        >>> Mixture([10, 20], [1, 1], num_samples=60).verify().complete_passes
-        [3, 1]
-    """
-
-    #: Positions proven.
-    positions: int
-    #: Of them, per source.
-    per_source: list[int]
-    #: Per source, its passes whose every occurrence was proven.
-    complete_passes: list[int]
 
 
 def as_floats(weights: Sequence[Any], name: str = "weights") -> list[float]:
@@ -353,7 +338,7 @@ class Mixture:
         """
         return self._inner.locate(as_u64("source", source), as_u64("index", index))
 
-    def verify(self, start: int = 0, stop: Optional[int] = None) -> MixtureProof:
+    def verify(self, start: int = 0, stop: Optional[int] = None) -> Certificate:
         """Exact proof of positions ``[start, stop)`` by the inverse (what :meth:`locate`
         computes): each position's (source, occurrence) maps back to that position, its
         sample back to its offset through the pass's permutation, and each source is
@@ -365,13 +350,39 @@ class Mixture:
             start (int, optional): first position. Default: ``0``.
             stop (int, optional): one past the last. Default: ``num_samples``.
 
+        Returns:
+            Certificate: ``covered`` positions from ``start``, ``per_source`` and
+            ``complete_passes`` per source; ``dealing`` is ``"mixture"``.
+
         Raises:
             ShardingError: with the first position that does not come back.
         """
-        stop = self.num_samples if stop is None else as_u64("stop", stop)
-        return MixtureProof(*self._inner.prove(as_u64("start", start), stop))
+        began = time.perf_counter()
+        start, stop = as_u64("start", start), self.num_samples if stop is None else as_u64("stop", stop)
+        return self._certificate(self._inner.prove(start, stop), start, began)
 
-    def verify_pass(self, source: int, pass_: int) -> MixtureProof:
+    def _certificate(self, proof: tuple[int, list[int], list[int]], start: int, began: float) -> Certificate:
+        """The certificate of the core's proof ``(positions, per source, complete passes)``."""
+        positions, per_source, complete = proof
+        permutation = "perm-v1" if self.algorithm.endswith("v1") else "perm-v2"
+        config = EpochConfig(self.num_samples, 1, seed=self._seed, permutation=permutation)
+        config._set({"algorithm": self.algorithm, "dealing": "mixture"})
+        return Certificate(
+            config=config,
+            lengths=(positions,),
+            covered=positions,
+            padding=0,
+            dropped=0,
+            seconds=time.perf_counter() - began,
+            method="inverse",
+            start=start,
+            consumed=start,
+            ranks=(0,),
+            per_source=tuple(per_source),
+            complete_passes=tuple(complete),
+        )
+
+    def verify_pass(self, source: int, pass_: int) -> Certificate:
         """Exact proof of one pass over ``source``, wherever its positions lie (any
         number of positions: O(size of the source) time): each occurrence's position reads
         it back, and the pass's samples come back to their offsets, so a complete pass
@@ -384,7 +395,10 @@ class Mixture:
         Raises:
             ShardingError: with the first occurrence that does not come back.
         """
-        return MixtureProof(*self._inner.prove_pass(as_u64("source", source), as_u64("pass_", pass_)))
+        began = time.perf_counter()
+        return self._certificate(
+            self._inner.prove_pass(as_u64("source", source), as_u64("pass_", pass_)), 0, began
+        )
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Mixture):

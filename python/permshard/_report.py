@@ -206,6 +206,10 @@ class Certificate(EpochFields):
         ranks: the ranks whose streams were proven (all of them, unless a single rank's
             share was: then ``covered`` and ``padding`` are that rank's; empty for a
             certificate built by hand).
+        per_source: a mixture's proof (:meth:`Mixture.verify`): the positions proven per
+            source (empty otherwise).
+        complete_passes: a mixture's proof: per source, its passes whose every occurrence
+            was proven, each so a permutation of the source (empty otherwise).
 
     Example::
 
@@ -225,6 +229,8 @@ class Certificate(EpochFields):
     consumed: int = 0
     batches: Optional[int] = None
     ranks: tuple[int, ...] = ()
+    per_source: tuple[int, ...] = ()
+    complete_passes: tuple[int, ...] = ()
 
     @classmethod
     def of(
@@ -259,6 +265,14 @@ class Certificate(EpochFields):
         return "" if excluded is None else f"kept (excluded {len(excluded):,} never) "
 
     def __str__(self) -> str:
+        if self.dealing == "mixture":
+            passes = ", ".join(f"{p:,}" for p in self.complete_passes)
+            return (
+                f"PROVEN ({self.method}, {self.algorithm}): {self.covered:,} positions of a mixture "
+                f"of {len(self.per_source)} sources (seed={self.seed}), from position {self.start:,}: "
+                f"each reads back its (source, occurrence) and its sample; complete passes per "
+                f"source: {passes} [{self.seconds:.2f} s]"
+            )
         resumed = (
             f", the pass resumed at position {self.start:,} ({self.consumed:,} consumed before)"
             if self.start or self.consumed

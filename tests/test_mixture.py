@@ -141,9 +141,11 @@ def test_verify_proves_every_pass_exhaustively(sizes, weights, n, stages):
     proof = m.verify()
     assert isinstance(proof, Certificate) and (proof.dealing, proof.algorithm) == ("mixture", m.algorithm)
     assert proof.covered == n and list(proof.per_source) == m.counts(n)
-    assert list(proof.complete_passes) == brute_force_passes(m, 0, n) == [
-        c // z for c, z in zip(m.counts(n), sizes)
-    ]
+    assert (
+        list(proof.complete_passes)
+        == brute_force_passes(m, 0, n)
+        == [c // z for c, z in zip(m.counts(n), sizes)]
+    )
     assert "PROVEN (inverse, " in str(proof)
     for start, stop in [(1, n - 1), (n // 3, n // 2), (5, 5)]:
         part = m.verify(start, stop)

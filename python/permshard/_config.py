@@ -449,3 +449,37 @@ class EpochFields:
     def dealing(self) -> str:
         """How the pass is dealt: ``round-robin``, ``step`` or a token-budget plan's id."""
         return self.config.dealing
+
+
+class ShardFields(EpochFields):
+    """A round-robin or step sampler's own fields, read from its ``config`` as
+    read-only attributes (beside :class:`EpochFields`)."""
+
+    config: ShardConfig
+
+    @property
+    def block_size(self) -> int:
+        """Samples per block of the block order (``0``: none)."""
+        return self.config.block_size
+
+    @block_size.setter
+    def block_size(self, value: int) -> None:
+        refuse_assignment(self, "block_size", value)
+
+    @property
+    def window_blocks(self) -> int:
+        """Blocks shuffled together in the block order (``0`` without blocks)."""
+        return self.config.window_blocks
+
+    @window_blocks.setter
+    def window_blocks(self, value: int) -> None:
+        refuse_assignment(self, "window_blocks", value)
+
+    @property
+    def exclude(self) -> Optional[_core.Exclusions]:
+        """The sample ids never read (``None``: none)."""
+        return self.config.exclude
+
+    @exclude.setter
+    def exclude(self, value: Optional[_core.Exclusions]) -> None:
+        refuse_assignment(self, "exclude", value)

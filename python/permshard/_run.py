@@ -382,7 +382,7 @@ def audit(args: argparse.Namespace) -> int:
 
     states = [_load_state(path) for path in args.state]
     if any(state.get("algorithm") == "committed-v1" for state in states):
-        from .torchft import audit as committed_audit
+        from ._committed import audit as committed_audit
 
         proof = committed_audit(states)
         print(

@@ -11,7 +11,7 @@ from torch.utils.data import DistributedSampler
 
 from . import _core
 from . import _guards as guards
-from ._config import ShardConfig, as_int, as_positive, as_u64, refuse_assignment
+from ._config import ShardConfig, ShardFields, as_int, as_positive, as_u64
 from ._core import ALGORITHM as permutation_default
 from ._distributed import FIX_RESUME, Agreed, MeshDim, check_consensus, resolve_world
 from ._hooks import HasSchedule, WindowPrefetch, dataset_length, prefetches, read_by, wants_epoch
@@ -21,7 +21,7 @@ from ._report import ShardPlan, build_plan
 from ._run import check_schedule, read_beside, written_beside
 
 
-class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
+class ShardedSampler(PassLifecycle, ShardFields, DistributedSampler[int], ProvenStream):
     r"""Sampler that restricts data loading to a subset of the dataset, in O(1) memory.
 
     A drop-in for :class:`torch.utils.data.DistributedSampler` (and a subclass of it): the
@@ -102,33 +102,6 @@ class ShardedSampler(PassLifecycle, DistributedSampler[int], ProvenStream):
     """
 
     config: ShardConfig  # the configuration of the current epoch, as every rank must agree on it
-
-    @property
-    def block_size(self) -> int:
-        """Samples per block of the block order (``0``: none)."""
-        return self.config.block_size
-
-    @block_size.setter
-    def block_size(self, value: int) -> None:
-        refuse_assignment(self, "block_size", value)
-
-    @property
-    def window_blocks(self) -> int:
-        """Blocks shuffled together in the block order (``0`` without blocks)."""
-        return self.config.window_blocks
-
-    @window_blocks.setter
-    def window_blocks(self, value: int) -> None:
-        refuse_assignment(self, "window_blocks", value)
-
-    @property
-    def exclude(self) -> Optional[_core.Exclusions]:
-        """The sample ids never read (``None``: none)."""
-        return self.config.exclude
-
-    @exclude.setter
-    def exclude(self, value: Optional[_core.Exclusions]) -> None:
-        refuse_assignment(self, "exclude", value)
 
     #: Whether the partition's samples are the indices yielded (a batch sampler can then
     #: take whole batches from it); ``False`` where :meth:`_take` maps them.

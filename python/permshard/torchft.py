@@ -33,9 +33,8 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple, Optional
+from collections.abc import Iterator, Mapping
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -43,72 +42,10 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, Sampler
 from torch.utils.data._utils.collate import default_collate
 
+from ._committed import ALGORITHM, Agreed, CommitLog, CommittedAudit, Read, Row, StreamOrder, audit, share
 from ._config import as_positive, as_u64
-from ._core import ShardingError
-from ._permutation import Permutation
 
 __all__ = ["CommittedAudit", "CommittedLoader", "audit"]
-
-#: The id of the arithmetic above, recorded in every state.
-ALGORITHM = "committed-v1"
-
-
-class Agreed(NamedTuple):
-    """What the replica groups agreed at one step: its number, the positions committed
-    before it, how many groups train, and this group's slot among them (``None``: it
-    does not train)."""
-
-    step: int
-    consumed: int
-    trained: int
-    slot: Optional[int]
-
-
-class Read(NamedTuple):
-    """The positions one rank reads at one step: ``[start, start + length)``, and where the
-    next step's begin if the membership stays and the step commits (``start + stride``)."""
-
-    start: int
-    length: int
-    stride: int
-
-
-def share(total: int, parts: int, index: int) -> tuple[int, int]:
-    """``(offset, length)`` of part ``index`` of ``total`` items split in ``parts`` parts
-    whose sizes differ by at most one (the larger first)."""
-    base, extra = divmod(total, parts)
-    return index * base + min(index, extra), base + (index < extra)
-
-
-class StreamOrder:
-    """The global stream: position ``p`` is sample ``order(p // n)[p % n]``.
-
-    Args:
-        n (int): dataset length.
-        seed (int): key of the orders.
-        shuffle (bool): a keyed order per epoch, or the identity.
-    """
-
-    def __init__(self, n: int, seed: int, shuffle: bool) -> None:
-        self.n, self.seed, self.shuffle = n, seed, shuffle
-        self._orders: dict[int, Permutation] = {}
-
-    def samples(self, start: int, stop: int) -> list[int]:
-        """The samples at positions ``[start, stop)``, across epochs."""
-        out: list[int] = []
-        while start < stop:
-            epoch, offset = divmod(start, self.n)
-            end = min(stop - start, self.n - offset) + offset
-            if self.shuffle:
-                order = self._orders.get(epoch)
-                if order is None:
-                    self._orders = {epoch: Permutation(self.n, seed=self.seed, epoch=epoch)}
-                    order = self._orders[epoch]
-                out.extend(order.take(offset, end).tolist())
-            else:
-                out.extend(range(offset, end))
-            start += end - offset
-        return out
 
 
 class _Ahead(Sampler[list[int]]):
@@ -451,107 +388,3 @@ class CommittedLoader:
             f"CommittedLoader(n={self.n}, {size}, seed={self.seed}, shuffle={self.shuffle}, "
             f"rank={self.rank}, world_size={self.world_size})"
         )
-
-
-class Row(NamedTuple):
-    """Steps ``first_step .. first_step + steps - 1``, committed, read ``length`` positions
-    from ``start``, ``start + stride``, ... under ``participants`` groups as ``group``."""
-
-    first_step: int
-    steps: int
-    start: int
-    stride: int
-    length: int
-    participants: int
-    group: int
-
-
-class CommitLog:
-    """A rank's committed reads, one :class:`Row` per run of steps under one membership."""
-
-    def __init__(self) -> None:
-        self.rows: list[Row] = []
-
-    def record(self, agreed: Agreed, read: Read) -> None:
-        """Adds a committed step's read: to the last row when it goes on from it."""
-        assert agreed.slot is not None
-        step, last = agreed.step, self.rows[-1] if self.rows else None
-        if (
-            last is not None
-            and (last.stride, last.length, last.participants, last.group)
-            == (read.stride, read.length, agreed.trained, agreed.slot)
-            and last.first_step + last.steps == step
-            and last.start + last.steps * last.stride == read.start
-        ):
-            self.rows[-1] = last._replace(steps=last.steps + 1)
-        else:
-            self.rows.append(Row(step, 1, read.start, read.stride, read.length, agreed.trained, agreed.slot))
-
-
-@dataclass(frozen=True)
-class CommittedAudit:
-    """What :func:`audit` proved: positions ``[0, positions)`` committed exactly once.
-
-    Attributes:
-        positions: positions committed, all groups and ranks together.
-        epochs: complete epochs among them (each sample of each read exactly once).
-        steps: committed steps seen.
-        seconds: time the audit took.
-    """
-
-    positions: int
-    epochs: int
-    steps: int
-    seconds: float
-
-
-def audit(states: Sequence[Mapping[str, Any]]) -> CommittedAudit:
-    """Proves from the :meth:`CommittedLoader.state_dict` of every data-parallel rank of
-    every replica group (model-parallel peers read the same: pass one of them, and one
-    per attempt of a restarted group) that every position up to the last committed was
-    read exactly once over the committed steps: so every sample of every complete epoch.
-
-    Args:
-        states (sequence of Mapping): the loaders' state dicts.
-
-    Raises:
-        ShardingError: naming the positions read twice (a group that formed a quorum of its
-            own) or never, with their samples and steps.
-    """
-    began = time.perf_counter()
-    if not states:
-        raise ValueError("audit needs the state of every rank of every group; got none")
-    first = states[0]
-    for s in states:
-        for key in ("algorithm", "n", "seed", "shuffle"):
-            if s.get(key) != first.get(key):
-                raise ValueError(f"the states disagree on {key}: {s.get(key)!r} and {first.get(key)!r}")
-    reads: list[tuple[int, int, int, int]] = []  # (start, stop, step, state) per committed read
-    steps: set[int] = set()
-    for index, s in enumerate(states):
-        for row in map(lambda r: Row(*map(int, r)), s["reads"]):
-            for i in range(row.steps):
-                start = row.start + i * row.stride
-                reads.append((start, start + row.length, row.first_step + i, index))
-                steps.add(row.first_step + i)
-    reads.sort()
-    order = StreamOrder(int(first["n"]), int(first["seed"]), bool(first["shuffle"]))
-    reached = twice = 0
-    problems: list[str] = []
-    for start, stop, step, index in reads:
-        if start < reached:
-            twice += min(stop, reached) - start
-            sample = order.samples(start, start + 1)[0]
-            problems.append(f"position {start} (sample {sample}) read again at step {step} (state {index})")
-        elif start > reached:
-            problems.append(f"positions [{reached}, {start}) never read (before step {step}, state {index})")
-        reached = max(reached, stop)
-    if problems:
-        raise ShardingError(
-            f"the committed reads are not exactly once: {twice} positions read twice; "
-            + "; ".join(problems[:5])
-            + ". Two groups committed the same step (a group formed a quorum of its own: torchft's "
-            "lighthouse needs min_replicas above half the groups) or a rank's state is missing"
-        )
-    n = int(first["n"])
-    return CommittedAudit(reached, reached // n, len(steps), time.perf_counter() - began)

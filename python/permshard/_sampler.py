@@ -145,9 +145,9 @@ class ShardedSampler(PassLifecycle, ShardFields, DistributedSampler[int], Proven
             exclude=exclude,
         )
         self._partitions: dict[tuple[Any, ...], _core.Partition] = {}
-        self._start = 0  # global positions consumed before the next pass (a resume)
         self._pass: Optional[SamplerPass] = None
-        self._run = _core.Run(self.config.sharding())  # the run's history, a segment per change
+        # The run: its history (a segment per change) and where the next pass starts.
+        self._run = _core.Run(self.config.sharding())
         cross_rank = self.check_consensus and dist.is_available() and dist.is_initialized()
         guards.check_not_presharded(dataset, self.num_replicas, cross_rank=cross_rank)
 
@@ -158,7 +158,7 @@ class ShardedSampler(PassLifecycle, ShardFields, DistributedSampler[int], Proven
         resume point, and is iterated afresh."""
         self._epoch_set()
         if config.epoch != self.config.epoch:
-            self._start = 0
+            self._run.resume_at(0)
         self.__dict__["config"] = config
 
     @property
@@ -244,10 +244,11 @@ class ShardedSampler(PassLifecycle, ShardFields, DistributedSampler[int], Proven
         reader = read_by(self.dataset)
         if reader is not None:  # a dataset that checks how it is read, and changes against it
             reader.read_by(self)
-        part = self._partition_of(config, self._start)
+        start = self._run.resume_point
+        part = self._partition_of(config, start)
         dealt = config.replace(**dealing) if dealing else config
         previous = self._pass.consumed() if self._pass is not None and self._run.is_open else None
-        self._run.begin(dealt.sharding(), self._start, previous)
+        self._run.begin(dealt.sharding(), start, previous)
         prefetch = None
         told = prefetches(self.dataset)
         if config.block_size and told is not None:
@@ -268,13 +269,13 @@ class ShardedSampler(PassLifecycle, ShardFields, DistributedSampler[int], Proven
         return self._pass is not None and self._pass.started
 
     def _resuming(self) -> bool:
-        return self._start != 0
+        return self._run.resume_point != 0
 
     def _forget_resume_point(self) -> None:
-        self._start = 0
+        self._run.resume_at(0)
 
     def _check_consensus(self, dealing: Mapping[str, Any]) -> None:
-        agreed = [Agreed("start", self._start, FIX_RESUME), *self._agreed()]
+        agreed = [Agreed("start", self._run.resume_point, FIX_RESUME), *self._agreed()]
         config = self.config.replace(**dealing) if dealing else self.config
         check_consensus(config, self.rank, self.dataset, agreed=agreed)
 
@@ -335,7 +336,7 @@ class ShardedSampler(PassLifecycle, ShardFields, DistributedSampler[int], Proven
         current = self._pass
         if current is not None and current.epoch == self.epoch:
             return current.start
-        return self._start
+        return self._run.resume_point
 
     def _current_partition(self) -> _core.Partition:
         """The partition of the pass being run (or the next one)."""
@@ -461,7 +462,7 @@ class ShardedSampler(PassLifecycle, ShardFields, DistributedSampler[int], Proven
             cast(HasSchedule, self.dataset).load_schedule(schedule)
         self.__dict__["config"] = config
         self._partitions = {}  # the order may have changed (the state's permutation)
-        self._start = start
+        run.resume_at(start)
         self._pass = None
         self._run = run
         self._state_loaded()  # every rank must agree on the new resume point

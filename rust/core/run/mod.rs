@@ -37,6 +37,9 @@ pub struct Run {
     open: bool,
     /// Weight changes a dataset committed, as the state read back recorded them.
     weight_changes: u64,
+    /// Where the next pass starts: global positions of the epoch consumed before it (a
+    /// loaded resume point; `0` for an epoch read from its start).
+    resume: u64,
 }
 
 impl Run {
@@ -49,6 +52,7 @@ impl Run {
             segments: Vec::new(),
             open: false,
             weight_changes: 0,
+            resume: 0,
         }
     }
 
@@ -115,6 +119,17 @@ impl Run {
     /// The run's fields (the epoch and world of its last state).
     pub fn base(&self) -> &Sharding {
         &self.base
+    }
+
+    /// Where the next pass starts: global positions of its epoch consumed before it.
+    pub fn resume_point(&self) -> u64 {
+        self.resume
+    }
+
+    /// The next pass starts at `start` (a loaded resume point, as this run's epoch reads
+    /// it; `0`: from the epoch's start).
+    pub fn resume_at(&mut self, start: u64) {
+        self.resume = start;
     }
 
     /// The exclusion log: excluded ids in the order they were excluded.

@@ -82,6 +82,7 @@ impl Run {
         let log = saved.ids("exclude")?;
         let mut run = Run::from_rows(sharding, log, saved.rows("history"), consumed)?;
         run.weight_changes = saved.int("weight_changes")?;
+        run.resume = consumed;
         Ok((run, consumed))
     }
 

@@ -1,5 +1,6 @@
 //! `_core.Run`: a run's history, where a sample was read, what a step read, the audit.
 
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -94,30 +95,55 @@ impl Run {
             .map_err(to_py)
     }
 
-    /// A copy for pickle: the run's fields, exclusion log, rows and whether it is open.
+    /// A copy for pickle: the run's fields, exclusion log, rows, whether it is open and
+    /// where the next pass starts, by name.
     fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
         let py = slf.py();
         let run = slf.borrow();
         let (base, log, rows, open) = run.inner.parts();
-        let base = to_dict(py, base.state(0))?;
-        let args = (base, log.to_vec(), rows, open)
-            .into_pyobject(py)?
-            .into_any();
-        Ok((slf.getattr("_restore")?, args))
+        let parts = PyDict::new(py);
+        parts.set_item("base", to_dict(py, base.state(0))?)?;
+        parts.set_item("log", log.to_vec())?;
+        parts.set_item("rows", rows)?;
+        parts.set_item("open", open)?;
+        parts.set_item("resume", run.inner.resume_point())?;
+        Ok((
+            slf.getattr("_restore")?,
+            (parts,).into_pyobject(py)?.into_any(),
+        ))
     }
 
     /// The run of `__reduce__`'s parts.
     #[staticmethod]
-    fn _restore(
-        base: &Bound<'_, PyAny>,
-        log: Vec<u64>,
-        rows: Vec<Vec<i128>>,
-        open: bool,
-    ) -> PyResult<Run> {
-        let (base, _) =
-            permshard_core::Sharding::from_state(&from_mapping(base)?, true).map_err(to_py)?;
-        let inner = permshard_core::Run::restore(base, log, &rows, open).map_err(to_py)?;
+    fn _restore(parts: &Bound<'_, PyDict>) -> PyResult<Run> {
+        let item = |key: &str| {
+            parts
+                .get_item(key)?
+                .ok_or_else(|| PyValueError::new_err(format!("a pickled Run has no {key:?}")))
+        };
+        let (base, _) = permshard_core::Sharding::from_state(&from_mapping(&item("base")?)?, true)
+            .map_err(to_py)?;
+        let rows: Vec<Vec<i128>> = item("rows")?.extract()?;
+        let mut inner = permshard_core::Run::restore(
+            base,
+            item("log")?.extract()?,
+            &rows,
+            item("open")?.extract()?,
+        )
+        .map_err(to_py)?;
+        inner.resume_at(item("resume")?.extract()?);
         Ok(Run { inner })
+    }
+
+    /// Where the next pass starts: global positions of its epoch consumed before it.
+    #[getter]
+    fn resume_point(&self) -> u64 {
+        self.inner.resume_point()
+    }
+
+    /// The next pass starts at `start` (`0`: from the epoch's start).
+    fn resume_at(&mut self, start: u64) {
+        self.inner.resume_at(start);
     }
 
     /// A copy with the open segment (if any) closed at `stop`: a sampler copied mid-pass

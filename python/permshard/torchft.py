@@ -4,25 +4,28 @@ heal and join.
 torchft keeps training with the replica groups that are alive: each step a quorum decides
 who participates, a failed group is dropped, a restarted one heals from a peer and joins
 again, a step that fails is not committed. :class:`CommittedLoader` hands each group, at
-each step, its part of one global stream of positions under that step's quorum, read only
-from the Manager's public API:
+each step, its part of one global stream of positions under that step's quorum, from the
+Manager's public API (``participating_rank()``, ``num_participants()``,
+``is_participating()``, ``current_step()``, ``allreduce()``):
 
-* ``batch_size=B`` (per rank): a step reads ``B`` positions per rank of each participating
-  group, from ``batches_committed()``: group ``participating_rank()`` reads
-  ``[(batches_committed() + participating_rank()) * B * k, +B * k)``, its ``k`` ranks
-  ``B`` each;
-* ``global_batch_size=G``: a step reads ``G`` positions whatever the membership, from
-  ``current_step()``: ``[current_step() * G, +G)`` split over the participating groups
-  (sizes differ by at most one) and again over each group's ranks.
+* after the quorum the groups agree, in one small collective through the manager, on
+  which of them train this step (a group healing in torchft's asynchronous mode takes
+  part, but the manager zeroes its gradients) and on the positions committed before it;
+* ``batch_size=B`` (per rank): the ``T`` training groups read ``B`` positions per rank
+  each, group ``t`` (its index among them) ``[committed + (t * k + rank) * B, +B)`` for
+  its ``k`` ranks;
+* ``global_batch_size=G``: a step reads ``G`` positions whatever the membership, split
+  over the training groups (sizes differ by at most one) and again over each group's
+  ranks.
 
 Position ``p`` is sample ``order(epoch)[p % n]`` of epoch ``p // n`` (the order of
 ``ShardedSampler(n, num_replicas=1, seed=seed, shuffle=shuffle)`` in that epoch): epochs
-follow from the position, with no ``set_epoch``. A step that is not committed is read
-again by the next one (the same positions); a healing group, which does not participate,
-gets an empty batch; a restarted group needs no loader checkpoint, since the counts travel
-with torchft's heal. Every group records its committed reads, and :func:`audit` proves
-from all of them that every position was committed exactly once (naming those read twice
-when a group formed a quorum of its own).
+follow from the position, with no ``set_epoch``. A step nobody commits is read again by
+the next one (the same positions); a group that does not train gets an empty batch; a
+group that joins or heals learns the committed count from the collective, so it needs no
+loader checkpoint and nothing travels with the heal. Every rank records its committed
+reads, and :func:`audit` proves from all of them that every position was committed
+exactly once (naming those read twice when a group formed a quorum of its own).
 
 torchft is not a dependency of permshard: nothing here imports it.
 """

@@ -186,6 +186,13 @@ def test_bad_arguments_name_the_fix():
         CommittedLoader(data, _Manager(), batch_size=0)
 
 
+def test_what_defines_the_stream_is_fixed():
+    loader = CommittedLoader(Features(10), _Manager(), batch_size=2, seed=5)
+    with pytest.raises(AttributeError, match=r"seed is fixed.*CommittedLoader\(\.\.\., seed=6\)"):
+        loader.seed = 6
+    assert loader.seed == 5 and loader.next_batch()[1].tolist() == reference(2, n=10, seed=5)
+
+
 def test_state_dict_round_trip_and_refusals():
     loader = CommittedLoader(Features(10), _Manager(), batch_size=2, seed=5)
     features, samples = loader.next_batch()

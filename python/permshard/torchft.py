@@ -50,6 +50,9 @@ from ._config import as_positive, as_u64
 
 __all__ = ["CommittedAudit", "CommittedLoader", "audit"]
 
+#: What defines the stream every group reads: fixed once the loader is built.
+_FIXED = frozenset({"n", "seed", "shuffle", "batch_size", "global_batch_size", "rank", "world_size"})
+
 
 class _Ahead(Sampler[list[int]]):
     """The batches of the steps to come if the membership stays and every step commits:
@@ -380,6 +383,14 @@ class CommittedLoader:
             self._draining.join()
             self._draining = None
         self._batches = None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _FIXED and name in self.__dict__:
+            raise AttributeError(
+                f"CommittedLoader.{name} is fixed: every group reads the stream it defines; "
+                f"build a new CommittedLoader(..., {name}={value!r}) on every rank of every group"
+            )
+        super().__setattr__(name, value)
 
     def __repr__(self) -> str:
         size = (

@@ -242,7 +242,7 @@ class ShardConfig(EpochConfig):
             dealing=dealing,
             batch_size=batch_size,
             drop_last_batch=drop_last_batch,
-            exclude=None if exclude is None else as_exclusions(exclude, as_u64("n", n, minimum=1)),
+            exclude=None if exclude is None else as_exclusions(exclude, as_positive("n", n)),
         )
         self._set(sharding.fields(dealing=True))
         self._set({"algorithm": sharding.algorithm, "_sharding": sharding})

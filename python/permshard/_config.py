@@ -162,7 +162,8 @@ class EpochConfig:
 
 
 #: The fields of a round-robin or step epoch, in the core's order.
-_SHARD_FIELDS: tuple[str, ...] = tuple(f["name"] for f in _core.fields("shard"))
+_SHARD_TABLE: list[dict[str, Any]] = _core.fields("shard")
+_SHARD_FIELDS: tuple[str, ...] = tuple(f["name"] for f in _SHARD_TABLE)
 
 
 @dataclass(frozen=True, init=False)
@@ -208,7 +209,7 @@ class ShardConfig(EpochConfig):
     drop_last_batch: bool = False
     exclude: Optional[_core.Exclusions] = None
 
-    dealing_keys: ClassVar[tuple[str, ...]] = tuple(f["name"] for f in _core.fields("shard") if f["dealing"])
+    dealing_keys: ClassVar[tuple[str, ...]] = tuple(f["name"] for f in _SHARD_TABLE if f["dealing"])
 
     def __init__(
         self,

@@ -9,7 +9,7 @@ use pyo3::types::{PyBytes, PyDict};
 
 use permshard_core::{BudgetResume, BudgetStart, WindowPlan};
 
-use crate::convert::{compute, epoch_spec, field, int64_array, non_negative};
+use crate::convert::{compute, int64_array, non_negative, Fields};
 use crate::errors::to_py;
 use crate::state::{config_fields, from_mapping, to_dict};
 
@@ -178,10 +178,11 @@ impl PyWindowPlan {
 /// The core's token-budget epoch of `config` (any object with the fields of a
 /// `BudgetConfig` as attributes), its fields checked together.
 fn budget_epoch(config: &Bound<'_, PyAny>) -> PyResult<permshard_core::BudgetEpoch> {
+    let fields = Fields::of_object("budget", config)?;
     permshard_core::BudgetEpoch::new(permshard_core::BudgetEpoch {
-        spec: epoch_spec(config)?,
-        max_tokens: field(config, "max_tokens")?,
-        window: field(config, "window")?,
+        spec: fields.epoch_spec()?,
+        max_tokens: fields.int("max_tokens")?,
+        window: fields.int("window")?,
     })
     .map_err(to_py)
 }

@@ -2,7 +2,6 @@
 //! and the `take(start, stop)` of any order.
 
 use numpy::{IntoPyArray, PyArray1};
-use pyo3::conversion::FromPyObjectOwned;
 use pyo3::exceptions::{PyMemoryError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict};
@@ -72,48 +71,29 @@ pub fn non_negative(values: &[i64], what: &str) -> PyResult<Vec<u64>> {
     Ok(values.iter().map(|&v| v as u64).collect())
 }
 
-/// The field `name` of a configuration object, converted (TypeError or ValueError naming
-/// it otherwise).
-pub fn field<'py, T: FromPyObjectOwned<'py>>(
-    config: &Bound<'py, PyAny>,
-    name: &str,
-) -> PyResult<T> {
-    config.getattr(name)?.extract::<T>().map_err(|e| {
-        let e: PyErr = e.into();
-        PyValueError::new_err(format!("the configuration's {name} is not valid here: {e}"))
-    })
-}
-
-/// The fields every epoch has, read from the attributes of `config` (a `ShardConfig` or a
-/// `BudgetConfig`): checked by the core.
-pub fn epoch_spec(config: &Bound<'_, PyAny>) -> PyResult<EpochSpec> {
-    let permutation = Version::named(&field::<String>(config, "permutation")?).map_err(to_py)?;
-    EpochSpec {
-        n: field(config, "n")?,
-        num_replicas: field(config, "num_replicas")?,
-        seed: field(config, "seed")?,
-        epoch: field(config, "epoch")?,
-        shuffle: field(config, "shuffle")?,
-        drop_last: field(config, "drop_last")?,
-        permutation,
-    }
-    .checked()
-    .map_err(to_py)
-}
-
 /// The keyword arguments of an epoch's configuration, read by the core's table of the
 /// family's fields: each converted once, with the message Python's checks give, the
 /// table's default where one is not given, and an unknown keyword refused.
-pub struct Fields<'a, 'py> {
-    given: Option<&'a Bound<'py, PyDict>>,
+pub struct Fields<'py> {
+    given: Option<Bound<'py, PyDict>>,
     table: Vec<Field>,
 }
 
-impl<'a, 'py> Fields<'a, 'py> {
+impl<'py> Fields<'py> {
+    /// The fields of a configuration object of `family` (a `BudgetConfig`): its
+    /// attributes the table names.
+    pub fn of_object(family: &str, config: &Bound<'py, PyAny>) -> PyResult<Self> {
+        let given = PyDict::new(config.py());
+        for f in fields_of(family).expect("a family of the core") {
+            given.set_item(f.name, config.getattr(f.name)?)?;
+        }
+        Fields::new(family, Some(given))
+    }
+
     /// The keywords `given` of a configuration of `family` (`"shard"`, `"budget"`).
-    pub fn new(family: &str, given: Option<&'a Bound<'py, PyDict>>) -> PyResult<Self> {
+    pub fn new(family: &str, given: Option<Bound<'py, PyDict>>) -> PyResult<Self> {
         let table = fields_of(family).expect("a family of the core");
-        if let Some(given) = given {
+        if let Some(given) = &given {
             for key in given.keys() {
                 let key: String = key.extract()?;
                 if !table.iter().any(|f| f.name == key) {
@@ -134,7 +114,7 @@ impl<'a, 'py> Fields<'a, 'py> {
     }
 
     fn value(&self, name: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
-        match self.given {
+        match &self.given {
             Some(given) => given.get_item(name),
             None => Ok(None),
         }

@@ -25,7 +25,7 @@ impl Sharding {
     #[new]
     #[pyo3(signature = (**fields))]
     fn new(fields: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
-        let fields = Fields::new("shard", fields)?;
+        let fields = Fields::new("shard", fields.cloned())?;
         let spec = fields.epoch_spec()?;
         let (block_size, window_blocks) = (fields.int("block_size")?, fields.int("window_blocks")?);
         let dealing = Dealing::new(

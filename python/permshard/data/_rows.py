@@ -16,6 +16,7 @@ from torch.utils.data import get_worker_info
 from .. import _core
 from .._config import as_positive
 from .._guards import content_id
+from ._indexed import map_readonly
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -128,13 +129,12 @@ class MemmapRows:
         self._ahead: Optional[_core.RecordsAhead] = None
 
     def _records(self) -> npt.NDArray[Any]:
-        """The records as a plain ndarray view of the memmap (opened in each process that
-        reads): numpy's gathers run several times faster on it than on the subclass."""
+        """The records as a plain ndarray view of the file's mapping (made in each process
+        that reads, holding no file descriptor): numpy's gathers run several times faster on
+        it than on a memmap."""
         if self._map is None:
-            mapped = np.memmap(
-                self.path, dtype=self.dtype, mode="r", offset=self._offset, shape=(self._rows, *self.shape)
-            )
-            self._map = mapped.view(np.ndarray)
+            raw = map_readonly(self.path)[self._offset : self._offset + self._rows * self._record_bytes]
+            self._map = raw.view(self.dtype).reshape(self._rows, *self.shape)
         return self._map
 
     def _raw(self) -> npt.NDArray[np.uint8]:

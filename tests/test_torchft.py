@@ -237,6 +237,10 @@ def test_forged_records_fail_the_audit_naming_the_positions():
         match=r"2 positions read twice; position 2 \(sample \d+\) read again at step 0",
     ):
         audit([a, b, dict(base, reads=[[0, 1, 2, 2, 2, 1, 0]])])
+    with pytest.raises(ValueError, match="state 1 is not a CommittedLoader's"):
+        audit([a, {"n": 10, "consumed": 0}])
+    with pytest.raises(ValueError, match="disagree on seed"):
+        audit([a, dict(b, seed=1)])
     with pytest.raises(permshard.ShardingError, match=r"positions \[2, 4\) never read"):
         audit([a, dict(base, reads=[[1, 4, 6, 4, 2, 2, 1]])])
 

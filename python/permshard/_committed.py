@@ -138,6 +138,7 @@ def audit(states: Sequence[Mapping[str, Any]]) -> CommittedAudit:
         states (sequence of Mapping): the loaders' state dicts.
 
     Raises:
+        ValueError: no state, a state of something else, or states of other streams.
         ShardingError: naming the positions read twice (a group that formed a quorum of its
             own) or never, with their samples and steps.
     """
@@ -145,7 +146,12 @@ def audit(states: Sequence[Mapping[str, Any]]) -> CommittedAudit:
     if not states:
         raise ValueError("audit needs the state of every rank of every group; got none")
     first = states[0]
-    for s in states:
+    for i, s in enumerate(states):
+        if not isinstance(s, Mapping) or s.get("algorithm") != ALGORITHM or "reads" not in s:
+            raise ValueError(
+                f"state {i} is not a CommittedLoader's (algorithm {ALGORITHM!r} and its 'reads'): "
+                "pass loader.state_dict() of every rank of every group"
+            )
         for key in ("algorithm", "n", "seed", "shuffle"):
             if s.get(key) != first.get(key):
                 raise ValueError(f"the states disagree on {key}: {s.get(key)!r} and {first.get(key)!r}")

@@ -45,6 +45,7 @@ def reference(count: int, n: int = N, seed: int = 0, shuffle: bool = True) -> li
 
 
 def check_exactly_once(record, **order) -> permshard.torchft.CommittedAudit:
+    assert record.misread == []  # every batch holds the samples of the positions it was read for
     samples = record.samples()
     assert Counter(samples) == Counter(reference(len(samples), **order))
     proof = audit(record.states)
@@ -81,26 +82,29 @@ def test_a_step_one_group_does_not_commit_is_trained_by_the_others(async_quorum)
     assert [own for step, group, _, _, own in record.reads if (step, group) == (3, 1)] == [False]
 
 
-def test_prefetching_workers_through_a_restart():
-    # torch's SIGCHLD handler, installed in this process's main thread by an earlier test's
-    # DataLoader, raises there when any worker exits non-zero: here a worker of the killed
-    # group's loader at its teardown (exit code 1, not yet understood), which reads nothing
-    # more. The default handler for this test; a live loader's dead worker still raises in
-    # its own thread.
+@pytest.mark.parametrize("start", ["fork", "spawn", "forkserver"])
+def test_prefetching_workers_through_a_restart(start):
+    # The groups are threads of a ThreadPoolExecutor, as in torchft's own tests. Forked from
+    # such a thread, a worker of Python 3.11 exits with code 1 at shutdown (the executor's
+    # atexit hook joins the forking thread: "cannot join current thread"), and torch's
+    # SIGCHLD handler, installed in this process's main thread by an earlier test's
+    # DataLoader, would report that as a crash there: the default handler for that run.
+    # Spawned workers start slowly (each imports torch): one per loader.
     import signal
 
-    before = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    before = signal.signal(signal.SIGCHLD, signal.SIG_DFL) if start == "fork" else None
     try:
         record = run_groups(
             async_quorum=True,
             injectors=[EventInjector(), EventInjector(), EventInjector().fail_at(0, 5)],
             batch_size=3,
-            num_workers=2,
-            multiprocessing_context="fork",
+            num_workers=2 if start == "fork" else 1,
+            multiprocessing_context=start,
             seed=7,
         )
     finally:
-        signal.signal(signal.SIGCHLD, before)
+        if before is not None:
+            signal.signal(signal.SIGCHLD, before)
     check_exactly_once(record, seed=7)
 
 
@@ -324,3 +328,34 @@ def test_the_example_under_torchrun_with_a_crash(tmp_path):
     # Steps where a group heals (its first step, torchft's asynchronous quorum) are read by the other alone.
     read = sum(steps * length for state in states for _, steps, _, _, length, _, _ in state["reads"])
     assert proof.positions == read and 12 * 8 < read <= 12 * 2 * 8 and proof.steps == 12
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn", "forkserver"])
+def test_workers_end_with_a_crashed_trainer(start):
+    # A forkserver's workers watch the forkserver, which they keep alive: without the
+    # loader's own watch on the trainer they would outlive every crash of a group.
+    import os
+    import pathlib
+    import subprocess
+    import sys
+    import time
+
+    script = pathlib.Path(__file__).parent / "scripts" / "crash_with_workers.py"
+    done = subprocess.run(
+        [sys.executable, str(script), start], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 1, done.stderr
+    workers = [int(pid) for pid in done.stdout.split()]
+    assert len(workers) == 2
+
+    def alive(pid):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return pathlib.Path(f"/proc/{pid}/status").read_text().find("zombie") < 0
+
+    deadline = time.monotonic() + 20
+    while any(map(alive, workers)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(map(alive, workers)), f"{start} workers {workers} outlived the trainer"

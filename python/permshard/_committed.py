@@ -56,7 +56,9 @@ class StreamOrder:
 
     def __init__(self, n: int, seed: int, shuffle: bool) -> None:
         self.n, self.seed, self.shuffle = n, seed, shuffle
-        self._orders: dict[int, Permutation] = {}
+        # The last epoch's order, as one tuple: the loader's drain thread reads beside the
+        # step, and a single assignment is never seen half done.
+        self._last: Optional[tuple[int, Permutation]] = None
 
     def samples(self, start: int, stop: int) -> list[int]:
         """The samples at positions ``[start, stop)``, across epochs."""
@@ -65,11 +67,10 @@ class StreamOrder:
             epoch, offset = divmod(start, self.n)
             end = min(stop - start, self.n - offset) + offset
             if self.shuffle:
-                order = self._orders.get(epoch)
-                if order is None:
-                    self._orders = {epoch: Permutation(self.n, seed=self.seed, epoch=epoch)}
-                    order = self._orders[epoch]
-                out.extend(order.take(offset, end).tolist())
+                last = self._last
+                if last is None or last[0] != epoch:
+                    last = self._last = (epoch, Permutation(self.n, seed=self.seed, epoch=epoch))
+                out.extend(last[1].take(offset, end).tolist())
             else:
                 out.extend(range(offset, end))
             start += end - offset

@@ -32,7 +32,9 @@ torchft is not a dependency of permshard: nothing here imports it.
 
 from __future__ import annotations
 
+import functools
 import os
+import select
 import threading
 import time
 from collections import deque
@@ -48,10 +50,34 @@ from torch.utils.data._utils.collate import default_collate
 from ._committed import ALGORITHM, Agreed, CommitLog, CommittedAudit, Read, Row, StreamOrder, audit, share
 from ._config import as_positive, as_u64
 
-__all__ = ["CommittedAudit", "CommittedLoader", "audit"]
+__all__ = ["CommittedAudit", "CommittedLoader", "Read", "audit"]
 
 #: What defines the stream every group reads: fixed once the loader is built.
 _FIXED = frozenset({"n", "seed", "shuffle", "batch_size", "global_batch_size", "rank", "world_size"})
+
+
+def _exit_with(trainer: int, worker_id: int) -> None:
+    """Starts, in a DataLoader worker, a thread that ends the worker once the ``trainer``
+    process is gone. torch's own watch is on the worker's parent: under a forkserver that
+    is the forkserver, which every worker keeps alive, so a crashed group's workers would
+    run forever (a group crashes and restarts many times in a run)."""
+    try:
+        handle: Optional[int] = os.pidfd_open(trainer)  # readable once it exits, reaped or not
+    except (AttributeError, OSError):
+        handle = None  # not Linux: polled instead (a zombie trainer counts as alive)
+
+    def watch() -> None:
+        if handle is not None:
+            select.select([handle], [], [])
+            os._exit(0)
+        while True:
+            time.sleep(1.0)
+            try:
+                os.kill(trainer, 0)
+            except OSError:  # gone (or its number taken by another user's process)
+                os._exit(0)
+
+    threading.Thread(target=watch, name="permshard-trainer-watch", daemon=True).start()
 
 
 class _Ahead(Sampler[list[int]]):
@@ -103,7 +129,10 @@ class CommittedLoader:
         collate_fn (callable, optional): merges a list of samples into a batch.
             Default: torch's ``default_collate``.
         prefetch_factor (int, optional): batches each worker prefetches. Default: ``2``.
-        multiprocessing_context (optional): the workers' start method (``"spawn"``, ...).
+        multiprocessing_context (optional): the workers' start method, as DataLoader's
+            (default: the platform's). Whatever it is, a worker exits within a second of
+            this process's crash (a forkserver's workers would otherwise wait on the
+            forkserver, which they keep alive).
         pin_memory (bool, optional): as DataLoader's.
 
     Example::
@@ -182,6 +211,7 @@ class CommittedLoader:
                 prefetch_factor=prefetch_factor,
                 multiprocessing_context=multiprocessing_context,
                 pin_memory=pin_memory,
+                worker_init_fn=functools.partial(_exit_with, os.getpid()),
             )
         self._batches: Optional[Iterator[Any]] = None
         self._draining: Optional[threading.Thread] = None
@@ -190,6 +220,10 @@ class CommittedLoader:
         self._log = CommitLog()
         self._consumed = 0  # positions committed before the step being run, as this rank knows them
         self._pending: Optional[tuple[Agreed, int, Optional[Read]]] = None
+        #: Positions of the last :meth:`next_batch`'s batch (``None``: an empty batch):
+        #: samples ``[start, start + length)`` of the stream, what the record holds once
+        #: the step is committed.
+        self.last_read: Optional[Read] = None
         #: Seconds from the quorum to the batch at the last :meth:`next_batch` (the
         #: groups' one collective included).
         self.last_wait: float = 0.0
@@ -247,6 +281,7 @@ class CommittedLoader:
         self._settle()
         agreed = self.agree()  # waits for the quorum
         fetching = time.perf_counter()
+        self.last_read = None
         if agreed is None:  # the manager saw an error: this step will not be committed
             batch = self._empty_batch()
         else:
@@ -256,9 +291,11 @@ class CommittedLoader:
                 batch = self._empty_batch()
             elif self._handed is not None and self._handed[:2] == (agreed.step, read):
                 batch = self._handed[2]  # the step is retried after an uncommitted one
+                self.last_read = read
             else:
                 batch = self._fetch(read)
                 self._handed = (agreed.step, read, batch)
+                self.last_read = read
             self._pending = (agreed, total, read)
         done = time.perf_counter()
         self.last_wait, self.last_fetch = done - self._quorum_at, done - fetching

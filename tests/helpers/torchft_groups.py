@@ -27,6 +27,7 @@ from torchft.optim import OptimizerWrapper
 from torchft.process_group import FakeProcessGroupWrapper, ProcessGroupGloo
 
 import permshard.torchft
+from permshard.torchft import StreamOrder
 
 
 class Features(torch.utils.data.Dataset):
@@ -52,6 +53,9 @@ class Record:
     waits: list[tuple[int, int, int, int, float, float]] = field(default_factory=list)
     states: list[dict[str, Any]] = field(default_factory=list)
     started: set[tuple[int, int]] = field(default_factory=set)  # (group, rank) that ran once
+    # Batches whose samples are not those of the positions the loader says it read:
+    # (step, group, rank, samples, the stream's samples at loader.last_read)
+    misread: list[tuple[int, int, int, list[int], list[int]]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def committed(self) -> list[tuple[int, int, int, list[int]]]:
@@ -120,12 +124,17 @@ def train_loop(
             world_size=runner.world_size,
             **train_loop_args["loader"],
         )
+        order = StreamOrder(loader.n, loader.seed, loader.shuffle)
         calls = 0
         try:
             while True:
                 optimizer.zero_grad()  # starts the quorum
                 features, samples = loader.next_batch()
                 step, groups = manager.current_step(), manager.num_participants()
+                read = loader.last_read
+                positions = [] if read is None else order.samples(read.start, read.start + read.length)
+                if samples.tolist() != positions:
+                    record.misread.append((step, runner.replica_id, rank, samples.tolist(), positions))
                 record.waits.append(
                     (step, runner.replica_id, groups, calls, loader.last_wait, loader.last_fetch)
                 )

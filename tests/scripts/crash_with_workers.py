@@ -1,0 +1,55 @@
+"""A process that crashes with CommittedLoader's workers running: it prints their process
+ids, then exits at once, as a killed replica group does.
+
+    python crash_with_workers.py START_METHOD
+"""
+
+import os
+import sys
+
+import torch
+
+import permshard.torchft
+
+
+class Numbers(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int) -> int:
+        return i
+
+
+class OneGroup:
+    """torchft's Manager for one group that trains alone (no quorum to wait for)."""
+
+    def participating_rank(self):
+        return 0
+
+    def num_participants(self):
+        return 1
+
+    def is_participating(self):
+        return True
+
+    def current_step(self):
+        return 0
+
+    def errored(self):
+        return None
+
+    def allreduce(self, tensor, reduce_op=None):
+        class Done:
+            def wait(self):
+                return tensor
+
+        return Done()
+
+
+if __name__ == "__main__":
+    loader = permshard.torchft.CommittedLoader(
+        Numbers(), OneGroup(), batch_size=4, num_workers=2, multiprocessing_context=sys.argv[1]
+    )
+    assert loader.next_batch().tolist() == loader._order.samples(0, 4)
+    print(*(worker.pid for worker in loader._batches._workers), flush=True)
+    os._exit(1)

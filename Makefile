@@ -49,6 +49,7 @@ $(VENV)/.dev: $(VENV)/.base
 	$(UV) --no-deps megatron-core==0.16.1
 	$(UV) grain "ray[train]"
 	$(UV) torchft==0.2.0 parameterized  # parameterized: torchft's test harness imports it
+	$(UV) torchtitan==0.3.0
 	touch $@
 
 build: $(VENV)/.build-release  ## Build the Rust extension into the virtualenv (release, fat LTO)

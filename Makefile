@@ -49,7 +49,10 @@ $(VENV)/.dev: $(VENV)/.base
 	$(UV) --no-deps megatron-core==0.16.1
 	$(UV) grain "ray[train]"
 	$(UV) torchft==0.2.0 parameterized  # parameterized: torchft's test harness imports it
-	$(UV) torchtitan==0.3.0
+	# torchtitan pins datasets<4.8, which would take huggingface-hub below what transformers 5
+	# needs: it goes in without its pins, with the packages its loader and configs import.
+	$(UV) --no-deps torchtitan==0.3.0
+	$(UV) tyro spmd_types==0.2.3 tensorboard
 	touch $@
 
 build: $(VENV)/.build-release  ## Build the Rust extension into the virtualenv (release, fat LTO)

@@ -184,7 +184,17 @@ def test_the_public_surface_is_narrow():
     def public(package):
         return sorted(m.name for m in pkgutil.iter_modules(package.__path__) if not m.name.startswith("_"))
 
-    assert public(permshard) == ["accelerate", "data", "grain", "launch", "ray", "torchft", "transformers"]
+    assert public(permshard) == [
+        "accelerate",
+        "data",
+        "grain",
+        "launch",
+        "megatron",
+        "ray",
+        "torchft",
+        "torchtitan",
+        "transformers",
+    ]
     assert public(permshard.data) == []
     for name in permshard.data.__all__:
         assert getattr(permshard.data, name) is not None, name

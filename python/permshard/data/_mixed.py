@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional, Union
 
 import numpy as np
+import numpy.typing as npt
 from torch.utils.data import Dataset
 
 from .._config import as_positive, as_u64
@@ -347,6 +348,11 @@ class MixedDataset(Dataset[Any]):
     def __getitem__(self, position: int) -> Any:
         source, index = self._current()[position]
         return self.datasets[source][index]
+
+    def sources_of(self, positions: Sequence[int]) -> npt.NDArray[np.int64]:
+        """The source each of ``positions`` reads, weight changes included (Megatron's
+        ``dataset_id``)."""
+        return self._current().at_positions(list(positions))[0]
 
     def __getitems__(self, positions: list[int]) -> Any:
         """A batch, through the sources' batched paths.

@@ -16,6 +16,7 @@ from torchft.manager_integ_test import EventInjector
 
 import permshard
 import permshard.torchft
+from helpers.one_group import OneGroup
 from helpers.torchft_groups import Features, run_groups
 from permshard.torchft import CommittedLoader, StreamOrder, audit, share
 
@@ -158,73 +159,44 @@ def test_the_stream_is_the_epochs_of_a_one_rank_sampler():
     assert StreamOrder(N, 3, False).samples(45, 60) == reference(60, shuffle=False)[45:]
 
 
-class _Manager:
-    """Enough of torchft's Manager for the checks that need no quorum."""
-
-    def participating_rank(self):
-        return 0
-
-    def num_participants(self):
-        return 1
-
-    def is_participating(self):
-        return True
-
-    def batches_committed(self):
-        return 0
-
-    def current_step(self):
-        return 0
-
-    def errored(self):
-        return None
-
-    def allreduce(self, tensor, reduce_op=None):
-        class Done:
-            def wait(self):
-                return tensor
-
-        return Done()
-
-
 def test_bad_arguments_name_the_fix():
     data = Features(10)
     with pytest.raises(ValueError, match="batch_size= .* or global_batch_size="):
-        CommittedLoader(data, _Manager())
+        CommittedLoader(data, OneGroup())
     with pytest.raises(ValueError, match="not both"):
-        CommittedLoader(data, _Manager(), batch_size=2, global_batch_size=4)
+        CommittedLoader(data, OneGroup(), batch_size=2, global_batch_size=4)
     with pytest.raises(TypeError, match="torchft.Manager"):
         CommittedLoader(data, object(), batch_size=2)
     with pytest.raises(ValueError, match="rank 2 is not below world_size 2"):
-        CommittedLoader(data, _Manager(), batch_size=2, rank=2, world_size=2)
+        CommittedLoader(data, OneGroup(), batch_size=2, rank=2, world_size=2)
     with pytest.raises(ValueError, match="batch_size should be a positive integer"):
-        CommittedLoader(data, _Manager(), batch_size=0)
+        CommittedLoader(data, OneGroup(), batch_size=0)
 
 
 def test_what_defines_the_stream_is_fixed():
-    loader = CommittedLoader(Features(10), _Manager(), batch_size=2, seed=5)
+    loader = CommittedLoader(Features(10), OneGroup(), batch_size=2, seed=5)
     with pytest.raises(AttributeError, match=r"seed is fixed.*CommittedLoader\(\.\.\., seed=6\)"):
         loader.seed = 6
     assert loader.seed == 5 and loader.next_batch()[1].tolist() == reference(2, n=10, seed=5)
 
 
 def test_state_dict_round_trip_and_refusals():
-    loader = CommittedLoader(Features(10), _Manager(), batch_size=2, seed=5)
+    loader = CommittedLoader(Features(10), OneGroup(), batch_size=2, seed=5)
     features, samples = loader.next_batch()
     assert samples.tolist() == reference(2, n=10, seed=5) and features.shape == (2, 3)
     state = loader.state_dict()
-    again = CommittedLoader(Features(10), _Manager(), batch_size=2, seed=5)
+    again = CommittedLoader(Features(10), OneGroup(), batch_size=2, seed=5)
     again.load_state_dict(state)
     assert again.state_dict() == state
     with pytest.raises(ValueError, match="seed=5, this loader has 6"):
-        CommittedLoader(Features(10), _Manager(), batch_size=2, seed=6).load_state_dict(state)
+        CommittedLoader(Features(10), OneGroup(), batch_size=2, seed=6).load_state_dict(state)
     with pytest.raises(ValueError, match="unknown keys \\['extra'\\]"):
         again.load_state_dict(dict(state, extra=1))
     again.load_state_dict(dict(state, extra=1), strict=False)
 
 
 def test_an_empty_batch_has_the_samples_shape():
-    class Healing(_Manager):
+    class Healing(OneGroup):
         def is_participating(self):
             return False
 

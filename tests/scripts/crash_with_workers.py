@@ -5,11 +5,15 @@ ids, then exits at once, as a killed replica group does.
 """
 
 import os
+import pathlib
 import sys
 
 import torch
 
 import permshard.torchft
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent.parent))  # the tests' helpers
+from helpers.one_group import OneGroup  # noqa: E402
 
 
 class Numbers(torch.utils.data.Dataset):
@@ -18,32 +22,6 @@ class Numbers(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int) -> int:
         return i
-
-
-class OneGroup:
-    """torchft's Manager for one group that trains alone (no quorum to wait for)."""
-
-    def participating_rank(self):
-        return 0
-
-    def num_participants(self):
-        return 1
-
-    def is_participating(self):
-        return True
-
-    def current_step(self):
-        return 0
-
-    def errored(self):
-        return None
-
-    def allreduce(self, tensor, reduce_op=None):
-        class Done:
-            def wait(self):
-                return tensor
-
-        return Done()
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ ifneq ($(wildcard $(PY)),)
 export PYO3_PYTHON := $(abspath $(PY))
 endif
 
-.PHONY: help demo docs test test-fast gpu-smoke bench bench-megatron bench-mixture bench-blocks bench-stream bench-data build build-fast lint lint-rust lint-py rust-test py-test clean
+.PHONY: help demo docs test test-fast gpu-smoke bench bench-megatron bench-mixture bench-blend bench-blocks bench-stream bench-data build build-fast lint lint-rust lint-py rust-test py-test clean
 
 # What the extension is built from: a build runs again only when one of them changed.
 SOURCES := Cargo.toml Cargo.lock pyproject.toml $(shell find rust -name '*.rs' -o -name Cargo.toml)
@@ -123,6 +123,9 @@ bench-mixture: build $(VENV)/.dev  ## Mixture vs Megatron's blend build (fetches
 	cd target/megatron && unzip -o -q megatron_core-*.whl 'megatron/core/datasets/helpers_cpp*'
 	$(PY) benches/mixture_vs_megatron.py --markdown docs/mixture.md \
 		--helpers "$$(ls target/megatron/megatron/core/datasets/helpers_cpp*.so)"
+
+bench-blend: build  ## A blend read in a shuffled sampler's order: mix-v3 vs mix-v2 vs mix-v1 per position; writes docs/shuffled_blend.md
+	$(PY) benches/shuffled_blend.py --markdown docs/shuffled_blend.md
 
 bench-megatron: build $(VENV)/.dev  ## megatron-core's blended GPT datasets vs permshard on a 2e9-token corpus (4 GB in /tmp)
 	$(PY) -m pip install -q --no-deps megatron-core==0.16.1

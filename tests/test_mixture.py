@@ -216,18 +216,25 @@ def test_the_table_store_is_sized_by_the_environment(monkeypatch):
 
 
 def test_table_bytes_counts_every_pass_of_the_small_sources(monkeypatch):
-    # Sizes 300 and 2**16 are tables (mix-v2), 2**16 + 1 is not; passes counted from the
-    # map itself: a source's occurrences over its size, the last pass in part.
+    # Sizes 300 and 2**16 are tables in mix-v2, 2**16 + 1 is not; in mix-v3 only 300 is.
+    # Passes counted from the map itself: a source's occurrences over its size, the last
+    # pass in part.
     monkeypatch.delenv("PERMSHARD_MIX_TABLE_MIB", raising=False)
     sizes, n = [300, 2**16, 2**16 + 1], 400_000
-    m = Mixture(sizes, [0.2, 0.3, 0.5], num_samples=n, seed=2)
+    m = Mixture(sizes, [0.2, 0.3, 0.5], num_samples=n, seed=2, algorithm="mix-v2")
     sources, _ = m.take(0, n)
     passes = [-(-int(np.count_nonzero(sources == s)) // size) for s, size in enumerate(sizes)]
     assert passes[0] > 200 and passes[2] > 1
     entries = passes[0] * sizes[0] + passes[1] * sizes[1]
     overhead = m.table_bytes - 2 * entries  # what keeping an order costs beyond its table
     assert 0 < overhead <= (passes[0] + passes[1]) * 1024
-    assert Mixture(sizes, [0.2, 0.3, 0.5], num_samples=2 * n, seed=2).table_bytes > m.table_bytes
+    v3 = Mixture(sizes, [0.2, 0.3, 0.5], num_samples=n, seed=2)
+    assert v3.algorithm == "mix-v3"
+    assert 0 < v3.table_bytes - 2 * passes[0] * sizes[0] <= passes[0] * 1024
+    assert (
+        Mixture(sizes, [0.2, 0.3, 0.5], num_samples=2 * n, seed=2, algorithm="mix-v2").table_bytes
+        > m.table_bytes
+    )
     assert Mixture(sizes, [0.2, 0.3, 0.5], num_samples=n, algorithm="perm-v1").table_bytes == 0
     assert Mixture([2**16 + 1], [1.0], num_samples=n).table_bytes == 0
     assert m.table_store_bytes == 32 * 2**20
@@ -237,8 +244,10 @@ def test_table_bytes_counts_every_pass_of_the_small_sources(monkeypatch):
 
 def test_random_positions_past_the_store_are_warned_with_the_fixes(monkeypatch):
     # 300 samples up-sampled to ~3,300 passes: ~3 MiB of tables.
-    def blend():
-        return MixedDataset([list(range(300)), list(range(10**5))], [0.5, 0.5], num_samples=2 * 10**6)
+    def blend(algorithm="mix-v2"):
+        return MixedDataset(
+            [list(range(300)), list(range(10**5))], [0.5, 0.5], num_samples=2 * 10**6, algorithm=algorithm
+        )
 
     monkeypatch.setenv("PERMSHARD_MIX_TABLE_MIB", "1")
     ds = blend()
@@ -247,13 +256,15 @@ def test_random_positions_past_the_store_are_warned_with_the_fixes(monkeypatch):
     with pytest.warns(
         UserWarning,
         match=rf"tables .* take {need} MiB, more than the 1 MiB .*"
-        rf"PERMSHARD_MIX_TABLE_MIB={need} .*block_size.*perm-v1",
+        rf"PERMSHARD_MIX_TABLE_MIB={need} .*block_size.*mix-v3",
     ):
         next(iter(ShardedSampler(ds, num_replicas=4, rank=1)))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         next(iter(ShardedSampler(ds, num_replicas=4, rank=1, shuffle=False)))  # in order
         next(iter(ShardedSampler(ds, num_replicas=4, rank=1, block_size=4096, window_blocks=4)))  # in blocks
+        # mix-v3 rebuilds its tables of 300 samples at the cost of mix-v1's walk: no warning
+        next(iter(ShardedSampler(blend("mix-v3"), num_replicas=4, rank=1)))
         monkeypatch.setenv("PERMSHARD_MIX_TABLE_MIB", str(need))  # the fix it names
         next(iter(ShardedSampler(blend(), num_replicas=4, rank=1)))
 
@@ -294,7 +305,7 @@ def test_pickle_repr_and_equality():
     clone = pickle.loads(pickle.dumps(m))
     assert clone == m and hash(clone) == hash(m)
     assert clone.take(0, 50)[1].tolist() == m.take(0, 50)[1].tolist()
-    assert repr(m) == "Mixture(sizes=[10, 20], weights=[0.25, 0.75], num_samples=50, seed=3) (mix-v2)"
+    assert repr(m) == "Mixture(sizes=[10, 20], weights=[0.25, 0.75], num_samples=50, seed=3) (mix-v3)"
 
 
 def _sources() -> list[list[str]]:
@@ -380,3 +391,27 @@ def test_a_schedule_changes_the_weights_at_given_positions():
 def test_bad_schedules_name_the_fix(stages, exc, text):
     with pytest.raises(exc, match=text):
         Mixture([5, 5], [1.0, 1.0], stages=stages)
+
+
+def test_a_run_of_mix_v2_resumes_only_on_mix_v2_and_the_error_says_so():
+    # A run started before 0.6 read its blend by mix-v2 (the default then); resumed on a
+    # new blend (mix-v3) it would read other samples: refused, naming the fix.
+    sources = [[("a", i) for i in range(300)], [("b", i) for i in range(5_000)]]
+
+    def sampler(**kwargs):
+        return ShardedSampler(MixedDataset(sources, [0.3, 0.7], num_samples=20_000, **kwargs), 2, 1, seed=4)
+
+    def samples(s):
+        return [s.dataset[i] for i in s]
+
+    old = sampler(algorithm="mix-v2")
+    read = samples(old)
+    state = old.state_dict(consumed_samples=4_000)
+    with pytest.raises(
+        ValueError, match=r"mixture map 'mix-v2', and this one reads 'mix-v3'.*algorithm='mix-v2'"
+    ):
+        sampler().load_state_dict(state)
+    resumed = sampler(algorithm="mix-v2")
+    resumed.load_state_dict(state)
+    assert samples(resumed) == read[2_000:]  # 4,000 consumed over 2 ranks
+    assert samples(sampler()) != read  # the new map reads the 300 samples' passes in other orders

@@ -73,8 +73,8 @@ def test_bad_choices_are_refused_with_the_fix():
     # A family takes the permutation's id or its own, and names both, the default first.
     with pytest.raises(
         ValueError,
-        match='unknown mixture algorithm "mix-v9": use the permutation "perm-v2" \\(the default\\) '
-        'or "perm-v1", or the mixture ids "mix-v2", "mix-v1"',
+        match='unknown mixture algorithm "mix-v9": use "mix-v3" \\(the default\\), or "mix-v2" / "mix-v1" '
+        '\\("perm-v2" / "perm-v1"\\) to continue a run started with them',
     ):
         permshard.Mixture([3], [1.0], algorithm="mix-v9")
     with pytest.raises(ValueError, match='unknown block algorithm "mix-v2"'):
@@ -157,7 +157,9 @@ def test_new_runs_of_every_sampler_use_the_perm_v2_orders():
         "budget-v2": TokenBudgetBatchSampler(lengths, 512, 2, 0).state_dict(),
     }
     assert {state["algorithm"] for state in records.values()} == set(records)
-    assert permshard.Mixture([10, 20], [1.0, 1.0]).algorithm == "mix-v2"
+    assert permshard.Mixture([10, 20], [1.0, 1.0]).algorithm == "mix-v3"  # perm-v2's and perm-v1's passes
+    for pinned_mix in ("mix-v2", "perm-v2"):  # 0.4's and 0.5's, by its id or its permutation
+        assert permshard.Mixture([10, 20], [1.0, 1.0], algorithm=pinned_mix).algorithm == "mix-v2"
     # Pinned: the orders of 0.3.
     pinned = {
         "perm-v1": ShardedSampler(300, 2, 0, algorithm="perm-v1"),

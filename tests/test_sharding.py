@@ -125,7 +125,7 @@ def test_the_algorithm_ids_and_epoch_index_are_exported():
     assert _core.Permutation(5).algorithm == _core.ALGORITHM
     assert _core.BlockPermutation(5, 2, 2).algorithm == _core.BLOCK_ALGORITHM
     assert _core.Mixture([2], [(0, [1.0])]).algorithm == _core.MIX_ALGORITHM
-    assert permshard.MIX_ALGORITHM == permshard.Mixture([1], [1.0], 1).algorithm == "mix-v2"
+    assert permshard.MIX_ALGORITHM == permshard.Mixture([1], [1.0], 1).algorithm == "mix-v3"
     assert (
         permshard.TokenBudgetBatchSampler([1], 1, 1, 0).config.algorithm
         == permshard._token_budget.BUDGET_ALGORITHM

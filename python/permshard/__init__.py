@@ -15,7 +15,7 @@
 * :func:`verify` — the exact proof; :class:`ShardingError` when sharding is wrong.
 * ``IDENTITY_ALGORITHM``, ``ALGORITHM`` (perm-v2, the default), ``ALGORITHM_V1``,
   ``ALGORITHM_V2``, ``BLOCK_ALGORITHM`` (block-v2), ``BUDGET_ALGORITHM`` (budget-v2),
-  ``MIX_ALGORITHM`` (mix-v2), ``WEIGHTED_ALGORITHM`` (weighted-v1) —
+  ``MIX_ALGORITHM`` (mix-v3), ``WEIGHTED_ALGORITHM`` (weighted-v1) —
   the orders' ids, as state dicts, plans and certificates record them;
   :class:`EpochIndex` — an index that carries its epoch to DataLoader workers.
 

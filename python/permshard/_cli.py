@@ -305,7 +305,7 @@ def _mix(args: argparse.Namespace) -> int:
         print(f"{n:>26,} {realised} {float(worst):>18.3f}")
     print()
     print(m.summary())
-    if m.table_bytes:  # mix-v2's sources of at most 2^16 samples: what random reads keep
+    if m.table_bytes:  # sources read in tables (mix-v3: up to 512 samples): what random reads keep
         fits = "fit" if m.table_bytes <= m.table_store_bytes else "do not fit"
         print(
             f"\nread at random (a shuffled sampler), the shuffle tables of its passes take "

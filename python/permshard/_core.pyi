@@ -260,7 +260,7 @@ class Mixture:
         stages: list[tuple[int, list[float]]],
         num_samples: int | None = None,
         seed: int = 0,
-        algorithm: str = "mix-v2",
+        algorithm: str = "mix-v3",
     ) -> Mixture: ...
     @property
     def algorithm(self) -> str: ...

@@ -10,7 +10,7 @@ import copy
 import hashlib
 import math
 import warnings
-from collections.abc import Iterator, Mapping, Sequence, Sized
+from collections.abc import Callable, Iterator, Mapping, Sequence, Sized
 from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
@@ -328,7 +328,9 @@ def content_id(*parts: Any) -> str:
     return f"{digest(parts):016x}"
 
 
-def check_same_dataset(state: Mapping[str, Any], now: Optional[str]) -> None:
+def check_same_dataset(
+    state: Mapping[str, Any], now: Optional[str], hint: Optional[Callable[[str], Optional[str]]] = None
+) -> None:
     """Raises ValueError when ``state`` recorded a dataset's fingerprint (its ``"dataset"``
     key; states of earlier releases record none) and the dataset read now has another,
     ``now`` (``None``: it has none to compare).
@@ -336,6 +338,8 @@ def check_same_dataset(state: Mapping[str, Any], now: Optional[str]) -> None:
     Args:
         state (Mapping): a state dict.
         now (str, optional): the fingerprint of the dataset the sampler reads now.
+        hint (callable, optional): the dataset's ``fingerprint_hint``: the fix, where the
+            saved fingerprint is the same data under another setting.
     """
     if "dataset" not in state:
         return
@@ -343,6 +347,9 @@ def check_same_dataset(state: Mapping[str, Any], now: Optional[str]) -> None:
     if not isinstance(saved, str):
         raise TypeError(f"state_dict['dataset'] must be a str (a dataset's fingerprint), got {saved!r}")
     if now is not None and now != saved:
+        fix = hint(saved) if hint is not None else None
+        if fix is not None:
+            raise ValueError(f"state_dict was saved over this dataset {fix}")
         raise ValueError(
             f"state_dict was saved over another dataset (fingerprint {saved}, this dataset's is "
             f"{now}), though of the same length: its resume point would read other samples. "

@@ -70,6 +70,13 @@ class HasSchedule(Protocol):
     def load_schedule(self, state: Mapping[str, Any]) -> None: ...
 
 
+class ExplainsFingerprint(Protocol):
+    """A dataset that can say why a state's fingerprint is not its own (the same data under
+    another setting: the fix to resume)."""
+
+    def fingerprint_hint(self, saved: str) -> Optional[str]: ...
+
+
 def _has(dataset: Any, *names: str) -> bool:
     """Whether ``dataset`` has a callable attribute of every one of ``names``."""
     return all(callable(getattr(dataset, name, None)) for name in names)
@@ -93,6 +100,11 @@ def read_by(dataset: Any) -> Optional[ReadBy]:
 def has_schedule(dataset: Any) -> Optional[HasSchedule]:
     """``dataset`` where it has ``schedule_state()`` and ``load_schedule(state)``, else ``None``."""
     return cast(HasSchedule, dataset) if _has(dataset, "schedule_state", "load_schedule") else None
+
+
+def explains_fingerprint(dataset: Any) -> Optional[ExplainsFingerprint]:
+    """``dataset`` where it has ``fingerprint_hint(saved)``, else ``None``."""
+    return cast(ExplainsFingerprint, dataset) if _has(dataset, "fingerprint_hint") else None
 
 
 def dataset_length(dataset: Any) -> int:

@@ -1,5 +1,5 @@
-"""``Mixture``: weighted sources as a map from position to ``(source, index)`` (mix-v2,
-mix-v1), and ``MixtureSummary``: what it reads of each source, per stage and over the run."""
+"""``Mixture``: weighted sources as a map from position to ``(source, index)`` (mix-v3,
+mix-v2, mix-v1), and ``MixtureSummary``: what it reads of each source, per stage and over the run."""
 
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ def summarize(mixture: Any, tokens_per_sample: Optional[Sequence[Optional[int]]]
     return MixtureSummary(stages=stages, total=span(0, n))
 
 
-#: The algorithm id of the mixture map of new runs (mix-v2), named by certificates.
+#: The algorithm id of the mixture map of new runs (mix-v3), named by certificates.
 MIX_ALGORITHM: str = _core.MIX_ALGORITHM
 
 
@@ -143,14 +143,19 @@ def _stages(stages: Sequence[Any]) -> list[tuple[int, list[float]]]:
 
 class Mixture:
     r"""Weighted sources mixed position by position, in O(sources) memory: nothing to
-    build, every position computed on demand (mix-v2, or mix-v1).
+    build, every position computed on demand (mix-v3, or mix-v2, mix-v1).
 
     ``m[p]`` is the ``(source, index)`` at global position ``p``. Among the first ``n``
     positions source ``s`` appears ``counts(n)[s]`` times, within 2 of
     ``n * weights[s] / sum(weights)`` for every ``n`` (the weights as given, not rounded;
     at most ``1 + log2(sources)`` in general). Each pass over a source visits all its
-    samples once, in a fresh order keyed by ``(seed, source, pass)``: perm-v2 (mix-v2; a
-    small source's order is a table, its latest pass kept) or perm-v1 (mix-v1).
+    samples once, in a fresh order keyed by ``(seed, source, pass)``. mix-v3 takes, by the
+    source's size, the order that costs least at a random position (what a shuffled sampler
+    reads): perm-v2's exact shuffle table up to 512 samples, perm-v1's walk up to 2**16,
+    perm-v2 above, so that no blend costs more than mix-v1 per position whatever passes its
+    readers meet. mix-v2 orders every source of at most 2**16 samples by a table (cheap
+    while a reader's tables fit :attr:`table_store_bytes`; an up-sampled blend outgrows
+    it), mix-v1 every source by perm-v1.
 
     With ``stages``, the weights change at given positions (a curriculum, an annealing
     phase): the bound holds within each stage, counted from its first position, and the
@@ -167,10 +172,10 @@ class Mixture:
         stages (sequence of (int, sequence of float), optional): ``(start, weights)``:
             from global position ``start`` on, mix with these weights (``weights`` above
             holds from 0). Starts strictly increase. Default: none.
-        algorithm (str, optional): the permutation of the passes, ``"perm-v2"`` (mix-v2)
-            or ``"perm-v1"`` (mix-v1, the map of 0.3 and before: pass it to continue a run
-            of those); the ids ``"mix-v2"`` and ``"mix-v1"`` are accepted too.
-            ``.algorithm`` is the map's own id. Default: ``"mix-v2"``.
+        algorithm (str, optional): ``"mix-v3"``, or ``"mix-v2"`` (0.4 and 0.5's map, also
+            named by its permutation ``"perm-v2"``) or ``"mix-v1"`` (``"perm-v1"``, 0.3's)
+            to continue a run started with them. ``.algorithm`` is the map's own id.
+            Default: ``"mix-v3"``.
 
     Example::
 
@@ -193,7 +198,7 @@ class Mixture:
         stages: Sequence[tuple[int, Sequence[float]]] = (),
         algorithm: str = MIX_ALGORITHM,
     ) -> None:
-        algorithm = as_str("algorithm", algorithm, " ('perm-v2' or 'perm-v1')")
+        algorithm = as_str("algorithm", algorithm, " ('mix-v3', 'mix-v2' or 'mix-v1')")
         if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence):
             raise TypeError(f"sizes must be a sequence of ints, got {type(sizes).__name__}")
         if not sizes:
@@ -233,13 +238,14 @@ class Mixture:
 
     @property
     def algorithm(self) -> str:
-        """The map's id: ``mix-v2`` or ``mix-v1``."""
+        """The map's id: ``mix-v3``, ``mix-v2`` or ``mix-v1``."""
         return str(self._inner.algorithm)
 
     @property
     def table_bytes(self) -> int:
-        """Bytes of the tables of all its passes: mix-v2 orders a source of at most 2**16
-        samples by an exact shuffle table (2 bytes a sample a pass); mix-v1 has none (0).
+        """Bytes of the tables of all its passes: mix-v3 orders a source of at most 512
+        samples by an exact shuffle table (2 bytes a sample a pass), mix-v2 one of at most
+        2**16; mix-v1 has none (0).
         Positions read in order need one pass of a source at a time. Random positions (a
         shuffled sampler) meet every pass throughout the epoch: each costs O(1) while all
         the tables fit :attr:`table_store_bytes`, else most rebuild one (O(source size)).

@@ -50,11 +50,13 @@ def read_beside(state_dict: Any, dataset: Any) -> tuple[Any, Optional[Mapping[st
         dataset: the dataset of the sampler loading it.
     """
     from ._guards import check_same_dataset, stable_fingerprint  # as in written_beside
-    from ._hooks import has_schedule
+    from ._hooks import explains_fingerprint, has_schedule
 
     if not isinstance(state_dict, Mapping):
         return state_dict, None
-    check_same_dataset(state_dict, stable_fingerprint(dataset))
+    explains = explains_fingerprint(dataset)
+    hint = explains.fingerprint_hint if explains is not None else None
+    check_same_dataset(state_dict, stable_fingerprint(dataset), hint)
     schedule = state_dict.get("schedule")
     if schedule is not None and has_schedule(dataset) is None:
         raise ValueError(

@@ -79,7 +79,10 @@ pub use inverse_proof::{
     judge, judge_alone, prove_against, prove_ranks, verify_inverse, Dealt, Failure, Share, OUTSIDE,
 };
 pub use iterable::{check_layers, Consumer, Layer, Left, Spread};
-pub use mixture::{Mixture, MixtureProof, MIX_ALGORITHM, MIX_ALGORITHMS};
+pub use mixture::{
+    MixVersion, Mixture, MixtureProof, MIX_ALGORITHM, MIX_ALGORITHMS, MIX_ALGORITHM_V3,
+    V3_TABLED_MAX,
+};
 pub use order::{Explicit, Identity, Order, SampleOrder};
 pub use partition::{Outside, Partition};
 pub use pass_plan::{BudgetPass, PassPlan};

@@ -1,10 +1,13 @@
-"""mix-v1 and mix-v2 written again from their specification in plain Python, slow and obvious.
+"""mix-v1, mix-v2 and mix-v3 written again from their specification in plain Python, slow
+and obvious.
 
 It is the independent reference for the golden vectors (``tests/golden/mix-v1.json``,
-``mix-v2.json``): exact rational weights (``float.as_integer_ratio``), the weight-balanced
-tree of two-way splits, Beatty routing (``f(m) = floor(m·a/t + 1/2)`` lefts among a node's
-first ``m`` positions) with Python's unbounded ints, and the per-pass orders of
-``reference_perm_v1`` (mix-v1) or ``reference_perm_v2`` (mix-v2).
+``mix-v2.json``, ``mix-v3.json``): exact rational weights (``float.as_integer_ratio``), the
+weight-balanced tree of two-way splits, Beatty routing (``f(m) = floor(m·a/t + 1/2)`` lefts
+among a node's first ``m`` positions) with Python's unbounded ints, and the per-pass orders
+of ``reference_perm_v1`` (mix-v1) or ``reference_perm_v2`` (mix-v2); mix-v3 takes
+``reference_perm_v1`` for sources of 513 to 2**16 samples and ``reference_perm_v2`` for the
+others.
 
 Run ``python -m helpers.reference_mix`` in ``tests/`` to regenerate the golden files.
 """
@@ -22,11 +25,18 @@ from .reference_perm_v1 import chain
 #: The golden file of each version.
 GOLDEN = {
     version: pathlib.Path(__file__).parent.parent / "golden" / f"{version}.json"
-    for version in ("mix-v1", "mix-v2")
+    for version in ("mix-v1", "mix-v2", "mix-v3")
 }
-#: The permutation of each version's passes.
-PASSES = {"mix-v1": reference_perm_v1.ReferencePermutation, "mix-v2": reference_perm_v2.ReferencePermutation}
 MIX_TAG = 0x6D69782D7631  # "mix-v1"
+
+
+def pass_permutation(algorithm: str, size: int) -> type:
+    """The permutation of a source's passes: perm-v1 (mix-v1), perm-v2 (mix-v2), or by
+    the source's size (mix-v3: perm-v1 between 513 and 2**16 samples, perm-v2 else)."""
+    if algorithm == "mix-v1" or (algorithm == "mix-v3" and 512 < size <= 2**16):
+        return reference_perm_v1.ReferencePermutation
+    return reference_perm_v2.ReferencePermutation
+
 
 Tree = Union[int, tuple[int, int, "Tree", "Tree"]]  # a source, or (left weight, total, left, right)
 
@@ -93,10 +103,10 @@ class ReferenceMixture:
         num_samples: int,
         seed: int,
         stages: tuple = (),
-        algorithm: str = "mix-v2",
+        algorithm: str = "mix-v3",
     ) -> None:
         self.sizes, self.num_samples, self.seed = sizes, num_samples, seed
-        self.Permutation = PASSES[algorithm]
+        self.algorithm = algorithm
         self.starts = [0] + [start for start, _ in stages]
         self.trees = [tree_of(weights)] + [tree_of(w) for _, w in stages]
 
@@ -130,7 +140,8 @@ class ReferenceMixture:
     def at(self, p: int) -> tuple[int, int]:
         s, k = self.occurrence(p)
         size = self.sizes[s]
-        order = self.Permutation(size, chain(MIX_TAG, [self.seed]), k // size, s)
+        Permutation = pass_permutation(self.algorithm, size)
+        order = Permutation(size, chain(MIX_TAG, [self.seed]), k // size, s)
         return s, order.forward(k % size)
 
     def counts(self, n: int) -> list[int]:
@@ -161,11 +172,22 @@ SCHEDULED = [
     ),
     ([10**6, 10**3], [0.5, 0.5], 10**9, 2, [0, 10**8 - 1, 10**8, 10**9 - 1], [(10**8, [0.99, 0.01])]),
 ]
+#: mix-v3's alone: sources on both sides of its two size bounds, up-sampled.
+V3_CASES = [
+    (
+        [512, 513, 2**16, 2**16 + 1, 37_825],
+        [0.1, 0.2, 0.3, 0.2, 0.2],
+        10**7,
+        5,
+        list(range(0, 40)) + [10**6 + 7, 5 * 10**6, 10**7 - 1],
+    ),
+]
 
 
 def generate(algorithm: str) -> dict[str, object]:
     cases = []
-    for sizes, weights, num_samples, seed, positions, *rest in CASES + SCHEDULED:
+    extra = V3_CASES if algorithm == "mix-v3" else []
+    for sizes, weights, num_samples, seed, positions, *rest in CASES + SCHEDULED + extra:
         stages = rest[0] if rest else []
         m = ReferenceMixture(sizes, weights, num_samples, seed, tuple(stages), algorithm)
         at = [m.at(p) for p in positions]

@@ -1,4 +1,4 @@
-"""``MixedDataset``: several map-style datasets read in a weighted mixture (mix-v2, mix-v1)."""
+"""``MixedDataset``: several map-style datasets read in a weighted mixture (mix-v3, mix-v2, mix-v1)."""
 
 from __future__ import annotations
 
@@ -60,9 +60,10 @@ class MixedDataset(Dataset[Any]):
         weights_in (str, optional): ``"samples"`` (Megatron's rule: the share of
             samples) or ``"tokens"`` (the share of tokens: each weight is divided by its
             source's ``tokens_per_sample``). Default: ``"samples"``.
-        algorithm (str, optional): the permutation of the mixture's passes, ``"perm-v2"``
-            (mix-v2) or ``"perm-v1"`` (mix-v1, 0.3's: pass it to continue a run started
-            before 0.4); the ids ``"mix-v2"``, ``"mix-v1"`` too. Default: ``"mix-v2"``.
+        algorithm (str, optional): the mixture map, ``"mix-v3"``, or ``"mix-v2"`` (0.4
+            and 0.5's, also named ``"perm-v2"``) or ``"mix-v1"`` (``"perm-v1"``, 0.3's) to
+            continue a run started with them (see :class:`~permshard.Mixture`). Default:
+            ``"mix-v3"``.
         max_changes (int, optional): how many times :meth:`set_weights` may change the
             weights while the run goes (a table of that many rows, shared with the
             DataLoader workers). Default: ``64``.
@@ -164,8 +165,8 @@ class MixedDataset(Dataset[Any]):
             num_samples (int, optional): Megatron's train samples (``None``: see above).
             seed (int, optional): key of the per-pass orders.
             weights_in (str, optional): ``"samples"`` or ``"tokens"``.
-            algorithm (str, optional): ``"perm-v2"`` or ``"perm-v1"`` (or ``"mix-v2"``,
-                ``"mix-v1"``), as in :class:`MixedDataset`.
+            algorithm (str, optional): ``"mix-v3"``, ``"mix-v2"`` or ``"mix-v1"``, as in
+                :class:`MixedDataset`.
             **windows: passed to every ``TokenWindows`` (``split``, ``part``,
                 ``documents``, ``eod_id``, ``reset_position_ids``, ...).
 
@@ -203,10 +204,28 @@ class MixedDataset(Dataset[Any]):
         sources: each source's own fingerprint (its length where it has none), the seed and
         the algorithm (the weights may change at run time: the state's schedule holds
         them). A sampler's state dict records it; a resume over another blend is refused."""
+        return self._fingerprint_as(self.mixture.algorithm)
+
+    def _fingerprint_as(self, algorithm: str) -> str:
+        """:meth:`fingerprint` of this blend read by the mixture map ``algorithm``."""
         sources = [stable_fingerprint(d) or len(d) for d in self.datasets]
-        return content_id(
-            "MixedDataset", sources, self.mixture.sizes, self.mixture.seed, self.mixture.algorithm
-        )
+        return content_id("MixedDataset", sources, self.mixture.sizes, self.mixture.seed, algorithm)
+
+    def fingerprint_hint(self, saved: str) -> Optional[str]:
+        """Why a state's fingerprint ``saved`` is not this blend's, where it is this blend
+        under another mixture map (a run of 0.4 or 0.5 read mix-v2): the fix, else ``None``.
+
+        Args:
+            saved (str): the fingerprint a state dict recorded.
+        """
+        for algorithm in ("mix-v3", "mix-v2", "mix-v1"):
+            if algorithm != self.mixture.algorithm and self._fingerprint_as(algorithm) == saved:
+                return (
+                    f"read by the mixture map {algorithm!r}, and this one reads {self.mixture.algorithm!r}: build it "
+                    f"with algorithm={algorithm!r} to resume the run (a run started before 0.6 reads "
+                    "'mix-v2', the default then)"
+                )
+        return None
 
     def __len__(self) -> int:
         return len(self.mixture)
@@ -279,10 +298,11 @@ class MixedDataset(Dataset[Any]):
             self._check_tables_fit()
 
     def _check_tables_fit(self) -> None:
-        """Warns when random positions would rebuild the passes' tables (they outgrow the
-        store), with the three ways out."""
+        """Warns when random positions would rebuild mix-v2's tables (they outgrow the
+        store), with the three ways out. mix-v3 rebuilds only tables of at most 512 samples,
+        which cost what mix-v1's walk costs."""
         need, store = self.mixture.table_bytes, self.mixture.table_store_bytes
-        if need <= store:
+        if need <= store or self.mixture.algorithm != "mix-v2":
             return
         mib = -(-need // 2**20)
         warnings.warn(
@@ -292,9 +312,9 @@ class MixedDataset(Dataset[Any]):
             "(O(source size) each, many times slower than reading in order). Set "
             f"PERMSHARD_MIX_TABLE_MIB={mib} before building the dataset (each DataLoader worker "
             "keeps its own tables), shuffle in blocks (ShardedSampler(..., block_size=...)), "
-            "or start a new run with a mixture of no tables: MixedDataset(..., "
-            "algorithm='perm-v1') or MixedDataset.from_data_path(..., algorithm='perm-v1') "
-            "(mix-v1; the sampler's own algorithm= does not change the mixture's)",
+            "or start a new run with mix-v3 (the default of new mixtures: no cliff), "
+            "MixedDataset(...) or MixedDataset.from_data_path(...) without algorithm= "
+            "(the sampler's own algorithm= does not change the mixture's)",
             UserWarning,
             stacklevel=user_stacklevel(),
         )

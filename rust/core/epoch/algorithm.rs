@@ -19,8 +19,12 @@ pub const PERM_ALGORITHMS: [&str; 2] = [ALGORITHM_V1, ALGORITHM_V2];
 /// The ids of block orders by version: block-v1 on perm-v1, block-v2 on perm-v2.
 pub const BLOCK_ALGORITHMS: [&str; 2] = ["block-v1", "block-v2"];
 
-/// The ids of mixture maps by version: mix-v1 on perm-v1, mix-v2 on perm-v2.
+/// The ids of mixture maps built on one permutation: mix-v1 on perm-v1, mix-v2 on perm-v2.
 pub const MIX_ALGORITHMS: [&str; 2] = ["mix-v1", "mix-v2"];
+
+/// The id of mix-v3: each source's passes in the order that costs least at a random
+/// position for its size, perm-v2's table, perm-v1's walk or perm-v2's Feistel network.
+pub const MIX_ALGORITHM_V3: &str = "mix-v3";
 
 /// The ids of token-budget plans by version: budget-v1 on perm-v1, budget-v2 on perm-v2.
 pub const BUDGET_ALGORITHMS: [&str; 2] = ["budget-v1", "budget-v2"];

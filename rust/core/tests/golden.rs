@@ -3,7 +3,9 @@
 //! `tests/reference_budget.py`)
 //! must come out of the Rust core unchanged, forever.
 
-use permshard_core::{BudgetEpoch, EpochSpec, Mixture, Permutation, TokenBudget, Version};
+use permshard_core::{
+    BudgetEpoch, EpochSpec, MixVersion, Mixture, Permutation, TokenBudget, Version,
+};
 use serde_json::Value;
 
 fn u64_field(v: &Value) -> u64 {
@@ -50,13 +52,13 @@ fn golden(name: &str) -> Value {
 
 #[test]
 fn mixture_golden_vectors_match() {
-    for version in [Version::V1, Version::V2] {
+    for version in [MixVersion::V1, MixVersion::V2, MixVersion::V3] {
         mixture_golden_vectors_match_for(version);
     }
 }
 
-fn mixture_golden_vectors_match_for(version: Version) {
-    let id = version.id(&permshard_core::MIX_ALGORITHMS);
+fn mixture_golden_vectors_match_for(version: MixVersion) {
+    let id = version.id();
     let golden = golden(&format!("{id}.json"));
     assert_eq!(golden["algorithm"], id);
     let cases = golden["cases"].as_array().unwrap();
@@ -85,7 +87,7 @@ fn mixture_golden_vectors_match_for(version: Version) {
             u64_field(&case["seed"]),
         )
         .unwrap()
-        .with_version(version);
+        .with_algorithm(version);
         let positions = u64s(&case["positions"]);
         let (sources, indices) = (u64s(&case["sources"]), u64s(&case["indices"]));
         for (k, &p) in positions.iter().enumerate() {

@@ -4,7 +4,7 @@
 use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 
-use permshard_core::{range_len, Version, MIX_ALGORITHMS};
+use permshard_core::{range_len, MixVersion, MIX_ALGORITHM};
 
 use crate::convert::{alloc, compute, int64_array, non_negative};
 use crate::errors::to_py;
@@ -25,7 +25,7 @@ impl Mixture {
     /// `stages[j] = (start, weights)`: the weights from position `start` on (the first
     /// stage starts at 0).
     #[new]
-    #[pyo3(signature = (sizes, stages, num_samples = None, seed = 0, algorithm = "mix-v2"))]
+    #[pyo3(signature = (sizes, stages, num_samples = None, seed = 0, algorithm = MIX_ALGORITHM))]
     fn new(
         sizes: Vec<u64>,
         stages: Vec<(u64, Vec<f64>)>,
@@ -33,14 +33,14 @@ impl Mixture {
         seed: u64,
         algorithm: &str,
     ) -> PyResult<Self> {
-        let version = Version::for_family(&MIX_ALGORITHMS, "mixture", algorithm).map_err(to_py)?;
+        let version = MixVersion::named(algorithm).map_err(to_py)?;
         let inner = permshard_core::Mixture::scheduled(&sizes, &stages, num_samples, seed)
             .map_err(to_py)?
-            .with_version(version);
+            .with_algorithm(version);
         Ok(Mixture { inner })
     }
 
-    /// The construction's id: `mix-v1` or `mix-v2`.
+    /// The construction's id: `mix-v1`, `mix-v2` or `mix-v3`.
     #[getter]
     fn algorithm(&self) -> &'static str {
         self.inner.algorithm()

@@ -6,7 +6,8 @@
 use std::sync::Arc;
 
 use super::grouping::by_source_and_pass;
-use super::{Mixture, MIX_TAG};
+use super::passes::TABLED_MAX;
+use super::{MixVersion, Mixture, MIX_TAG};
 use crate::permutation::{Permutation, Version};
 use crate::splitmix::chain;
 
@@ -23,7 +24,8 @@ type MapEach = fn(&[&Permutation], &mut [u64]);
 
 impl Mixture {
     /// The permutation of source `s` in pass `pass`: perm-v1's without its table (O(1) to
-    /// build), perm-v2's kept for small sources (their table is O(size) to build).
+    /// build), perm-v2's kept for small sources (their table is O(size) to build), or, in
+    /// mix-v3, one of them by the source's size.
     pub(super) fn pass_order(&self, s: usize, pass: u64) -> Arc<Permutation> {
         self.pass_orders(&[(s, pass)]).remove(0)
     }
@@ -32,10 +34,10 @@ impl Mixture {
     /// together.
     fn pass_orders(&self, keys: &[(usize, u64)]) -> Vec<Arc<Permutation>> {
         match self.version {
-            Version::V1 => (keys.iter())
+            MixVersion::V1 => (keys.iter())
                 .map(|&(s, pass)| Arc::new(self.build_pass_order(s, pass)))
                 .collect(),
-            Version::V2 => self
+            MixVersion::V2 | MixVersion::V3 => self
                 .passes
                 .get_all(keys, |s, pass| self.build_pass_order(s, pass)),
         }
@@ -43,12 +45,16 @@ impl Mixture {
 
     /// The permutation of source `s` in pass `pass`, built (perm-v1's without its table).
     fn build_pass_order(&self, s: usize, pass: u64) -> Permutation {
-        let key = chain(MIX_TAG, &[self.seed]);
-        match self.version {
-            Version::V1 => Permutation::untabled(self.sizes[s], key, pass, s as u64),
-            Version::V2 => {
-                Permutation::of_version(self.version, self.sizes[s], key, pass, s as u64)
-            }
+        let (key, size) = (chain(MIX_TAG, &[self.seed]), self.sizes[s]);
+        let walked_v1 = match self.version {
+            MixVersion::V1 => true,
+            MixVersion::V2 => false,
+            // Between a table cheaper to rebuild than a walk and perm-v2's short walks.
+            MixVersion::V3 => size > self.version.tabled_max() && size <= TABLED_MAX,
+        };
+        match walked_v1 {
+            true => Permutation::untabled(size, key, pass, s as u64),
+            false => Permutation::of_version(Version::V2, size, key, pass, s as u64),
         }
         .expect("size >= 1")
     }
@@ -66,12 +72,12 @@ impl Mixture {
             .collect();
         let walk = |order: &Permutation, offsets: &mut [u64]| order.map_in_place(offsets);
         let each: Option<MapEach> = Some(Permutation::map_each);
-        // mix-v2: the small sources' orders are kept tables, read slot by slot; the
+        // mix-v2 and mix-v3: the small sources' orders are kept tables, read slot by slot; the
         // others' walks go through the permutations batched, pass by pass.
         let is_tabled = |i: &usize| self.passes.tabled(sources[*i] as usize);
         let (tabled, walked): (Vec<usize>, Vec<usize>) = match self.version {
-            Version::V1 => (Vec::new(), Vec::new()),
-            Version::V2 => (0..sources.len()).partition(is_tabled),
+            MixVersion::V1 => (Vec::new(), Vec::new()),
+            MixVersion::V2 | MixVersion::V3 => (0..sources.len()).partition(is_tabled),
         };
         if tabled.is_empty() {
             return self.per_pass(sources, &passes, occurrences, walk, each);

@@ -47,13 +47,13 @@ fn budget_from(value: Option<&str>) -> Result<u64, Error> {
     }
 }
 
-/// Largest source whose order is a table (perm-v2's bound): larger ones are O(1) to build.
-const TABLED_MAX: u64 = 1 << 16;
+/// Largest source whose perm-v2 order is a table: larger ones are O(1) to build.
+pub(super) const TABLED_MAX: u64 = 1 << 16;
 
 /// What a kept order costs beyond its table's entries, in entries of 2 bytes: the
 /// permutation, the map's slot, and 128 bytes for the two reference counts, a table's
 /// header and the allocator's (~150 entries, ~300 bytes). A walked order costs this alone.
-const KEPT_OVERHEAD: u64 =
+pub(super) const KEPT_OVERHEAD: u64 =
     (std::mem::size_of::<Permutation>() + std::mem::size_of::<(Key, KeptOrder)>() + 128) as u64 / 2;
 
 /// Uses counted in an order's priority: enough to tell the orders a random batch meets
@@ -154,15 +154,16 @@ pub(super) struct Passes {
 }
 
 impl Passes {
-    /// An empty store for sources of `sizes`, of the size [`TABLES_ENV`] gives.
-    pub(super) fn new(sizes: &[u64]) -> Result<Passes, Error> {
+    /// An empty store for sources of `sizes`, those of at most `tabled_max` samples read
+    /// in tables, of the size [`TABLES_ENV`] gives.
+    pub(super) fn new(sizes: &[u64], tabled_max: u64) -> Result<Passes, Error> {
         let budget = budget_from(std::env::var(TABLES_ENV).ok().as_deref())?;
-        Ok(Passes::with_budget(sizes, budget))
+        Ok(Passes::with_budget(sizes, tabled_max, budget))
     }
 
     /// As [`Passes::new`], keeping at most `budget` entries.
-    pub(super) fn with_budget(sizes: &[u64], budget: u64) -> Passes {
-        let tables: Vec<bool> = sizes.iter().map(|&size| size <= TABLED_MAX).collect();
+    pub(super) fn with_budget(sizes: &[u64], tabled_max: u64, budget: u64) -> Passes {
+        let tables: Vec<bool> = sizes.iter().map(|&size| size <= tabled_max).collect();
         let costs = (sizes.iter().zip(&tables))
             .map(|(&size, &table)| if table { size } else { 0 } + KEPT_OVERHEAD)
             .collect();
@@ -172,6 +173,12 @@ impl Passes {
             budget,
             kept: Mutex::new(Kept::default()),
         }
+    }
+
+    /// An empty store of the same budget, its sources of at most `tabled_max` samples read
+    /// in tables.
+    pub(super) fn emptied(&self, sizes: &[u64], tabled_max: u64) -> Passes {
+        Passes::with_budget(sizes, tabled_max, self.budget)
     }
 
     /// Source `s`'s order of pass `pass`: the kept one, or `build()` (then kept).
@@ -387,7 +394,7 @@ mod tests {
 
     #[test]
     fn walked_orders_are_kept_at_their_overhead() {
-        let passes = Passes::new(&[TABLED_MAX, 100, TABLED_MAX + 1]).unwrap();
+        let passes = Passes::new(&[TABLED_MAX, 100, TABLED_MAX + 1], TABLED_MAX).unwrap();
         let costs = [
             TABLED_MAX + KEPT_OVERHEAD,
             100 + KEPT_OVERHEAD,
@@ -402,7 +409,7 @@ mod tests {
         assert!(Arc::ptr_eq(&a, &b));
         assert_eq!(passes.lock().entries, KEPT_OVERHEAD);
         // Evicted at its own cost: room for one walked order at a time.
-        let passes = Passes::with_budget(&[TABLED_MAX + 1], KEPT_OVERHEAD);
+        let passes = Passes::with_budget(&[TABLED_MAX + 1], TABLED_MAX, KEPT_OVERHEAD);
         for pass in 0..3 {
             passes.get(0, pass, || order(TABLED_MAX + 1, pass, 0));
         }
@@ -413,7 +420,7 @@ mod tests {
 
     #[test]
     fn passes_in_any_order_are_built_once_within_the_budget() {
-        let passes = Passes::new(&[10, 20]).unwrap();
+        let passes = Passes::new(&[10, 20], TABLED_MAX).unwrap();
         let mut built = 0;
         let mut get = |s: usize, pass: u64| {
             passes.get(s, pass, || {
@@ -447,7 +454,7 @@ mod tests {
     #[test]
     fn the_least_recently_used_order_goes_first() {
         // Room for two orders of 10 entries.
-        let passes = Passes::with_budget(&[10], 2 * (10 + KEPT_OVERHEAD));
+        let passes = Passes::with_budget(&[10], TABLED_MAX, 2 * (10 + KEPT_OVERHEAD));
         let mut built = Vec::new();
         let mut get = |pass: u64| {
             passes.get(0, pass, || {
@@ -472,7 +479,7 @@ mod tests {
         // passes changing at different times; room for the current passes and one more.
         let sizes = [10u64, 20, 30];
         let budget = (10 + 20 + 30 + 30) + 4 * KEPT_OVERHEAD;
-        let passes = Passes::with_budget(&sizes, budget);
+        let passes = Passes::with_budget(&sizes, TABLED_MAX, budget);
         let mut built = Vec::new();
         for batch in 0..600u64 {
             for (s, &size) in sizes.iter().enumerate() {
@@ -501,6 +508,7 @@ mod tests {
         let sizes = [10u64, 1000];
         let passes = Passes::with_budget(
             &sizes,
+            TABLED_MAX,
             4 * (1000 + KEPT_OVERHEAD) + 8 * (10 + KEPT_OVERHEAD),
         );
         let mut built = [0u64; 2];
@@ -533,7 +541,7 @@ mod tests {
         let slots = [0usize, 1, 2, 3, 4, 6]; // slot 5 left as it is
                                              // Room for every order, and for one order at a time (built again as needed).
         for budget in [CACHED_ENTRIES, 20 + KEPT_OVERHEAD] {
-            let passes = Passes::with_budget(&[10, 20], budget);
+            let passes = Passes::with_budget(&[10, 20], TABLED_MAX, budget);
             let (mut mapped, mut built) = (values.clone(), Vec::new());
             passes.map_tabled(
                 slots.into_iter(),
@@ -564,7 +572,7 @@ mod tests {
 
     #[test]
     fn a_copy_keeps_nothing() {
-        let passes = Passes::new(&[10]).unwrap();
+        let passes = Passes::new(&[10], TABLED_MAX).unwrap();
         passes.get(0, 0, || order(10, 0, 0));
         assert!(passes.clone().lock().orders.is_empty());
     }

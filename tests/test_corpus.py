@@ -427,3 +427,36 @@ def test_documents_of_in_a_concatenation_of_one_prefixs_parts(tmp_path):
         rebuilt = sum((docs[s][a:b].tolist() for s, a, b in both.documents_of(i)), [])
         assert rebuilt == window, i
     assert both.documents_of(len(valid) + 5) == train.documents_of(5)
+
+
+@pytest.mark.skipif(
+    not os.path.exists("/proc/self/maps"), reason="reads a process's mappings from Linux's /proc"
+)
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_worker_maps_only_the_token_files_its_batches_read(tmp_path, method):
+    # A shared file system pays per file opened: of 200 prefixes, a DataLoader worker's
+    # first batch of 16 maps the files of its windows, not the whole blend's.
+    from helpers.dataset_workers import collate_with_mapped_files
+
+    prefixes = [str(tmp_path / f"part{k}") for k in range(200)]
+    for k, prefix in enumerate(prefixes):
+        corpus(prefix, n_docs=20, seed=k)
+    blend = MixedDataset.from_data_path(" ".join(prefixes), seq_len=16, num_samples=50_000)
+
+    def batches():
+        return ShardedBatchSampler(ShardedSampler(blend, 2, 1, seed=3), 16)
+
+    loader = DataLoader(
+        blend,
+        batch_sampler=batches(),
+        collate_fn=collate_with_mapped_files,
+        num_workers=1,
+        prefetch_factor=1,
+        multiprocessing_context=method,
+    )
+    tokens, mapped = next(iter(loader))
+    first = next(iter(batches()))
+    read = sorted({prefixes[s] + ".bin" for s in blend.sources_of(first).tolist()})
+    assert mapped == read and 1 < len(read) <= 16
+    expected = torch.stack([blend[p] for p in first])
+    assert torch.equal(tokens, expected)

@@ -170,3 +170,13 @@ def rows_run(rank: int, world: int, path: str, steps, state) -> dict:
             break
     plan = sampler.plan()
     return {"read": read, "state": batches.state_dict(), "padding": len(plan.padding_positions)}
+
+
+def collate_with_mapped_files(batch):
+    """``TokenWindows.collate``, and the token files this process (a DataLoader worker)
+    has mapped so far, read from the kernel's list of its mappings."""
+    from permshard.data import TokenWindows
+
+    with open("/proc/self/maps") as f:
+        mapped = {line.split()[-1] for line in f if line.rstrip().endswith(".bin")}
+    return TokenWindows.collate(batch), sorted(mapped)

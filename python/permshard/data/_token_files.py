@@ -40,7 +40,7 @@ class TokenFiles:
     first_tokens: list[int]
     sizes: list[int]
     read_ahead: bool
-    _maps: Optional[list[npt.NDArray[Any]]]
+    _maps: Optional[list[Optional[npt.NDArray[Any]]]]
     _coarse: dict[int, tuple[npt.NDArray[np.int64], int]]
 
     def _read_files(
@@ -126,25 +126,26 @@ class TokenFiles:
         except OSError as e:
             raise ValueError(f"cannot open {self.paths[f]}: {e.strerror}") from None
 
-    def _open(self) -> list[npt.NDArray[Any]]:
-        """The files' tokens, mapped lazily in each process (DataLoader workers included),
-        holding no file descriptor."""
+    def _mapped(self, f: int) -> npt.NDArray[Any]:
+        """File ``f``'s tokens, mapped in this process (DataLoader workers included) when a
+        window of it is first read, holding no file descriptor: a blend of 10,000 files
+        opens only those its batches read (a shared file system pays per file opened)."""
         if self._maps is None:
-            maps = []
-            for f, path in enumerate(self.paths):
-                ix = self.indexes[f]
-                expected = self.sizes[f] if ix is None else ix.num_tokens
-                now = self._file_tokens(f)
-                if now != expected:
-                    raise ValueError(
-                        f"{path} changed size since the dataset was built ({expected} -> {now} tokens)"
-                    )
-                # Globally shuffled windows are random reads: kernel read-ahead would only
-                # waste I/O and page cache. A block order reads whole blocks (read_ahead).
-                raw = map_readonly(path, random_access=not self.read_ahead)
-                maps.append(raw[: len(raw) - len(raw) % self.dtype.itemsize].view(self.dtype))
-            self._maps = maps
-        return self._maps
+            self._maps = [None] * len(self.paths)
+        found = self._maps[f]
+        if found is not None:
+            return found
+        path, ix = self.paths[f], self.indexes[f]
+        expected = self.sizes[f] if ix is None else ix.num_tokens
+        now = self._file_tokens(f)
+        if now != expected:
+            raise ValueError(f"{path} changed size since the dataset was built ({expected} -> {now} tokens)")
+        # Globally shuffled windows are random reads: kernel read-ahead would only waste I/O
+        # and page cache. A block order reads whole blocks (read_ahead).
+        raw = map_readonly(path, random_access=not self.read_ahead)
+        tokens = raw[: len(raw) - len(raw) % self.dtype.itemsize].view(self.dtype)
+        self._maps[f] = tokens
+        return tokens
 
     def _part_pointers(self, f: int) -> tuple[MegatronIndex, int, int, npt.NDArray[np.int64]]:
         """``(index, lo, hi, byte pointers of sequences [lo, hi))`` of Megatron file ``f``."""

@@ -24,6 +24,9 @@ from ._documents import DocumentBatch, collate_items
 from ._rows import page_locked
 from ._token_files import PathLike, WindowProvenance
 
+#: A file no batch of this process has read yet, as the gather is handed it: no bytes.
+_UNREAD: npt.NDArray[np.uint8] = np.empty(0, dtype=np.uint8)
+
 
 class WindowBatch(list[torch.Tensor]):
     """The windows of one batch: views of one ``(batch, seq_len + 1)`` int64 tensor,
@@ -284,7 +287,7 @@ class TokenWindows(WindowProvenance, Dataset[Any]):
             keep = index if epoch_of(index) is not None else i
             return self.__getitems__([keep])[0]
         f, offset = self._located(index, None)
-        window = self._open()[f][offset : offset + self.seq_len + 1]
+        window = self._mapped(f)[offset : offset + self.seq_len + 1]
         return torch.from_numpy(window.astype(np.int64))
 
     def __getitems__(self, indices: Sequence[int]) -> Union[WindowBatch, DocumentBatch]:
@@ -303,7 +306,7 @@ class TokenWindows(WindowProvenance, Dataset[Any]):
             pin_memory=page_locked(self.pin_memory and not self.documents),
         )
         _core.gather_windows(
-            self._token_bytes(),
+            self._token_bytes(idx),
             *self._token_type(),
             *self._layout(),
             self._shift_of(indices),
@@ -382,11 +385,16 @@ class TokenWindows(WindowProvenance, Dataset[Any]):
             self.attention_mask,
         )
 
-    def _token_bytes(self) -> list[npt.NDArray[np.uint8]]:
-        """Per file, its tokens' bytes: a flat uint8 view of the memmap (what the gather
-        reads)."""
+    def _token_bytes(self, idx: npt.NDArray[np.int64]) -> list[npt.NDArray[np.uint8]]:
+        """Per file, its tokens' bytes as the gather reads them (a flat uint8 view of its
+        map), the files of windows ``idx`` mapped first; a file no batch has read yet is
+        an empty array (the gather reads only the windows asked for)."""
         if self._views is None:
-            self._views = [m.view(np.ndarray).view(np.uint8) for m in self._open()]
+            self._views = [_UNREAD] * len(self.paths)
+        files = np.searchsorted(self.starts, idx[(idx >= 0) & (idx < len(self))], side="right") - 1
+        for f in np.unique(files).tolist():
+            if self._views[f] is _UNREAD:
+                self._views[f] = self._mapped(f).view(np.ndarray).view(np.uint8)
         return self._views
 
     def _token_type(self) -> tuple[int, bool, bool]:

@@ -8,7 +8,7 @@ ifneq ($(wildcard $(PY)),)
 export PYO3_PYTHON := $(abspath $(PY))
 endif
 
-.PHONY: help demo docs test test-fast gpu-smoke bench bench-megatron bench-mixture bench-blend bench-blocks bench-stream bench-data build build-fast lint lint-rust lint-py rust-test py-test clean
+.PHONY: help demo docs test test-fast gpu-smoke bench bench-megatron bench-mixture bench-blend bench-blend-at-scale bench-blocks bench-stream bench-data build build-fast lint lint-rust lint-py rust-test py-test clean
 
 # What the extension is built from: a build runs again only when one of them changed.
 SOURCES := Cargo.toml Cargo.lock pyproject.toml $(shell find rust -name '*.rs' -o -name Cargo.toml)
@@ -126,6 +126,9 @@ bench-mixture: build $(VENV)/.dev  ## Mixture vs Megatron's blend build (fetches
 
 bench-blend: build  ## A blend read in a shuffled sampler's order: mix-v3 vs mix-v2 vs mix-v1 per position; writes docs/shuffled_blend.md
 	$(PY) benches/shuffled_blend.py --markdown docs/shuffled_blend.md
+
+bench-blend-at-scale: build $(VENV)/.dev  ## 10,000 Megatron prefixes: megatron-core's builder vs permshard (time, files opened per process, written, heap; needs strace); writes docs/blend_at_scale.md
+	$(PY) benches/blend_at_scale.py --markdown docs/blend_at_scale.md
 
 bench-megatron: build $(VENV)/.dev  ## megatron-core's blended GPT datasets vs permshard on a 2e9-token corpus (4 GB in /tmp)
 	$(PY) -m pip install -q --no-deps megatron-core==0.16.1

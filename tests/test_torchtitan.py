@@ -224,3 +224,29 @@ def test_the_example_config_module_through_torchtitans_config_manager(corpus, mo
     inputs, labels = next(iter(loader))
     assert inputs["input"].shape == (config.training.local_batch_size, config.training.seq_len // 256)
     sys.modules.pop("torchtitan_permshard", None)
+
+
+def test_windows_excluded_at_a_resume_onto_another_degree_are_never_read_again(corpus, tmp_path):
+    data = " ".join(corpus)
+    taken_down, more = tmp_path / "taken_down.txt", tmp_path / "more.txt"
+    taken_down.write_text("3 17 250\n")
+    more.write_text("3 17 250 5 400 401\n")
+    first = [build(data, 2, r, infinite=False, exclude=str(taken_down)) for r in range(2)]
+    before = run_steps([iter(loader) for loader in first], steps=10)
+    dcp.save({"dataloader": first[0]}, checkpoint_id=tmp_path / "ckpt")
+    resumed = [build(data, 3, r, infinite=False, exclude=str(more)) for r in range(3)]
+    for loader in resumed:
+        dcp.load({"dataloader": loader}, checkpoint_id=tmp_path / "ckpt")
+    after = run_steps(resumed)
+    window = {p: int(first[0].dataset[p][0]) for p in range(len(first[0].dataset))}  # position -> first token
+    assert not {window[p] for p in (3, 17, 250)} & set(before + after)
+    assert not {window[p] for p in (5, 400, 401)} & set(after)  # excluded from the resume on
+    read_before = {window[p] for p in (5, 400, 401)} & set(before)
+    kept = set(window.values()) - {window[p] for p in (3, 17, 250, 5, 400, 401)} | read_before
+    assert set(before + after) == kept
+    for loader in resumed:
+        proof = loader.verify()  # the rest of the epoch: every kept window once, no excluded one
+        assert (proof.start, proof.covered) == (len(before), len(window) - 6 - len(before))
+    with pytest.raises(ValueError, match="whole numbers"):
+        (tmp_path / "bad.txt").write_text("3 x\n")
+        build(data, 1, 0, exclude=str(tmp_path / "bad.txt"))

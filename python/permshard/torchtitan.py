@@ -104,6 +104,11 @@ class ShardedDataLoader(BaseDataLoader):  # type: ignore[misc, valid-type]
         pin_memory: bool = False
         """Page-locked batches."""
 
+        exclude: str = ""
+        """A file of blend positions never to read, integers separated by white space (a
+        takedown: loader.dataset.mixture.locate(source, index) lists a window's positions).
+        A resume may name more: the newly excluded are skipped, nothing else moves."""
+
     def __init__(
         self,
         config: Config,
@@ -125,7 +130,12 @@ class ShardedDataLoader(BaseDataLoader):  # type: ignore[misc, valid-type]
             config.data_path, seq_len, config.num_samples, seed=config.seed
         )
         self.sampler = ShardedSampler(
-            self.dataset, num_replicas=dp_world_size, rank=dp_rank, seed=config.seed, shuffle=config.shuffle
+            self.dataset,
+            num_replicas=dp_world_size,
+            rank=dp_rank,
+            seed=config.seed,
+            shuffle=config.shuffle,
+            exclude=_positions_in(config.exclude) if config.exclude else None,
         )
         self.batch_sampler = StepBatchSampler(self.sampler, local_batch_size)
         self._loader = DataLoader(
@@ -179,3 +189,22 @@ class ShardedDataLoader(BaseDataLoader):  # type: ignore[misc, valid-type]
                 "torchtitan's own loader cannot continue here; exclude 'dataloader' from loading"
             )
         self.batch_sampler.load_state_dict(json.loads(state_dict[STATE_KEY]))
+
+
+def _positions_in(path: str) -> list[int]:
+    """The blend positions listed in the file ``path`` (``Config.exclude``)."""
+    try:
+        with open(path) as f:
+            words = f.read().split()
+    except OSError as e:
+        raise ValueError(
+            f"ShardedDataLoader.Config(exclude={path!r}): cannot read it ({e.strerror})"
+        ) from None
+    try:
+        return [int(w) for w in words]
+    except ValueError:
+        bad = next(w for w in words if not w.lstrip("-").isdigit())
+        raise ValueError(
+            f"ShardedDataLoader.Config(exclude={path!r}) lists {bad!r}: the file holds blend positions, "
+            "whole numbers separated by white space"
+        ) from None

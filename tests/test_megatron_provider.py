@@ -9,6 +9,7 @@ run with a stand-in module that hands it Megatron's parsed arguments."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import types
@@ -20,8 +21,8 @@ import torch
 from torch.utils.data import DataLoader
 
 import permshard.megatron
-from permshard.data import split_bounds, write_indexed
-from permshard.megatron import datasets_from_args
+from permshard.data import MixedDataset, split_bounds, write_indexed
+from permshard.megatron import add_arguments, datasets_from_args
 
 with warnings.catch_warnings():  # megatron-core warns of its own deprecations at import
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -201,3 +202,34 @@ def test_the_provider_reads_megatrons_arguments_and_tokenizer(corpus, monkeypatc
     reference = datasets_from_args(args, [64, 16, 8], EOD)
     for ours, theirs in zip((train, valid, test), reference):
         assert len(ours) == len(theirs) and torch.equal(ours[3]["tokens"], theirs[3]["tokens"])
+
+
+def test_data_phases_from_a_stages_file_and_an_online_change_survive_a_restart(corpus, tmp_path):
+    # Megatron exits the job to change a data phase; here the stages file is part of the
+    # configuration, and a change made while the job runs is written to it: a restart (the
+    # datasets built again from the same arguments) reads the same stream.
+    stages = tmp_path / "stages.json"
+    stages.write_text("[[100, [0.9, 0.1]]]")
+    parser = add_arguments(argparse.ArgumentParser())
+    flags = parser.parse_args(["--data-weight-stages", str(stages)])
+    args = megatron_args(corpus, data_weight_stages=flags.data_weight_stages)
+    web, code = corpus
+    planned = MixedDataset.from_data_path(
+        f"0.4 {web} 0.6 {code}", SEQ, 400, seed=1234, split="90,8,2", part="train",
+        stages=[(100, [0.9, 0.1]), (250, [0.0, 1.0])], documents=True, eod_id=EOD,
+    )  # fmt: skip
+    train = datasets_from_args(args, [400, 0, 0], EOD)[0]
+    train.set_weights([0.0, 1.0], start=250)  # decided while the job runs
+    assert json.loads(stages.read_text()) == [[100, [0.9, 0.1]], [250, [0.0, 1.0]]]
+    restarted = datasets_from_args(args, [400, 0, 0], EOD)[0]
+    for dataset in (train, restarted):
+        sources = dataset.blend.sources_of(range(400)).tolist()
+        assert sources == planned.sources_of(range(400)).tolist()
+        assert sources[250:] == [1] * 150 and sources[100:250].count(0) > 120
+        for i in (0, 99, 100, 249, 250, 399):
+            assert torch.equal(dataset[i]["tokens"], planned[i]["tokens"]), i
+    valid = datasets_from_args(args, [0, 40, 0], EOD)[1]
+    assert valid.blend.mixture.stages == ()  # the phases are the train blend's
+    stages.write_text('{"start": 100}')
+    with pytest.raises(ValueError, match=r"list of \[start, \[w1, w2, ...\]\] rows"):
+        datasets_from_args(args, [400, 0, 0], EOD)

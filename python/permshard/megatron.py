@@ -19,12 +19,21 @@ Samples are dicts with GPTDataset's keys and values for the same window: ``token
 ``--create-attention-mask-in-dataloader``), under ``--reset-position-ids``,
 ``--reset-attention-mask`` and ``--eod-mask-loss``.
 
+Data phases change the blend's weights at given train samples without exiting the job:
+list them in a file named by ``--data-weight-stages`` (:func:`add_arguments`, Megatron's
+``extra_args_provider``). The file is part of the run's configuration, so a restart reads
+the same stream; a change decided while the job runs (:meth:`GPTSamples.set_weights`) is
+written there too to survive the next restart.
+
 megatron-core is not a dependency of permshard: :func:`datasets_from_args` needs none of
 it; :func:`train_valid_test_datasets_provider` imports Megatron-LM's ``megatron.training``.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
 from collections.abc import Sequence
 from typing import Any, Optional
 
@@ -33,7 +42,7 @@ from torch.utils.data import Dataset
 
 from .data import MixedDataset
 
-__all__ = ["GPTSamples", "datasets_from_args", "train_valid_test_datasets_provider"]
+__all__ = ["GPTSamples", "add_arguments", "datasets_from_args", "train_valid_test_datasets_provider"]
 
 #: GPTDataset's keys, in its order (``attention_mask`` only when asked).
 KEYS = ("tokens", "labels", "attention_mask", "loss_mask", "position_ids")
@@ -50,11 +59,14 @@ class GPTSamples(Dataset[dict[str, Any]]):
     Args:
         blend (MixedDataset): a blend of ``TokenWindows(..., documents=True)``.
         part (str): ``"train"``, ``"valid"`` or ``"test"`` (Megatron's ``Split``).
+        stages_file (str, optional): the ``--data-weight-stages`` file the blend's stages
+            came from: :meth:`set_weights` adds its change there.
     """
 
-    def __init__(self, blend: MixedDataset, part: str) -> None:
+    def __init__(self, blend: MixedDataset, part: str, stages_file: Optional[str] = None) -> None:
         self.blend = blend
         self.part = part
+        self.stages_file = stages_file
 
     def __len__(self) -> int:
         return len(self.blend)
@@ -74,11 +86,77 @@ class GPTSamples(Dataset[dict[str, Any]]):
     def set_weights(self, weights: Sequence[float], *, start: int) -> None:
         """The blend's weights from sample ``start`` on (a position no rank has been
         handed yet: Megatron's ``consumed_train_samples`` plus what the loader's workers
-        prefetched), without exiting the job; see :meth:`MixedDataset.set_weights`."""
+        prefetched), without exiting the job; see :meth:`MixedDataset.set_weights`. Call
+        it on every rank that reads data. Built with ``--data-weight-stages``, the change
+        is also added to that file (by global rank 0, replacing it whole), so that a
+        restart reads the same stream; without it a restart reads the first weights on.
+
+        Args:
+            weights (sequence of float): one weight per prefix.
+            start (int): the first train sample read with them.
+        """
         self.blend.set_weights(weights, start=start)
+        if self.stages_file is None:
+            return
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized() and dist.get_rank() != 0:
+            return
+        rows = [[s, list(w)] for s, w in _weight_stages(self.stages_file)]
+        rows.append([int(start), [float(w) for w in weights]])
+        written = f"{self.stages_file}.{os.getpid()}.tmp"
+        with open(written, "w") as f:
+            json.dump(rows, f)
+        os.replace(written, self.stages_file)  # whole: a reader never sees half a file
 
     def __repr__(self) -> str:
         return f"GPTSamples(part={self.part!r}, samples={len(self):,})"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Megatron's ``extra_args_provider``: adds ``--data-weight-stages FILE``, the train
+    blend's data phases, a JSON list of ``[start, [w1, w2, ...]]`` (from train sample
+    ``start`` on, these weights, one per ``--data-path`` prefix; starts increasing).
+
+    Example::
+
+        >>> pretrain(train_valid_test_datasets_provider, model_provider, ModelType.encoder_or_decoder,
+        ...          forward_step, extra_args_provider=add_arguments)  # doctest: +SKIP
+
+    Args:
+        parser (argparse.ArgumentParser): Megatron's parser.
+    """
+    group = parser.add_argument_group("permshard")
+    group.add_argument(
+        "--data-weight-stages",
+        default=None,
+        help="JSON file of [start, [weights]]: the train blend's weights from sample start on",
+    )
+    return parser
+
+
+def _weight_stages(path: str) -> list[tuple[int, list[float]]]:
+    """The stages of a ``--data-weight-stages`` file: ``[(start, weights), ...]``.
+
+    Args:
+        path (str): the file.
+    """
+    try:
+        with open(path) as f:
+            rows = json.load(f)
+    except OSError as e:
+        raise ValueError(f"--data-weight-stages {path}: cannot read it ({e.strerror})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--data-weight-stages {path} is not JSON ({e.msg}, line {e.lineno})") from None
+    shape = isinstance(rows, list) and all(
+        isinstance(r, list) and len(r) == 2 and isinstance(r[0], int) and isinstance(r[1], list) for r in rows
+    )
+    if not shape:
+        raise ValueError(
+            f"--data-weight-stages {path} must hold a list of [start, [w1, w2, ...]] rows, e.g. "
+            "[[1000000, [0.2, 0.8]]]: from train sample start on, one weight per --data-path prefix"
+        )
+    return [(start, [float(w) for w in weights]) for start, weights in rows]
 
 
 def _words(path: Any) -> list[str]:
@@ -96,8 +174,9 @@ def datasets_from_args(
     Reads ``data_path`` (with ``split``) or ``train_data_path`` / ``valid_data_path`` /
     ``test_data_path``, ``data_args_path`` (the words in a file), ``seq_length``,
     ``seed``, ``reset_position_ids``, ``reset_attention_mask``, ``eod_mask_loss``,
-    ``create_attention_mask_in_dataloader``. A part with no samples asked, or no data,
-    is ``None``, as Megatron's builder returns it.
+    ``create_attention_mask_in_dataloader``, and ``data_weight_stages``
+    (:func:`add_arguments`: the train blend's stages). A part with no samples asked, or no
+    data, is ``None``, as Megatron's builder returns it.
 
     Args:
         args (argparse.Namespace): Megatron's ``get_args()``.
@@ -128,21 +207,19 @@ def datasets_from_args(
         eod_mask_loss=bool(args.eod_mask_loss),
         attention_mask=bool(getattr(args, "create_attention_mask_in_dataloader", False)),
     )
+    stages_file = getattr(args, "data_weight_stages", None)
     out: list[Optional[GPTSamples]] = []
     for part, path, samples in zip(PARTS, per_part, train_val_test_num_samples):
         if not samples or not (words or path):
             out.append(None)
             continue
+        stages = _weight_stages(stages_file) if stages_file and part == "train" else []
         if words:
-            split = getattr(args, "split", None) or "969,30,1"
-            blend = MixedDataset.from_data_path(
-                words, args.seq_length, int(samples), seed=args.seed, split=split, part=part, **options
-            )
-        else:
-            blend = MixedDataset.from_data_path(
-                path, args.seq_length, int(samples), seed=args.seed, **options
-            )
-        out.append(GPTSamples(blend, part))
+            options.update(split=getattr(args, "split", None) or "969,30,1", part=part)
+        blend = MixedDataset.from_data_path(
+            words or path, args.seq_length, int(samples), seed=args.seed, stages=stages, **options
+        )
+        out.append(GPTSamples(blend, part, stages_file if part == "train" else None))
     return out[0], out[1], out[2]
 
 

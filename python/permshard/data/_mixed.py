@@ -153,6 +153,7 @@ class MixedDataset(Dataset[Any]):
         *,
         weights_in: str = "samples",
         algorithm: str = MIX_ALGORITHM,
+        stages: Sequence[tuple[int, Sequence[float]]] = (),
         **windows: Any,
     ) -> MixedDataset:
         """Megatron's ``--data-path w1 p1 w2 p2 ...`` (or ``p1 p2 ...``: weights in
@@ -167,6 +168,8 @@ class MixedDataset(Dataset[Any]):
             weights_in (str, optional): ``"samples"`` or ``"tokens"``.
             algorithm (str, optional): ``"mix-v3"``, ``"mix-v2"`` or ``"mix-v1"``, as in
                 :class:`MixedDataset`.
+            stages (sequence of (int, sequence of float), optional): the weights from
+                given positions on, as in :class:`MixedDataset`. Default: none.
             **windows: passed to every ``TokenWindows`` (``split``, ``part``,
                 ``documents``, ``eod_id``, ``reset_position_ids``, ...).
 
@@ -197,7 +200,9 @@ class MixedDataset(Dataset[Any]):
         if weights is None:
             weights = [float(len(s)) for s in sources]
             weights_in = "samples"
-        return cls(sources, weights, num_samples, seed, weights_in=weights_in, algorithm=algorithm)
+        return cls(
+            sources, weights, num_samples, seed, stages=stages, weights_in=weights_in, algorithm=algorithm
+        )
 
     def fingerprint(self) -> str:
         """An identity of this blend, the same in every process and run over the same

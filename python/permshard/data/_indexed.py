@@ -90,6 +90,8 @@ def map_readonly(path: str, *, random_access: bool = False) -> npt.NDArray[np.ui
 
 
 INDEX_MAGIC = b"MMIDIDX\x00\x00"
+#: Indexes up to this size keep the map they were validated through (see MegatronIndex).
+_KEPT_INDEX_BYTES = 64 << 20
 _HEADER = struct.Struct("<9sQBQQ")  # magic, version, dtype code, sequences, document count
 #: megatron-core's ``DType`` codes.
 DTYPE_CODES: dict[int, type[np.generic]] = {
@@ -176,11 +178,10 @@ class MegatronIndex:
         self.idx_path = self.prefix + ".idx"
         self.bin_path = self.prefix + ".bin"
         try:
-            size = os.path.getsize(self.idx_path)
-            with open(self.idx_path, "rb") as f:
-                head = f.read(_HEADER.size)
+            raw = map_readonly(self.idx_path)  # the one open of the file: see below
         except OSError as e:
             raise ValueError(f"cannot open Megatron index {self.idx_path}: {e.strerror}") from None
+        size, head = len(raw), bytes(raw[: _HEADER.size])
         if not head.startswith(INDEX_MAGIC) and not INDEX_MAGIC.startswith(head):
             raise ValueError(
                 f"{self.idx_path} is not a Megatron index (bad magic {head[:9]!r}, expected "
@@ -221,8 +222,12 @@ class MegatronIndex:
             )
         self._document_count = int(count)
         self._arrays: Optional[tuple[npt.NDArray[Any], ...]] = None
-        # Validated through a map of its own, unmapped after: the pages read leave the RSS.
-        self.num_tokens = self._validate()
+        self.num_tokens = self._validate(raw)
+        # A small index keeps the map it was validated through: one open a prefix (a blend
+        # of thousands on a shared file system pays per open). A large one is unmapped: the
+        # pages the validation read leave the RSS, and arrays() maps it again when needed.
+        if size <= _KEPT_INDEX_BYTES:
+            self._arrays = self._arrays_in(raw)
 
     # Offsets in the .idx of the three arrays (none is aligned: the header is 34 bytes).
     def _layout(self) -> tuple[int, int, int]:
@@ -234,21 +239,22 @@ class MegatronIndex:
         """``(sequence_lengths, sequence_pointers, document_indices)``, read-only memmaps
         (opened lazily in each process)."""
         if self._arrays is None:
-            raw = map_readonly(self.idx_path)
-            lo, po, do = self._layout()
-            d = self._document_count
-            self._arrays = (
-                raw[lo:po].view("<i4"),
-                raw[po:do].view("<i8"),
-                raw[do : do + 8 * d].view("<i8"),
-            )
+            self._arrays = self._arrays_in(map_readonly(self.idx_path))
         lengths, pointers, documents = self._arrays
         return lengths, pointers, documents
 
-    def _validate(self) -> int:
-        """Checks the arrays in one pass over their bytes (in Rust, GIL released);
-        returns the number of tokens."""
-        raw = map_readonly(self.idx_path)
+    def _arrays_in(self, raw: npt.NDArray[np.uint8]) -> tuple[npt.NDArray[Any], ...]:
+        """The three arrays, as views of the index's bytes ``raw``."""
+        lo, po, do = self._layout()
+        return (
+            raw[lo:po].view("<i4"),
+            raw[po:do].view("<i8"),
+            raw[do : do + 8 * self._document_count].view("<i8"),
+        )
+
+    def _validate(self, raw: npt.NDArray[np.uint8]) -> int:
+        """Checks the arrays in one pass over the index's bytes ``raw`` (in Rust, GIL
+        released); returns the number of tokens."""
         lo, po, do = self._layout()
         isz, where = self.dtype.itemsize, self.idx_path
         try:
@@ -256,8 +262,6 @@ class MegatronIndex:
             end = _core.check_sequence_layout(raw[lo:po], raw[po:do], isz)
         except ValueError as e:
             raise ValueError(f"{where}: {e}; the index is corrupt, rewrite it") from None
-        finally:
-            del raw
         try:
             bin_size = os.path.getsize(self.bin_path)
         except OSError as e:

@@ -409,7 +409,7 @@ class MixedDataset(Dataset[Any]):
         layouts = {getattr(d, "batch_layout", None) for d in self.datasets}
         if None in layouts or len(layouts) > 1:
             return False
-        first_window = np.cumsum([0] + [len(d) for d in self.datasets[:-1]], dtype=np.int64)
+        first_window = np.cumsum((0, *self.mixture.sizes[:-1]), dtype=np.int64)  # the sources' lengths
         return type(self.datasets[0]).concatenate(self.datasets), first_window
 
     def __getstate__(self) -> dict[str, Any]:

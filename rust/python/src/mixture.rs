@@ -4,7 +4,7 @@
 use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 
-use permshard_core::{range_len, MixVersion, MIX_ALGORITHM};
+use permshard_core::{range_len, MixVersion};
 
 use crate::convert::{alloc, compute, int64_array, non_negative};
 use crate::errors::to_py;
@@ -25,7 +25,7 @@ impl Mixture {
     /// `stages[j] = (start, weights)`: the weights from position `start` on (the first
     /// stage starts at 0).
     #[new]
-    #[pyo3(signature = (sizes, stages, num_samples = None, seed = 0, algorithm = MIX_ALGORITHM))]
+    #[pyo3(signature = (sizes, stages, num_samples = None, seed = 0, algorithm = "mix-v3"))]
     fn new(
         sizes: Vec<u64>,
         stages: Vec<(u64, Vec<f64>)>,

@@ -119,8 +119,10 @@ class MixedDataset(Dataset[Any]):
                 )
             mixture = Mixture(sizes, weights, covering, seed, stages=stages, algorithm=algorithm)
         self.mixture = mixture
-        # The sources as one dataset (see __getitems__), or False: built on first use.
-        self._joined: Any = None
+        # The sources as one dataset (see __getitems__), or False: built here, so that
+        # DataLoader workers forked from this process start with it (a spawned one, or an
+        # unpickled copy, builds it again at its first batch).
+        self._joined: Any = self._join()
         self._changes = ScheduleChanges(mixture, as_positive("max_changes", max_changes))
         self._reader: Any = None  # the sampler reading this dataset, told by read_by()
 

@@ -236,8 +236,9 @@ class MegatronIndex:
         return lengths, pointers, pointers + 8 * self.num_sequences
 
     def arrays(self) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        """``(sequence_lengths, sequence_pointers, document_indices)``, read-only memmaps
-        (opened lazily in each process)."""
+        """``(sequence_lengths, sequence_pointers, document_indices)``, read-only views of
+        the index's map (the one validated at construction for an index up to 64 MiB, else
+        mapped at first use; in an unpickled copy, at first use)."""
         if self._arrays is None:
             self._arrays = self._arrays_in(map_readonly(self.idx_path))
         lengths, pointers, documents = self._arrays

@@ -18,7 +18,7 @@
 //! 2^16 (a walk of `2^16 / size` steps on average, no table), perm-v2 above (a walk of
 //! fewer than two). mix-v2's tables of up to 2^16 entries are cheap while all the passes a
 //! reader meets fit its store; a blend up-sampled beyond that rebuilt one at almost every
-//! random position (25× mix-v1's cost per position, measured), where mix-v3 keeps every
+//! random position (25-80× mix-v1's cost per position, measured), where mix-v3 keeps every
 //! size within mix-v1's cost.
 //!
 //! Weights are `f64` as given: each is an exact dyadic rational, and when they share a

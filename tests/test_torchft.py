@@ -8,6 +8,8 @@ the loaders' states, which names the positions read twice in a split brain."""
 from __future__ import annotations
 
 import json
+import os
+import threading
 from collections import Counter
 
 import pytest
@@ -16,7 +18,7 @@ from torchft.manager_integ_test import EventInjector
 
 import permshard
 import permshard.torchft
-from helpers.one_group import OneGroup
+from helpers.one_group import Joined, OneGroup
 from helpers.torchft_groups import Features, run_groups
 from permshard.torchft import CommittedLoader, StreamOrder, audit, share
 
@@ -202,6 +204,78 @@ def test_an_empty_batch_has_the_samples_shape():
 
     features, samples = CommittedLoader(Features(10), Healing(), batch_size=2).next_batch()
     assert features.shape == (0, 3) and features.dtype == torch.float32 and samples.shape == (0,)
+
+
+# One group alone at steps 0 and 1, joined by another from step 2 on (its batches then come
+# from positions 4, 8, 12, ...: the other reads 6, 10, ...), in order: this group's samples.
+JOINED_AT_2 = [[0, 1], [2, 3], [4, 5], [8, 9], [12, 13], [16, 17]]
+
+
+def steps_read(loader, manager, steps=6):
+    """The samples of this group's batch at each step, every step committed."""
+    out = []
+    for _ in range(steps):
+        _, samples = loader.next_batch()
+        out.append(samples.tolist())
+        manager.step += 1
+    return out
+
+
+class FailsInWorkers(Features):
+    """Features that raise in a DataLoader worker on sample ``fails`` (only the first time
+    where ``once`` names a file to create then)."""
+
+    def __init__(self, n, fails, once=None):
+        super().__init__(n)
+        self.fails, self.once = fails, once
+
+    def __getitem__(self, i):
+        if i == self.fails and torch.utils.data.get_worker_info() is not None:
+            if self.once is None or not os.path.exists(self.once):
+                if self.once is not None:
+                    open(self.once, "w").close()
+                raise OSError(f"sample {i} cannot be read")
+        return super().__getitem__(i)
+
+
+def test_a_failure_while_discarding_stale_batches_restarts_the_workers(monkeypatch):
+    # At step 2 the batches prefetched for one group are discarded in a thread; the order
+    # fails there once (as a worker's crash would): the workers start again at step 3,
+    # and no batch is handed for a read it was not fetched for.
+    real = StreamOrder.samples
+    failed = []
+
+    def samples(self, start, stop):
+        if threading.current_thread().name == "permshard-discard" and not failed:
+            failed.append(start)
+            raise RuntimeError("the order failed while discarding")
+        return real(self, start, stop)
+
+    monkeypatch.setattr(StreamOrder, "samples", samples)
+    manager = Joined(lambda step: 1 if step < 2 else 2)
+    loader = CommittedLoader(Features(40), manager, batch_size=2, shuffle=False, num_workers=2)
+    assert steps_read(loader, manager) == JOINED_AT_2 and failed
+    loader.close()
+
+
+def test_a_workers_failure_on_a_discarded_batch_is_not_the_steps():
+    manager = Joined(lambda step: 1 if step < 2 else 2)
+    loader = CommittedLoader(FailsInWorkers(40, fails=6), manager, batch_size=2, shuffle=False, num_workers=1)
+    assert steps_read(loader, manager) == JOINED_AT_2  # 6 was prefetched for one group, then dropped
+    loader.close()
+
+
+def test_a_workers_failure_on_the_steps_batch_is_raised_and_the_step_read_again(tmp_path):
+    manager = Joined(lambda step: 1 if step < 2 else 2)
+    dataset = FailsInWorkers(40, fails=8, once=str(tmp_path / "failed"))
+    loader = CommittedLoader(dataset, manager, batch_size=2, shuffle=False, num_workers=1)
+    assert steps_read(loader, manager, 3) == JOINED_AT_2[:3]
+    with pytest.raises(OSError, match="sample 8 cannot be read"):
+        loader.next_batch()  # step 3's batch, from the workers
+    assert steps_read(loader, manager, 3) == JOINED_AT_2[3:]  # step 3 again, read by new workers
+    # Recorded once: steps 0-1 from 0 by one group, steps 2-5 from 4 by two (stride 4).
+    assert loader.state_dict()["reads"] == [[0, 2, 0, 2, 2, 1, 0], [2, 4, 4, 4, 2, 2, 0]]
+    loader.close()
 
 
 def test_forged_records_fail_the_audit_naming_the_positions():

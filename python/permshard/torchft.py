@@ -44,7 +44,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler
 from torch.utils.data._utils.collate import default_collate
 
 from ._committed import ALGORITHM, Agreed, CommitLog, CommittedAudit, Read, Row, StreamOrder, audit, share
@@ -80,23 +80,54 @@ def _exit_with(trainer: int, worker_id: int) -> None:
     threading.Thread(target=watch, name="permshard-trainer-watch", daemon=True).start()
 
 
-class _Ahead(Sampler[list[int]]):
+class _Ahead(Sampler[tuple[Read, list[int]]]):
     """The batches of the steps to come if the membership stays and every step commits:
-    a DataLoader over it prefetches them. It records each batch it hands the DataLoader
-    (``issued``), in order, so a batch coming back is known by its read."""
+    a DataLoader over it prefetches them. Each batch goes to the workers with the read it
+    is for, and comes back with it (:class:`_Tagged`); ``issued`` holds the reads sent and
+    not yet received, so the loader knows whether a read is in flight."""
 
     def __init__(self, order: StreamOrder) -> None:
         self.order = order
         self.next: Optional[Read] = None
         self.issued: deque[Read] = deque()
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def __iter__(self) -> Iterator[tuple[Read, list[int]]]:
         while True:
             read = self.next
             assert read is not None, "a plan is set before the DataLoader starts"
+            indices = self.order.samples(read.start, read.start + read.length)
             self.next = read._replace(start=read.start + read.stride)
             self.issued.append(read)
-            yield self.order.samples(read.start, read.start + read.length)
+            yield read, indices
+
+
+class _Tagged(Dataset[Any]):
+    """The user's dataset in the workers: a batch of ``(read, indices)`` is read as
+    ``(read, samples)``, and :func:`_collate_tagged` keeps the read beside the batch, so a
+    batch is only ever handed for the read it was fetched for."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitems__(self, tagged: tuple[Read, list[int]]) -> tuple[Read, list[Any]]:
+        read, indices = tagged
+        return read, _samples_of(self.dataset, indices)
+
+
+def _collate_tagged(
+    collate_fn: Callable[[list[Any]], Any], fetched: tuple[Read, list[Any]]
+) -> tuple[Read, Any]:
+    read, samples = fetched
+    return read, collate_fn(samples)
+
+
+def _samples_of(dataset: Any, indices: list[int]) -> list[Any]:
+    """The dataset's samples at ``indices`` (one ``__getitems__`` call where it has one)."""
+    getitems = getattr(dataset, "__getitems__", None)
+    return getitems(indices) if getitems is not None else [dataset[i] for i in indices]
 
 
 class CommittedLoader:
@@ -204,10 +235,11 @@ class CommittedLoader:
         self._loader: Optional[DataLoader[Any]] = None
         if as_u64("num_workers", num_workers) > 0:
             self._loader = DataLoader(
-                dataset,
-                batch_sampler=self._ahead,
+                _Tagged(dataset),
+                # torch types a batch as a list of indices; these are (read, indices) for _Tagged
+                batch_sampler=self._ahead,  # type: ignore[arg-type]
                 num_workers=num_workers,
-                collate_fn=self.collate_fn,
+                collate_fn=functools.partial(_collate_tagged, self.collate_fn),
                 prefetch_factor=prefetch_factor,
                 multiprocessing_context=multiprocessing_context,
                 pin_memory=pin_memory,
@@ -215,6 +247,7 @@ class CommittedLoader:
             )
         self._batches: Optional[Iterator[Any]] = None
         self._draining: Optional[threading.Thread] = None
+        self._drain_failed = False
         self._handed: Optional[tuple[int, Read, Any]] = None  # (step, read, batch) of the last step
         self._empty: Any = None
         self._log = CommitLog()
@@ -326,10 +359,8 @@ class CommittedLoader:
         if self._loader is None:
             return self._samples(read)
         ahead = self._ahead
-        if self._draining is not None:
-            self._draining.join()
-            self._draining = None
-        if self._batches is None:  # the first step: the workers start here
+        self._join_drain()
+        if self._batches is None:  # the first step, or after a failure: the workers start here
             ahead.next = read
             self._batches = iter(self._loader)
         elif read not in ahead.issued:
@@ -337,30 +368,54 @@ class CommittedLoader:
             # go on from the next step's once the batches in flight (prefetched for the old
             # membership) are taken and discarded, in a thread, while the step computes.
             ahead.next = read._replace(start=read.start + read.stride)
-            self._draining = threading.Thread(target=self._discard, args=(len(ahead.issued),), daemon=True)
+            self._draining = threading.Thread(
+                target=self._discard, args=(len(ahead.issued),), name="permshard-discard", daemon=True
+            )
             self._draining.start()
             return self._samples(read)
-        while ahead.issued[0] != read:  # prefetched for steps that did not come
-            ahead.issued.popleft()
-            next(self._batches)
-        ahead.issued.popleft()
-        return next(self._batches)
+        try:
+            while read in ahead.issued:  # earlier ones were prefetched for steps that did not come
+                fetched, batch = next(self._batches)
+                ahead.issued.remove(fetched)
+                if fetched == read:
+                    return batch
+        except BaseException:
+            self._restart()  # the workers start again at the next step, from its read
+            raise
+        self._restart()  # in flight, but its batch never came (not reached): read it here
+        return self._samples(read)
 
     def _discard(self, count: int) -> None:
-        """Takes the first ``count`` batches in flight and drops them."""
+        """Takes the first ``count`` batches in flight and drops them. A failure here (a
+        worker's, on a batch no one reads now) is not the step's: the workers start again
+        at the next step."""
         assert self._batches is not None
-        for _ in range(count):
-            self._ahead.issued.popleft()
-            next(self._batches)
+        try:
+            for _ in range(count):
+                fetched, _ = next(self._batches)
+                self._ahead.issued.remove(fetched)
+        except BaseException:
+            self._drain_failed = True
+
+    def _join_drain(self) -> None:
+        if self._draining is not None:
+            self._draining.join()
+            self._draining = None
+        if self._drain_failed:
+            self._drain_failed = False
+            self._restart()
+
+    def _restart(self) -> None:
+        """Drops the workers' pipeline: the next fetch starts a new one at its read."""
+        self._batches = None
+        self._ahead.issued.clear()
 
     def _samples(self, read: Read) -> Any:
         """The batch of ``read``, read here."""
         return self._collate(self._order.samples(read.start, read.start + read.length))
 
     def _collate(self, indices: list[int]) -> Any:
-        getitems = getattr(self.dataset, "__getitems__", None)
-        samples = getitems(indices) if getitems is not None else [self.dataset[i] for i in indices]
-        return self.collate_fn(samples)
+        return self.collate_fn(_samples_of(self.dataset, indices))
 
     def _empty_batch(self) -> Any:
         """A batch of no sample, shaped as the dataset's (tensors and arrays of length 0)."""
@@ -416,10 +471,8 @@ class CommittedLoader:
 
     def close(self) -> None:
         """Stops the workers."""
-        if self._draining is not None:
-            self._draining.join()
-            self._draining = None
-        self._batches = None
+        self._join_drain()
+        self._restart()
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in _FIXED and name in self.__dict__:

@@ -27,3 +27,22 @@ class OneGroup:
                 return tensor
 
         return Done()
+
+
+class Joined(OneGroup):
+    """A group that commits every step it is stepped past (``step += 1``), with
+    ``groups(step)`` groups training at each step, this one first: the others join."""
+
+    def __init__(self, groups):
+        self.groups = groups
+        self.step = 0
+
+    def current_step(self):
+        return self.step
+
+    def num_participants(self):
+        return self.groups(self.step)
+
+    def allreduce(self, tensor, reduce_op=None):
+        tensor[: len(tensor) - 1] = 1.0  # every group trains; the committed count is this one's
+        return super().allreduce(tensor, reduce_op)

@@ -121,7 +121,11 @@ def test_virtual_file_of_a_billion_windows(tmp_path):
 @pytest.mark.parametrize(
     "make, text",
     [
-        (lambda p: TokenWindows(str(p / "missing.bin"), 8), "cannot open token file"),
+        (lambda p: TokenWindows(str(p / "missing.bin"), 8), "no such token file or Megatron prefix"),
+        (
+            lambda p: TokenWindows(str(p / "missing"), 8, split="90,5,5"),
+            r"neither .*missing nor .*missing\.bin",
+        ),
         (lambda p: TokenWindows(str(p / "odd.bin"), 8), "not a multiple of 2"),
         (lambda p: TokenWindows(str(p / "short.bin"), 10), r"fewer than one window of seq_len \+ 1 = 11"),
         (lambda p: TokenWindows(str(p / "short.bin"), 0), "seq_len should be a positive integer"),

@@ -57,6 +57,14 @@ class TokenFiles:
         self.indexes = [None if prefix is None else MegatronIndex(prefix) for prefix in prefixes]
         self.dtype = self._resolve_dtype(dtype)
         self.paths = [os.fspath(p) if ix is None else ix.bin_path for p, ix in zip(paths, self.indexes)]
+        missing = next(
+            (p for p, ix in zip(self.paths, self.indexes) if ix is None and not os.path.exists(p)), None
+        )
+        if missing is not None:
+            raise ValueError(
+                f"no such token file or Megatron prefix: {missing} (neither {missing} nor "
+                f"{missing}.bin + {missing}.idx exist): check the path"
+            )
         if split is not None and any(ix is None for ix in self.indexes):
             flat = next(p for p, ix in zip(self.paths, self.indexes) if ix is None)
             raise ValueError(

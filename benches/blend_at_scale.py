@@ -11,7 +11,9 @@ Megatron is tried on all the prefixes under ``ulimit -n 1024`` and under this ma
 hard limit, then measured on the first ``--few`` of them: its first rank builds the index
 caches (into a fresh folder), a second rank loads them. permshard reads the same
 ``--few``, then all of them under ``ulimit -n 1024``, each rank with 2 DataLoader
-workers (fork, then spawn) reading the first batch of 32 in a shuffled order.
+workers (fork, then spawn) reading the first batch of 32 in a shuffled order; the first
+batch is timed again through fresh DataLoaders, each beside torch's own share (the same
+workers started for a list of ints).
 
 Run: ``python benches/blend_at_scale.py [--prefixes 10000] [--few 1000] [--markdown PATH]``
 (needs megatron-core and strace).
@@ -26,6 +28,7 @@ import os
 import re
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,6 +40,8 @@ from megatron_corpus import _Tokenizer, dir_bytes, write_corpus
 SEQ = 256
 WEIGHTS = [0.15, 0.10]
 LIMIT = 1024
+#: Fresh DataLoaders whose first batch is timed, each beside torch's own share.
+REPEAT = 5
 
 
 def rss_anon_mib() -> float:
@@ -79,26 +84,44 @@ def megatron_child(paths: list[str], samples: int, cache: str) -> dict[str, Any]
     return out
 
 
-def permshard_child(paths: list[str], samples: int, start_method: str) -> dict[str, Any]:
+def permshard_child(paths: list[str], samples: int, start_method: str, repeat: int) -> dict[str, Any]:
+    """Builds the blend, then takes the first batch of ``repeat`` fresh DataLoaders, each
+    followed by torch's own share: the same workers started for a list of ints."""
     from torch.utils.data import DataLoader
 
     from permshard import ShardedBatchSampler, ShardedSampler
     from permshard.data import MixedDataset, TokenWindows
+
+    def first_batch(loader: DataLoader[Any]) -> float:
+        began = time.perf_counter()
+        batches = iter(loader)
+        next(batches)
+        taken = time.perf_counter() - began
+        del batches  # its workers stop outside the time
+        return taken
 
     heap = rss_anon_mib()
     began = time.perf_counter()
     blend = MixedDataset.from_data_path(data_path(paths), SEQ, samples, split="100,0,0")
     built = time.perf_counter() - began
     sampler = ShardedSampler(blend, num_replicas=8, rank=3, seed=1234, check_consensus=False)
-    loader = DataLoader(
-        blend,
-        batch_sampler=ShardedBatchSampler(sampler, 32),
-        collate_fn=TokenWindows.collate,
-        num_workers=2,
-        multiprocessing_context=start_method,
-    )
-    next(iter(loader))
-    return {"built_s": built, "first_s": time.perf_counter() - began, "heap_mib": rss_anon_mib() - heap}
+    workers = {"num_workers": 2, "multiprocessing_context": start_method}
+    ours, floors, grown = [], [], 0.0
+    for k in range(repeat):
+        batches = ShardedBatchSampler(sampler, 32)
+        ours.append(
+            first_batch(DataLoader(blend, batch_sampler=batches, collate_fn=TokenWindows.collate, **workers))
+        )
+        if k == 0:
+            grown = rss_anon_mib() - heap
+        floors.append(first_batch(DataLoader(list(range(1024)), batch_size=32, **workers)))
+    return {
+        "built_s": built,
+        "first_s": built + ours[0],
+        "heap_mib": grown,
+        "batch_ms": [t * 1e3 for t in ours],
+        "floor_ms": [t * 1e3 for t in floors],
+    }
 
 
 def child(args: argparse.Namespace) -> None:
@@ -109,7 +132,7 @@ def child(args: argparse.Namespace) -> None:
     if args.child == "megatron":
         result = megatron_child(paths, args.samples, args.cache)
     else:
-        result = permshard_child(paths, args.samples, args.child.split(":")[1])
+        result = permshard_child(paths, args.samples, args.child.split(":")[1], args.repeat)
     print(json.dumps(result), flush=True)
 
 
@@ -174,6 +197,7 @@ def traced(
             shutil.rmtree(cache, ignore_errors=True)
         cmd = prefix + [sys.executable, __file__, "--child", kind, "--paths", list_file]
         cmd += ["--samples", str(samples), "--cache", cache, "--limit", str(limit)]
+        cmd += ["--repeat", "1" if prefix else str(REPEAT)]  # traced: the first loader's workers only
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             errors = [
@@ -216,6 +240,7 @@ def main() -> None:
     p.add_argument("--paths", help=argparse.SUPPRESS)
     p.add_argument("--cache", help=argparse.SUPPRESS)
     p.add_argument("--limit", type=int, default=LIMIT, help=argparse.SUPPRESS)
+    p.add_argument("--repeat", type=int, default=1, help=argparse.SUPPRESS)
     args = p.parse_args()
     args.samples = int(args.samples)
     if args.child:
@@ -265,7 +290,11 @@ def main() -> None:
         first = f"{r['first_s']:.2f} s"
         if "built_s" in r:
             batch_ms = (r["first_s"] - r["built_s"]) * 1e3
-            first += f" (built in {r['built_s']:.2f} s, then the first batch in {batch_ms:.0f} ms)"
+            ours, floor = statistics.median(r["batch_ms"]), statistics.median(r["floor_ms"])
+            first += (
+                f" (built in {r['built_s']:.2f} s, then the first batch in {batch_ms:.0f} ms; "
+                f"median of {REPEAT} fresh DataLoaders {ours:.0f} ms, torch's own share {floor:.0f} ms)"
+            )
         rows.append(f"| {name} | {first} | {describe(r['processes'])} | {writes} | {r['heap_mib']:.0f} MiB |")
     print(json.dumps(sides))
     head = (

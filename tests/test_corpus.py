@@ -460,3 +460,45 @@ def test_a_worker_maps_only_the_token_files_its_batches_read(tmp_path, method):
     assert mapped == read and 1 < len(read) <= 16
     expected = torch.stack([blend[p] for p in first])
     assert torch.equal(tokens, expected)
+
+
+def test_a_batch_of_a_blend_imports_nothing_more(tmp_path):
+    # numpy's unique imports numpy.ma at its first call in a process (35 ms): that was most
+    # of each forked DataLoader worker's first batch over a blend of 10,000 prefixes.
+    import subprocess
+    import sys
+
+    prefixes = [str(tmp_path / f"part{k}") for k in range(3)]
+    for k, prefix in enumerate(prefixes):
+        corpus(prefix, n_docs=40, seed=k)
+    script = f"""
+import sys
+from permshard.data import MixedDataset, TokenWindows
+before = set(sys.modules)
+for options in ({{}}, {{"documents": True, "reset_position_ids": True, "eod_id": {EOD}}}):
+    blend = MixedDataset.from_data_path({" ".join(prefixes)!r}, 16, 500, **options)
+    TokenWindows.collate(blend.__getitems__(list(range(0, 500, 7))))
+    blend.datasets[0].byte_ranges([0, 1, 5])
+print(sorted(m for m in set(sys.modules) - before if not m.startswith("permshard")))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("megatron", [True, False])
+def test_a_file_that_changed_size_after_the_build_is_refused_at_its_first_read(tmp_path, megatron):
+    prefix = str(tmp_path / "c")
+    if megatron:
+        corpus(prefix, n_docs=50)
+    else:
+        np.arange(1000, dtype=np.uint16).tofile(prefix + ".bin")
+    ds = TokenWindows(prefix if megatron else prefix + ".bin", seq_len=8)
+    with open(prefix + ".bin", "ab") as f:
+        f.write(b"\x00\x00")
+    with pytest.raises(
+        ValueError, match=r"c\.bin changed size since the dataset was built .* build the dataset again"
+    ):
+        ds[0]
+    os.remove(prefix + ".bin")
+    with pytest.raises(ValueError, match=r"cannot open .*c\.bin: No such file"):
+        ds[0]

@@ -67,13 +67,13 @@ def map_readonly(path: str, *, random_access: bool = False) -> npt.NDArray[np.ui
         random_access (bool, optional): tell the kernel the reads are random (no
             read-ahead: shuffled windows would only waste I/O and page cache).
     """
-    size = os.path.getsize(path)
-    if size == 0:
-        return np.empty(0, dtype=np.uint8)
     if _LIBC is None:
-        return np.memmap(path, dtype=np.uint8, mode="r")
+        return np.memmap(path, dtype=np.uint8, mode="r") if os.path.getsize(path) else np.empty(0, np.uint8)
     fd = os.open(path, os.O_RDONLY)
     try:
+        size = os.fstat(fd).st_size  # of the file opened: no second lookup of the path
+        if size == 0:
+            return np.empty(0, dtype=np.uint8)
         address = _LIBC.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
     finally:
         os.close(fd)
@@ -112,7 +112,8 @@ def find_prefix(path: PathLike) -> Optional[str]:
     beside it), or ``None`` for a flat token file.
 
     Raises:
-        ValueError: ``path`` is an ``.idx`` itself, or half of a pair is missing.
+        ValueError: ``path`` is an ``.idx`` itself, or a ``.bin`` without its ``.idx``
+            (a prefix without its ``.bin``: :class:`MegatronIndex` says so).
 
     Args:
         path (str or os.PathLike): a prefix, a ``.bin`` or a flat token file.
@@ -124,12 +125,7 @@ def find_prefix(path: PathLike) -> Optional[str]:
         )
     prefix = p[:-4] if p.endswith(".bin") and os.path.exists(p[:-4] + ".idx") else p
     if os.path.exists(prefix + ".idx"):
-        if not os.path.exists(prefix + ".bin"):
-            raise ValueError(
-                f"{prefix}.bin is missing beside {prefix}.idx: a Megatron dataset is the pair "
-                "prefix.bin + prefix.idx; restore the .bin or pass another prefix"
-            )
-        return prefix
+        return prefix  # its .bin is looked for once, by MegatronIndex (a shared file system pays per lookup)
     if not os.path.exists(p) and os.path.exists(p + ".bin"):
         raise ValueError(
             f"{p}.idx is missing beside {p}.bin: a Megatron dataset is the pair prefix.bin + "
@@ -265,6 +261,11 @@ class MegatronIndex:
             raise ValueError(f"{where}: {e}; the index is corrupt, rewrite it") from None
         try:
             bin_size = os.path.getsize(self.bin_path)
+        except FileNotFoundError:
+            raise ValueError(
+                f"{self.bin_path} is missing beside {self.idx_path}: a Megatron dataset is the pair "
+                "prefix.bin + prefix.idx; restore the .bin or pass another prefix"
+            ) from None
         except OSError as e:
             raise ValueError(f"cannot open {self.bin_path}: {e.strerror}") from None
         if bin_size != end:
@@ -357,6 +358,21 @@ def split_bounds(split: Union[str, Sequence[float]], num: int) -> list[tuple[int
         else:
             out.append((int(round(lo * float(num))), int(round(hi * float(num)))))
     return out
+
+
+def distinct(values: npt.ArrayLike) -> npt.NDArray[np.int64]:
+    """``np.unique(values)`` for int64 values, sorted, without numpy's: its first call in a
+    process imports ``numpy.ma`` (35 ms), which was most of every DataLoader worker's
+    first batch.
+
+    Args:
+        values (array-like of int): the values.
+    """
+    ordered = np.sort(np.asarray(values, dtype=np.int64).ravel())
+    keep = np.empty(ordered.size, dtype=np.bool_)
+    keep[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return ordered[keep]
 
 
 def search_sorted(

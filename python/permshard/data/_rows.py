@@ -16,7 +16,7 @@ from torch.utils.data import get_worker_info
 from .. import _core
 from .._config import as_positive
 from .._guards import content_id
-from ._indexed import map_readonly
+from ._indexed import distinct, map_readonly
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -230,7 +230,7 @@ class MemmapRows:
         if advise is None or not len(indices):
             return
         record = self._record_bytes
-        rows = np.unique(np.asarray(indices, dtype=np.int64))
+        rows = distinct(indices)
         breaks = np.nonzero(np.diff(rows) > 1)[0] + 1  # runs of consecutive rows
         fd = os.open(self.path, os.O_RDONLY)
         try:

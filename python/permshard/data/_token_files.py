@@ -13,7 +13,14 @@ import numpy as np
 import numpy.typing as npt
 
 from .._config import as_u64
-from ._indexed import MegatronIndex, find_prefix, map_readonly, search_sorted, starts_with_index_magic
+from ._indexed import (
+    MegatronIndex,
+    distinct,
+    find_prefix,
+    map_readonly,
+    search_sorted,
+    starts_with_index_magic,
+)
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -124,16 +131,6 @@ class TokenFiles:
             )
         return size // self.dtype.itemsize
 
-    def _file_tokens(self, f: int) -> int:
-        """Tokens in file ``f`` now (the whole file, not only the part read)."""
-        ix = self.indexes[f]
-        if ix is None:
-            return self._tokens_in(self.paths[f])
-        try:
-            return os.path.getsize(self.paths[f]) // self.dtype.itemsize
-        except OSError as e:
-            raise ValueError(f"cannot open {self.paths[f]}: {e.strerror}") from None
-
     def _mapped(self, f: int) -> npt.NDArray[Any]:
         """File ``f``'s tokens, mapped in this process (DataLoader workers included) when a
         window of it is first read, holding no file descriptor: a blend of 10,000 files
@@ -144,14 +141,20 @@ class TokenFiles:
         if found is not None:
             return found
         path, ix = self.paths[f], self.indexes[f]
-        expected = self.sizes[f] if ix is None else ix.num_tokens
-        now = self._file_tokens(f)
-        if now != expected:
-            raise ValueError(f"{path} changed size since the dataset was built ({expected} -> {now} tokens)")
         # Globally shuffled windows are random reads: kernel read-ahead would only waste I/O
         # and page cache. A block order reads whole blocks (read_ahead).
-        raw = map_readonly(path, random_access=not self.read_ahead)
-        tokens = raw[: len(raw) - len(raw) % self.dtype.itemsize].view(self.dtype)
+        try:
+            raw = map_readonly(path, random_access=not self.read_ahead)
+        except OSError as e:
+            raise ValueError(f"cannot open {path}: {e.strerror}") from None
+        # The size of the file mapped, not of a second look at the path (one open per file).
+        expected = (self.sizes[f] if ix is None else ix.num_tokens) * self.dtype.itemsize
+        if len(raw) != expected:
+            raise ValueError(
+                f"{path} changed size since the dataset was built ({expected} -> {len(raw)} bytes): "
+                "build the dataset again"
+            )
+        tokens = raw.view(self.dtype)
         self._maps[f] = tokens
         return tokens
 
@@ -209,7 +212,7 @@ class WindowProvenance(TokenFiles):
         files, offsets = self._offsets(idx, indices)
         width, size = (self.seq_len + 1) * self.dtype.itemsize, self.dtype.itemsize
         out: dict[str, list[tuple[int, int]]] = {}
-        for f in np.unique(files):
+        for f in distinct(files):
             starts = np.sort(offsets[files == f]) * size
             ranges: list[list[int]] = []
             for start in starts.tolist():
@@ -298,7 +301,7 @@ class WindowProvenance(TokenFiles):
         input position of the windows at ``offsets``."""
         seq, isz = self.seq_len, self.dtype.itemsize
         starts = np.zeros((offsets.size, seq), dtype=np.bool_)
-        for f in np.unique(files):
+        for f in distinct(files):
             pointers = self._part_pointers(int(f))[3]
             coarse, stride = self._coarse_of(int(f))
             rows = np.flatnonzero(files == f)

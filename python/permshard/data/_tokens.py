@@ -21,6 +21,7 @@ from .._config import as_int, as_positive, as_u64
 from .._guards import content_id
 from .._hooks import epoch_of
 from ._documents import DocumentBatch, collate_items
+from ._indexed import distinct
 from ._rows import page_locked
 from ._token_files import PathLike, WindowProvenance
 
@@ -398,7 +399,7 @@ class TokenWindows(WindowProvenance, Dataset[Any]):
         if self._views is None:
             self._views = [_UNREAD] * len(self.paths)
         files = np.searchsorted(self.starts, idx[(idx >= 0) & (idx < len(self))], side="right") - 1
-        for f in np.unique(files).tolist():
+        for f in distinct(files).tolist():
             if self._views[f] is _UNREAD:
                 self._views[f] = self._mapped(f).view(np.ndarray).view(np.uint8)
         return self._views

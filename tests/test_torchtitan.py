@@ -67,10 +67,11 @@ def windows_of(paths):
     return out
 
 
-def run_steps(loaders, steps=None):
+def run_steps(loaders, steps=None, reads=None, first_step=0):
     """The global stream the ranks read, step by step, ranks in order (first tokens),
     checking each batch's inputs against its labels. ``loaders`` are loaders or their
-    iterators (a training loop iterates its loader once)."""
+    iterators (a training loop iterates its loader once). ``reads``, a dict, gets every
+    read: first token -> ``[(step, rank, position in the batch)]``, steps from ``first_step``."""
     iterators = [iter(loader) for loader in loaders]
     stream = []
     step = 0
@@ -79,10 +80,14 @@ def run_steps(loaders, steps=None):
             batches = [next(it) for it in iterators]
         except StopIteration:
             break
-        for inputs, labels in batches:
+        for rank, (inputs, labels) in enumerate(batches):
             assert set(inputs) == {"input"} and inputs["input"].shape == labels.shape
             assert torch.equal(inputs["input"][:, 1:], labels[:, :-1])
-            stream += inputs["input"][:, 0].tolist()
+            firsts = inputs["input"][:, 0].tolist()
+            stream += firsts
+            for position, token in enumerate(firsts):
+                if reads is not None:
+                    reads.setdefault(token, []).append((first_step + step, rank, position))
         step += 1
     return stream
 
@@ -116,7 +121,8 @@ def test_two_ranks_for_40_steps_then_three_continue_exactly(corpus, tmp_path):
     data = " ".join(corpus)
     uninterrupted = run_steps([build(data, 2, r, infinite=False) for r in range(2)])
     first = [build(data, 2, r, infinite=False) for r in range(2)]
-    before = run_steps([iter(loader) for loader in first], steps=40)
+    reads = {}
+    before = run_steps([iter(loader) for loader in first], steps=40, reads=reads)
     assert before == uninterrupted[: len(before)] and len(before) == 2 * 4 * 40
     states = [loader.state_dict() for loader in first]
     assert states[0] == states[1]  # one global state: the checkpointer keeps one copy
@@ -124,12 +130,19 @@ def test_two_ranks_for_40_steps_then_three_continue_exactly(corpus, tmp_path):
     resumed = [build(data, 3, r, infinite=False) for r in range(3)]
     for loader in resumed:
         dcp.load({"dataloader": loader}, checkpoint_id=tmp_path / "step-40")
-    after = run_steps(resumed)
+    after = run_steps(resumed, reads=reads, first_step=40)
     n = len(windows_of(corpus))
     assert (before + after)[:n] == uninterrupted[:n]
-    # The run's history attributes every read of a window, across the change of degree.
+    # The run's history attributes every read of every window, across the change of
+    # degree, the last step's short batches and its padding: equal to what the ranks read.
     run = permshard.Run(json_state(resumed[0]))
-    assert [r.rank for r in run.where(0, batch_size=4)] != []
+    mixture = resumed[0].dataset.mixture  # the blend's position -> (file, window)
+    for position in range(n):
+        source, window = mixture[position]
+        read = sorted(reads.pop(source * 10000 + window * SEQ))
+        assert sorted((r.step, r.rank, r.position) for r in run.where(position)) == read, position
+        assert {r.epoch for r in run.where(position)} == {0}
+    assert reads == {}
 
 
 def json_state(loader):

@@ -361,9 +361,9 @@ def split_bounds(split: Union[str, Sequence[float]], num: int) -> list[tuple[int
 
 
 def distinct(values: npt.ArrayLike) -> npt.NDArray[np.int64]:
-    """``np.unique(values)`` for int64 values, sorted, without numpy's: its first call in a
-    process imports ``numpy.ma`` (35 ms), which was most of every DataLoader worker's
-    first batch.
+    """The distinct values of ``values``, sorted, as int64: what ``np.unique`` gives,
+    without calling it (its first call in a process imports ``numpy.ma``, 35 ms: most of
+    a DataLoader worker's first batch).
 
     Args:
         values (array-like of int): the values.

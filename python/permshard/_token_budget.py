@@ -4,7 +4,6 @@ re-plans a resume and proves; this module speaks torch."""
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Optional
@@ -218,18 +217,16 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
         self._resume, self._resume_world = start, world
         self._summary: Optional[tuple[int, int, int]] = None  # the pass's (steps, padding, dropped)
 
-    def _forget_pass(self) -> None:  # the steps handed out in the pass being run
-        # Each window the pass entered: the steps handed out before it and where its plan
-        # started. Any count of handed steps maps back to a resume point: O(windows).
-        self._entered: list[int] = []
-        self._window_starts: list[_core.BudgetStart] = []
-        self._handed = 0
+    def _forget_pass(self) -> None:
+        # The core's walk through the pass being run: its batches, and the resume point
+        # after any count of them.
+        self._batches: Optional[_core.BudgetBatches] = None
         self._loader: Optional[LoaderCount] = None  # what the DataLoader pulling the batches handed out
 
     def __getstate__(self) -> dict[str, Any]:
         if not self._settled:  # a started pass is accounted for first (a copy does not resume it again)
             self._settle()
-        unpicklable = ("_planner", "_window_starts", "_entered", "_loader", "_resume", "_summary")
+        unpicklable = ("_planner", "_batches", "_loader", "_resume", "_summary")
         state = {k: v for k, v in self.__dict__.items() if k not in unpicklable}
         r = self._resume
         state["_resume"] = {"window": r.window, "steps": r.steps, "taken": r.taken}
@@ -260,19 +257,10 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
 
     def __iter__(self) -> Iterator[Any]:
         loader = self._begin_pass()  # at the first next(): a generator
-        pass_ = self._pass()
-        start = pass_.start
+        batches = _core.BudgetBatches(self._pass(), self.rank, as_array=self.as_array)
         self._forget_pass()
-        self._loader = loader  # what it hands the loop is consumed
-        for k in range(start.window, self._planner.windows):
-            first = start if k == start.window else _core.BudgetStart(self._planner, k)
-            plan = pass_.plan(k)
-            self._entered.append(self._handed)
-            self._window_starts.append(first)
-            for s in range(first.steps, plan.steps):
-                self._handed += 1
-                batch = plan.batch(s, self.rank)
-                yield batch if self.as_array else batch.tolist()
+        self._batches, self._loader = batches, loader  # what it hands the loop is consumed
+        yield from batches
 
     def __len__(self) -> int:
         """Batches per rank in this epoch (from the resume point): the core plans every
@@ -316,8 +304,12 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
 
     # -- the lifecycle's questions (PassLifecycle) ------------------------------------------
 
+    def _handed(self) -> int:
+        """Batches handed out in the pass being run."""
+        return 0 if self._batches is None else self._batches.handed
+
     def _pass_started(self) -> bool:
-        return self._handed > 0
+        return self._handed() > 0
 
     def _resuming(self) -> bool:
         r = self._resume
@@ -362,22 +354,18 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
                 what its workers prefetched; without a DataLoader, the batches this rank
                 handed out; pass the loop's count when a wrapper draws batches ahead).
         """
+        handed = self._handed()
         if consumed_steps is None:
-            counted = None if self._loader is None else self._loader.batches(self._handed)
-            done = self._handed if counted is None else counted
+            counted = None if self._loader is None else self._loader.batches(handed)
+            done = handed if counted is None else counted
         else:
             done = as_int("consumed_steps", consumed_steps)
-        if not 0 <= done <= self._handed:
+        if not 0 <= done <= handed:
             raise ValueError(
-                f"consumed_steps must be in [0, {self._handed}] (batches this rank handed out in "
+                f"consumed_steps must be in [0, {handed}] (batches this rank handed out in "
                 f"this pass), got {done}"
             )
-        if done == 0:
-            start = self._pass().start
-        else:  # in the last window entered before step `done`
-            w = bisect.bisect_left(self._entered, done) - 1
-            first = self._window_starts[w]
-            start = first.after(first.steps + done - self._entered[w])
+        start = self._pass().start if self._batches is None else self._batches.resume_point(done)
         state = self.config.state_dict(start)
         state["dataset"] = self._fingerprint()  # a resume over other lengths is refused
         return state

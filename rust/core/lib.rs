@@ -61,8 +61,8 @@ use proofs::{bitmap_proof, coverage, fingerprint, inverse_proof, verdict};
 pub use bitmap_proof::verify;
 pub use block::{BlockPermutation, BLOCK_ALGORITHM, BLOCK_ALGORITHMS};
 pub use budget::{
-    window_seed, BudgetShare, BudgetStart, BudgetSummary, Lengths, TokenBudget, WindowPlan,
-    WindowProof, BUDGET_ALGORITHM, BUDGET_ALGORITHMS,
+    window_seed, BudgetBatches, BudgetShare, BudgetStart, BudgetSummary, Lengths, TokenBudget,
+    WindowPlan, WindowProof, BUDGET_ALGORITHM, BUDGET_ALGORITHMS,
 };
 pub use coverage::{judge_coverage, CoverageShare};
 pub use dealing::{Dealing, Layout, Pass};

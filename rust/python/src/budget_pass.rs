@@ -4,10 +4,12 @@
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use permshard_core::{BudgetPass, BudgetShare, BudgetStart, PassPlan};
+use std::sync::Mutex;
+
+use permshard_core::{BudgetBatches, BudgetPass, BudgetShare, BudgetStart, PassPlan};
 
 use crate::budget::{with_lengths, PyBudgetStart, PyWindowPlan, TokenBudget};
-use crate::convert::compute;
+use crate::convert::{compute, int64_array};
 use crate::errors::to_py;
 use crate::verify::{counter, Progress, PyCoverageShare, PyVerdict};
 
@@ -223,4 +225,72 @@ impl PyBudgetPass {
     fn judge_coverage(&self, rows: Vec<Vec<u64>>) -> PyResult<PyVerdict> {
         Err(self.check_method("fingerprint").unwrap_err())
     }
+}
+
+/// One rank's batches of a pass, a window planned at a time as they are handed out (GIL
+/// released), and the resume point after any number of them: the core's `BudgetBatches`.
+#[pyclass(frozen, module = "permshard._core", name = "BudgetBatches")]
+pub struct PyBudgetBatches {
+    pass: Py<PyBudgetPass>,
+    walk: Mutex<BudgetBatches>,
+    as_array: bool,
+}
+
+#[pymethods]
+impl PyBudgetBatches {
+    /// Rank `rank`'s batches of `pass`, each a list of ints (an int64 array with `as_array`).
+    #[new]
+    #[pyo3(signature = (pass_, rank, as_array = false))]
+    fn new(py: Python<'_>, pass_: Py<PyBudgetPass>, rank: u64, as_array: bool) -> PyResult<Self> {
+        let of = pass_.get();
+        let walk = on_pass!(of, py, pass => BudgetBatches::new(&pass, rank).map_err(to_py))?;
+        Ok(PyBudgetBatches {
+            pass: pass_,
+            walk: Mutex::new(walk),
+            as_array,
+        })
+    }
+
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let pass = self.pass.get();
+        let window = pass.budget.get().inner.window();
+        let mut walk = self.walk.lock().map_err(|_| poisoned())?;
+        let walk = &mut *walk;
+        let items = if walk.plans_next(pass.world) {
+            window
+        } else {
+            0
+        };
+        let batch = on_pass!(pass, py, p => compute(py, items, || walk.next(&p)).map_err(to_py))?;
+        match batch {
+            None => Ok(None),
+            Some(batch) if self.as_array => Ok(Some(int64_array(py, 1 << 63, batch)?.into_any())),
+            Some(batch) => Ok(Some(batch.into_pyobject(py)?.into_any())),
+        }
+    }
+
+    /// Batches handed out so far.
+    #[getter]
+    fn handed(&self) -> PyResult<u64> {
+        Ok(self.walk.lock().map_err(|_| poisoned())?.handed())
+    }
+
+    /// Where the pass resumes once every rank took its first `done` batches (at most
+    /// `handed`).
+    fn resume_point(&self, done: u64) -> PyResult<PyBudgetStart> {
+        let walk = self.walk.lock().map_err(|_| poisoned())?;
+        let inner = walk.resume_point(done).map_err(to_py)?;
+        Ok(PyBudgetStart { inner })
+    }
+}
+
+/// A walk whose lock a panicking thread held: refused, never read half-updated.
+fn poisoned() -> PyErr {
+    PyValueError::new_err(
+        "this pass's batches were interrupted by a failure: iterate the sampler again",
+    )
 }

@@ -30,7 +30,7 @@ mod _core {
     #[pymodule_export]
     use super::budget::{BudgetEpoch, PyBudgetStart, PyWindowPlan, TokenBudget};
     #[pymodule_export]
-    use super::budget_pass::{PyBudgetPass, PyBudgetShare};
+    use super::budget_pass::{PyBudgetBatches, PyBudgetPass, PyBudgetShare};
     #[pymodule_export]
     use super::errors::ShardingError;
     #[pymodule_export]

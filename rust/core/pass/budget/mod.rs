@@ -22,10 +22,12 @@ use crate::order::{Identity, Order};
 use crate::permutation::Permutation;
 use crate::state::BudgetEpoch;
 
+mod batches;
 mod proof;
 mod start;
 mod summary;
 
+pub use batches::BudgetBatches;
 pub use proof::{BudgetShare, WindowProof};
 pub use start::BudgetStart;
 pub use summary::BudgetSummary;

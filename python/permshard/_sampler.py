@@ -144,7 +144,6 @@ class ShardedSampler(PassLifecycle, ShardFields, DistributedSampler[int], Proven
             permutation=algorithm,
             exclude=exclude,
         )
-        self._partitions: dict[tuple[Any, ...], _core.Partition] = {}
         self._pass: Optional[SamplerPass] = None
         # The run: its history (a segment per change) and where the next pass starts.
         self._run = _core.Run(self.config.sharding())
@@ -199,21 +198,9 @@ class ShardedSampler(PassLifecycle, ShardFields, DistributedSampler[int], Proven
     # -- iteration -------------------------------------------------------------------------
 
     def _partition(self, epoch: int, start: int) -> _core.Partition:
+        # The current epoch's order is built once, by the core's epoch the configuration keeps.
         config = self.config if epoch == self.config.epoch else self.config.replace(epoch=epoch)
-        return self._partition_of(config, start)
-
-    def _partition_of(self, config: ShardConfig, start: int) -> _core.Partition:
-        # Only the epoch and the dealing vary between the configurations asked for here
-        # (load_state_dict, which may change the order, empties the cache).
-        key = (config.epoch, config.dealing, config.batch_size, config.drop_last_batch, start)
-        cached = self._partitions.get(key)
-        if cached is None:
-            cached = config.partition(start)
-            # Small n builds a lookup table: keep the last few partitions, not one per call.
-            if len(self._partitions) >= 4:
-                self._partitions.pop(next(iter(self._partitions)))
-            self._partitions[key] = cached
-        return cached
+        return config.partition(start)
 
     def _check_dataset_unchanged(self) -> None:
         if isinstance(self.dataset, int):
@@ -245,7 +232,7 @@ class ShardedSampler(PassLifecycle, ShardFields, DistributedSampler[int], Proven
         if reader is not None:  # a dataset that checks how it is read, and changes against it
             reader.read_by(self)
         start = self._run.resume_point
-        part = self._partition_of(config, start)
+        part = config.partition(start)
         dealt = config.replace(**dealing) if dealing else config
         previous = self._pass.consumed() if self._pass is not None and self._run.is_open else None
         self._run.begin(dealt.sharding(), start, previous)
@@ -386,7 +373,9 @@ class ShardedSampler(PassLifecycle, ShardFields, DistributedSampler[int], Proven
                 ``batch_size``, ``drop_last_batch``).
         """
         config = self.config.replace(**dealing)
-        return self._partition_of(config, self._pass_start()), config
+        # The same order (built once), dealt another way.
+        dealt = self.config.sharding().with_dealing(config.dealing, config.batch_size, config.drop_last_batch)
+        return dealt.partition(self._pass_start()), config
 
     def describe(self) -> dict[str, Any]:
         """The configuration every rank must agree on (without ``rank``)."""
@@ -461,19 +450,17 @@ class ShardedSampler(PassLifecycle, ShardFields, DistributedSampler[int], Proven
         if schedule is not None:
             cast(HasSchedule, self.dataset).load_schedule(schedule)
         self.__dict__["config"] = config
-        self._partitions = {}  # the order may have changed (the state's permutation)
         run.resume_at(start)
         self._pass = None
         self._run = run
         self._state_loaded()  # every rank must agree on the new resume point
 
     def __getstate__(self) -> dict[str, Any]:
-        # Native partitions and a pass in progress are rebuilt on demand, not pickled; a
-        # started pass is accounted for first (a copy does not resume it again).
+        # A pass in progress is rebuilt on demand, not pickled; a started pass is accounted
+        # for first (a copy does not resume it again).
         if not self._settled:
             self._settle()
         state = dict(self.__dict__)
-        state["_partitions"] = {}
         state["_pass"] = None
         stop = self._pass.consumed() if self._pass is not None else None
         if stop is not None and self._run.is_open:  # the copy's history ends where this pass is

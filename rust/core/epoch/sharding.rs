@@ -154,12 +154,18 @@ impl Sharding {
     /// `start` consumed positions. A `start` past the end leaves nothing to deal (a state
     /// saved by more ranks, whose padding went further, resumed by fewer).
     pub fn partition(&self, start: u64) -> Result<Partition, Error> {
+        self.partition_over(self.order()?, start)
+    }
+
+    /// As [`Sharding::partition`], over `order`: this epoch's [`Sharding::order`], built
+    /// once by a caller that keeps it (a small `n` builds a lookup table).
+    pub fn partition_over(&self, order: Order, start: u64) -> Result<Partition, Error> {
         Partition::dealt(
             self.kept(),
             self.spec.num_replicas,
             start,
             self.spec.drop_last,
-            self.order()?,
+            order,
             self.dealing,
         )
     }

@@ -1,10 +1,12 @@
 //! `_core.Sharding`: what an epoch is (fields, order, algorithm id, resume limit, dealing).
 
+use std::sync::OnceLock;
+
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use permshard_core::{Dealing, EpochSpec};
+use permshard_core::{Dealing, EpochSpec, Order};
 
 use crate::convert::Fields;
 use crate::errors::to_py;
@@ -12,9 +14,30 @@ use crate::exclusion::Exclusions;
 use crate::partition::Partition;
 use crate::state::{config_fields, from_mapping, to_dict};
 
+/// An epoch, and its order once a partition needed it (kept: a small `n` builds a lookup
+/// table; another dealing of the same epoch shares it).
 #[pyclass(frozen, module = "permshard._core", name = "Sharding")]
 pub struct Sharding {
     pub inner: permshard_core::Sharding,
+    order: OnceLock<Order>,
+}
+
+impl Sharding {
+    fn of(inner: permshard_core::Sharding) -> Self {
+        Sharding {
+            inner,
+            order: OnceLock::new(),
+        }
+    }
+
+    /// This epoch's order, built at the first call.
+    fn order(&self) -> PyResult<Order> {
+        if let Some(order) = self.order.get() {
+            return Ok(order.clone());
+        }
+        let order = self.inner.order().map_err(to_py)?;
+        Ok(self.order.get_or_init(|| order).clone())
+    }
 }
 
 #[pymethods]
@@ -50,20 +73,32 @@ impl Sharding {
                 }
             },
         };
-        Ok(Sharding { inner })
+        Ok(Sharding::of(inner))
     }
 
     /// The same epoch's fields with another epoch number (no field is read again).
     fn with_epoch(&self, epoch: u64) -> Sharding {
-        Sharding {
-            inner: permshard_core::Sharding {
-                spec: EpochSpec {
-                    epoch,
-                    ..self.inner.spec
-                },
-                ..self.inner.clone()
+        Sharding::of(permshard_core::Sharding {
+            spec: EpochSpec {
+                epoch,
+                ..self.inner.spec
             },
-        }
+            ..self.inner.clone()
+        })
+    }
+
+    /// The same epoch dealt by `dealing` in batches of `batch_size` (its order shared).
+    fn with_dealing(
+        &self,
+        dealing: &str,
+        batch_size: u64,
+        drop_last_batch: bool,
+    ) -> PyResult<Sharding> {
+        let dealing = Dealing::new(dealing, batch_size, drop_last_batch).map_err(to_py)?;
+        Ok(Sharding {
+            inner: self.inner.clone().with_dealing(dealing),
+            order: self.order.clone(),
+        })
     }
 
     /// The epoch number.
@@ -121,7 +156,7 @@ impl Sharding {
     fn from_state(state: &Bound<'_, PyAny>, strict: bool) -> PyResult<(Sharding, u64)> {
         let (inner, consumed) =
             permshard_core::Sharding::from_state(&from_mapping(state)?, strict).map_err(to_py)?;
-        Ok((Sharding { inner }, consumed))
+        Ok((Sharding::of(inner), consumed))
     }
 
     /// The fields a configuration is built from (`ShardConfig(**fields)`); with
@@ -150,7 +185,10 @@ impl Sharding {
     /// The split across ranks of positions `[start, ...)`.
     #[pyo3(signature = (start = 0))]
     fn partition(&self, start: u64) -> PyResult<Partition> {
-        let inner = self.inner.partition(start).map_err(to_py)?;
+        let inner = self
+            .inner
+            .partition_over(self.order()?, start)
+            .map_err(to_py)?;
         Ok(Partition { inner })
     }
 }

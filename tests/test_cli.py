@@ -130,7 +130,7 @@ def test_bench_smoke(tmp_path):
         assert row["per_index_ratio"] == pytest.approx(ours["ns_per_index"] / theirs["ns_per_index"])
     assert "| 1,000 |" in md.read_text() and png.read_bytes()[:4] == b"\x89PNG"
     # Without --json, the same rows for people (each measurement is a fresh process: not rerun).
-    from permshard._bench import HEADER, format_row
+    from permshard._demo import HEADER, format_row
 
     assert "first index" in HEADER and "1,000" in format_row(results["rows"][0])
 

@@ -14,7 +14,8 @@ from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Subse
 import permshard
 from helpers import native
 from permshard import ShardConfig, ShardedSampler, ShardingError, _core, check_loader, verify
-from permshard._guards import check_not_presharded, dataset_fingerprint
+from permshard._guards import check_not_presharded
+from permshard._hooks import dataset_fingerprint
 
 BOUNDARY_N = [1, 2, 3, 7, 2**10 - 1, 2**10, 2**10 + 1, 2**16 - 1, 2**16, 2**16 + 1, 2**20, 2**20 + 1]
 

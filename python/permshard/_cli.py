@@ -370,15 +370,15 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from ._bench import main as bench_main
+    from ._demo import bench
 
-    return bench_main(args.n, args.json, args.markdown, args.plot)
+    return bench(args.n, args.json, args.markdown, args.plot)
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from ._demo import main as demo_main
+    from ._demo import demo
 
-    return demo_main(args.ranks, args.resume_ranks)
+    return demo(args.ranks, args.resume_ranks)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -29,7 +29,8 @@ import torch.distributed as dist
 from . import _core
 from ._config import EpochConfig, as_int
 from ._core import ShardingError
-from ._guards import FIX_DOUBLE_SPLIT, dataset_fingerprint, digest, double_split, subset_progression
+from ._guards import FIX_DOUBLE_SPLIT, double_split, subset_progression
+from ._hooks import dataset_fingerprint, digest
 
 MeshDim = Union[str, tuple[str, ...], list[str]]
 

@@ -1,21 +1,37 @@
-"""Guards against reading the wrong data: splitting it twice (a per-rank shard handed to a
-sampler that splits it again, accelerate's wrapper around a permshard sampler, a DataLoader
-whose chain splits more than once), and resuming over another dataset (its fingerprints:
-the cheap one every rank agrees on, the stable one a state dict records)."""
+"""Splitting the data exactly once: guards against splitting it twice (a per-rank shard
+handed to a sampler that splits it again, accelerate's wrapper around a permshard sampler, a
+DataLoader whose chain splits more than once), and the one adapter behind every framework
+integration (accelerate, Ray Train, the HF Trainer, grain, torchtitan): which samplers a
+prepared loader keeps, which it replaces and which it refuses; the check that what it keeps
+splits over the framework's world; what a rebuilt DataLoader keeps of the loader it
+replaces; and the import of a framework permshard does not depend on. Each integration
+module is a thin shim over these.
+
+The adapter's policy, the same in every framework:
+
+* permshard's samplers and batch samplers are kept, their world checked against the
+  framework's;
+* a ``DistributedSampler`` is replaced by the equivalent :class:`~permshard.ShardedSampler`
+  (its world checked; its dataset, ``shuffle``, ``seed``, ``drop_last`` and epoch kept):
+  sharded once, O(1) memory, proven, resumable;
+* torch's default samplers (``shuffle=True`` / ``False``) by a ``ShardedSampler`` over the
+  framework's world, shuffled as they were;
+* any other sampler is refused (it would read the whole dataset on every rank).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import hashlib
+import importlib
 import math
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence, Sized
+from collections.abc import Iterator, Sequence, Sized
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Optional
 
-import numpy as np
 import torch.distributed as dist
-from torch.utils.data import DistributedSampler, Subset
+from torch.utils.data import DistributedSampler, RandomSampler, SequentialSampler, Subset
 
 from . import _core
 from ._config import ShardConfig, as_u64
@@ -23,6 +39,8 @@ from ._core import ShardingError
 
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader
+
+    from ._sampler import ShardedSampler
 
 FIX_DOUBLE_SPLIT = "shard once: pass the full dataset, or use num_replicas=1 on a pre-sharded dataset"
 
@@ -254,116 +272,137 @@ def check_loader(dataloader: DataLoader[Any], total: Optional[int] = None) -> in
     return drawn
 
 
-def _plain(value: Any, depth: int = 0) -> bool:
-    """Whether ``repr(value)`` depends on the value only: numbers, strings, bytes, and
-    shallow lists, tuples and dicts of them."""
-    if value is None or isinstance(value, (bool, int, float, str, bytes)):
-        return True
-    if depth < 2 and isinstance(value, (list, tuple)):
-        return all(_plain(v, depth + 1) for v in value)
-    if depth < 2 and isinstance(value, dict):
-        return all(_plain(k, depth + 1) and _plain(v, depth + 1) for k, v in value.items())
-    return False
+# -- the adapter behind every framework integration ------------------------------------
 
 
-def dataset_fingerprint(dataset: Any) -> dict[str, Any]:
-    """A cheap identity of ``dataset``: its type, length and, when cheap, a content hash
-    (Subset indices, range bounds, a sequence's first and last items, an HF fingerprint).
+#: The DataLoader arguments a rebuilt loader keeps (read from the loader's attributes).
+KEPT = (
+    "num_workers",
+    "collate_fn",
+    "pin_memory",
+    "timeout",
+    "worker_init_fn",
+    "generator",
+    "multiprocessing_context",
+    "prefetch_factor",
+    "persistent_workers",
+    "pin_memory_device",
+    "in_order",
+)
 
-    Args:
-        dataset: a dataset, or an int (a length).
-    """
-    if isinstance(dataset, int):
-        return {"type": "int", "len": dataset, "content": None}
-    kind = f"{type(dataset).__module__}.{type(dataset).__qualname__}"
-    content: Optional[str] = None
-    h = hashlib.blake2b(digest_size=8)
-    with contextlib.suppress(Exception):
-        if isinstance(dataset, Subset):
-            indices = dataset.indices
-            if isinstance(indices, range):
-                h.update(repr(indices).encode())
-            elif len(indices) <= 10_000_000:
-                h.update(repr(list(map(int, indices))).encode())
-            content = h.hexdigest()
-        elif isinstance(dataset, range):
-            content = repr(dataset)
-        elif isinstance(dataset, (list, tuple)):
-            probe = list(dataset[:4]) + list(dataset[-4:])
-            # Only plain values: a repr with an address or random synthetic tensors would
-            # make identical (or harmlessly different) datasets look like a split.
-            if all(_plain(item) for item in probe):
-                h.update(repr(probe).encode())
-                content = h.hexdigest()
-        elif isinstance(getattr(dataset, "_fingerprint", None), str):
-            content = dataset._fingerprint
-    return {"type": kind, "len": len(dataset), "content": content}
+#: Arguments torch refuses without workers.
+_WORKERS_ONLY = ("multiprocessing_context", "prefetch_factor", "persistent_workers")
 
 
-def stable_fingerprint(dataset: Any) -> Optional[str]:
-    """An identity of ``dataset``'s content that is the same in every process and every
-    run over the same data, or ``None`` where it has none: a Hugging Face dataset's own
-    fingerprint, or ``fingerprint()`` of permshard's datasets (token files and Megatron
-    prefixes by their names and sizes, memmapped rows, mixtures of them). A state dict
-    records it, and a resume over another dataset of the same length is refused.
+def kept_options(loader: Any) -> dict[str, Any]:
+    """The arguments ``loader`` was built with that a loader of the same data on another
+    sampler keeps: its workers and their options, collation, pinning, ordering.
 
     Args:
-        dataset: a dataset, or an int (a length).
+        loader (DataLoader): the loader being replaced.
     """
-    own = getattr(dataset, "fingerprint", None)
-    if callable(own):
-        value = own()
-        return value if isinstance(value, str) else None
-    hf = getattr(dataset, "_fingerprint", None)
-    return hf if isinstance(hf, str) else None
+    kept = {name: getattr(loader, name) for name in KEPT if hasattr(loader, name)}
+    if not kept.get("num_workers"):
+        for name in _WORKERS_ONLY:
+            kept.pop(name, None)
+    return kept
 
 
-def content_id(*parts: Any) -> str:
-    """A dataset's ``fingerprint()`` from plain values that identify its content (file
-    names, sizes, options): 16 hex digits.
+def check_group(world: int, framework: str, fix: str) -> None:
+    """Raises ``ShardingError`` when torch.distributed runs a process group of another size
+    than the framework's data-parallel world and no device mesh says which processes share
+    a data-parallel rank: the framework would have each process read as if it were the
+    only one (every sample read by every process), or split what another split already.
 
     Args:
-        *parts: plain data (numbers, strings, tuples and lists of them).
+        world (int): the data-parallel ranks the framework counts.
+        framework (str): the framework's name, for the message.
+        fix (str): what makes the framework join the group, for the message.
     """
-    return f"{digest(parts):016x}"
-
-
-def check_same_dataset(
-    state: Mapping[str, Any], now: Optional[str], hint: Optional[Callable[[str], Optional[str]]] = None
-) -> None:
-    """Raises ValueError when ``state`` recorded a dataset's fingerprint (its ``"dataset"``
-    key; states of earlier releases record none) and the dataset read now has another,
-    ``now`` (``None``: it has none to compare).
-
-    Args:
-        state (Mapping): a state dict.
-        now (str, optional): the fingerprint of the dataset the sampler reads now.
-        hint (callable, optional): the dataset's ``fingerprint_hint``: the fix, where the
-            saved fingerprint is the same data under another setting.
-    """
-    if "dataset" not in state:
+    if not (dist.is_available() and dist.is_initialized()):
         return
-    saved = state["dataset"]
-    if not isinstance(saved, str):
-        raise TypeError(f"state_dict['dataset'] must be a str (a dataset's fingerprint), got {saved!r}")
-    if now is not None and now != saved:
-        fix = hint(saved) if hint is not None else None
-        if fix is not None:
-            raise ValueError(f"state_dict was saved over this dataset {fix}")
-        raise ValueError(
-            f"state_dict was saved over another dataset (fingerprint {saved}, this dataset's is "
-            f"{now}), though of the same length: its resume point would read other samples. "
-            "Build the sampler over the dataset the state was saved with; to resume over a "
-            "changed dataset on purpose, remove the state's 'dataset' key"
+    size = dist.get_world_size()
+    if size != world:
+        harm = (
+            f"each sample would be read by {size // world} processes"
+            if size > world
+            else f"{world - size} of its ranks' shares would never be read"
+        )
+        raise ShardingError(
+            f"{framework} counts {world} data-parallel process(es), but torch.distributed's "
+            f"process group has {size}: {harm}. {fix}"
         )
 
 
-def digest(value: Any) -> int:
-    """A 64-bit digest of ``repr(value)`` (plain data only), or of the bytes of an array,
-    for fixed-size collectives.
+def check_world(sampler: Any, world: int, rank: int, framework: str) -> None:
+    """Raises ``ShardingError`` unless ``sampler`` splits over ``world`` ranks as ``rank``
+    (a ``ShardedBatchSampler``'s split is its ``ShardedSampler``'s).
 
     Args:
-        value: plain data (numbers, strings, tuples of them) or a numpy array.
+        sampler: a permshard sampler or batch sampler, or a ``DistributedSampler``.
+        world (int): the framework's data-parallel ranks.
+        rank (int): this process's rank among them.
+        framework (str): the framework's name, for the message (``"Ray Train"``).
     """
-    data = value.tobytes() if isinstance(value, np.ndarray) else repr(value).encode()
-    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+    from ._batch_sampler import ShardedBatchSampler  # built on this module's guards
+
+    if isinstance(sampler, ShardedBatchSampler):
+        sampler = sampler.sampler
+    if (sampler.num_replicas, sampler.rank) != (world, rank):
+        raise ShardingError(
+            f"the {type(sampler).__name__} splits across num_replicas={sampler.num_replicas} as rank "
+            f"{sampler.rank}, but {framework} has {world} data-parallel ranks and this process is "
+            f"rank {rank} of them: leave num_replicas and rank unset (they come from the process "
+            "group the framework starts; with model parallelism, build the sampler over the "
+            "data-parallel dims of the device mesh)"
+        )
+
+
+def sharded_sampler(sampler: Any, dataset: Any, world: int, rank: int, framework: str) -> ShardedSampler:
+    """The ``ShardedSampler`` a prepared loader reads ``dataset`` through, by the policy of
+    this module, for a loader whose item sampler is ``sampler``.
+
+    Args:
+        sampler: the loader's sampler (of items, not of batches).
+        dataset: the loader's dataset.
+        world (int): the framework's data-parallel ranks.
+        rank (int): this process's rank among them.
+        framework (str): the framework's name, for messages.
+
+    Raises:
+        ShardingError: a sharded sampler splits over another world than the framework's.
+        TypeError: a custom sampler, which permshard cannot shard.
+    """
+    from ._sampler import ShardedSampler  # built on this module's guards
+
+    if isinstance(sampler, ShardedSampler):
+        check_world(sampler, world, rank, framework)
+        return sampler
+    if isinstance(sampler, DistributedSampler):
+        check_world(sampler, world, rank, framework)
+        equivalent = ShardedSampler(
+            dataset, world, rank, shuffle=sampler.shuffle, seed=sampler.seed, drop_last=sampler.drop_last
+        )
+        equivalent.set_epoch(sampler.epoch)
+        return equivalent
+    if type(sampler) in (RandomSampler, SequentialSampler):
+        return ShardedSampler(dataset, world, rank, shuffle=isinstance(sampler, RandomSampler))
+    raise TypeError(
+        f"cannot shard a DataLoader whose sampler is a {type(sampler).__name__} (it would read the "
+        "whole dataset on every rank): build it on sampler=permshard.ShardedSampler(dataset) (or a "
+        "permshard batch sampler), or shuffle=True/False"
+    )
+
+
+def optional_import(module: str, package: str) -> ModuleType:
+    """``module`` of a framework permshard does not depend on, or an ``ImportError`` naming
+    the package to install.
+
+    Args:
+        module (str): the module to import (``"grain"``).
+        package (str): what ``pip install`` takes for it.
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ImportError(f"this part of permshard needs {package}: pip install {package}") from e

@@ -18,11 +18,17 @@ a :class:`typing.Protocol` and read only through the functions below:
 * ``read_by(sampler)`` (:class:`ReadBy`): told which sampler reads it, as a pass starts.
 * ``schedule_state()`` and ``load_schedule(state)`` (:class:`HasSchedule`): run-time
   changes that a sampler's state dict carries (``MixedDataset``'s weights).
+
+And a dataset's identity, by which a resume over another dataset is refused: the cheap
+fingerprint every rank agrees on (:func:`dataset_fingerprint`), the stable one a state dict
+records (:func:`stable_fingerprint`, a dataset's own ``fingerprint()``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence, Sized
+import contextlib
+import hashlib
+from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from numbers import Integral
 from typing import Any, Optional, Protocol, cast
 
@@ -272,3 +278,123 @@ class WindowPrefetch:
             end = self.window_end(self.announced)
             self.dataset.prefetch(self.part.take_list(self.rank, self.announced, end))
             self.announced = end
+
+
+# -- a dataset's identity: what a resume checks it reads the same data by ------------------
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    """Whether ``repr(value)`` depends on the value only: numbers, strings, bytes, and
+    shallow lists, tuples and dicts of them."""
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return True
+    if depth < 2 and isinstance(value, (list, tuple)):
+        return all(_plain(v, depth + 1) for v in value)
+    if depth < 2 and isinstance(value, dict):
+        return all(_plain(k, depth + 1) and _plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def dataset_fingerprint(dataset: Any) -> dict[str, Any]:
+    """A cheap identity of ``dataset``: its type, length and, when cheap, a content hash
+    (Subset indices, range bounds, a sequence's first and last items, an HF fingerprint).
+
+    Args:
+        dataset: a dataset, or an int (a length).
+    """
+    if isinstance(dataset, int):
+        return {"type": "int", "len": dataset, "content": None}
+    kind = f"{type(dataset).__module__}.{type(dataset).__qualname__}"
+    content: Optional[str] = None
+    h = hashlib.blake2b(digest_size=8)
+    from torch.utils.data import Subset  # torch's, imported where a dataset is fingerprinted
+
+    with contextlib.suppress(Exception):
+        if isinstance(dataset, Subset):
+            indices = dataset.indices
+            if isinstance(indices, range):
+                h.update(repr(indices).encode())
+            elif len(indices) <= 10_000_000:
+                h.update(repr(list(map(int, indices))).encode())
+            content = h.hexdigest()
+        elif isinstance(dataset, range):
+            content = repr(dataset)
+        elif isinstance(dataset, (list, tuple)):
+            probe = list(dataset[:4]) + list(dataset[-4:])
+            # Only plain values: a repr with an address or random synthetic tensors would
+            # make identical (or harmlessly different) datasets look like a split.
+            if all(_plain(item) for item in probe):
+                h.update(repr(probe).encode())
+                content = h.hexdigest()
+        elif isinstance(getattr(dataset, "_fingerprint", None), str):
+            content = dataset._fingerprint
+    return {"type": kind, "len": len(dataset), "content": content}
+
+
+def stable_fingerprint(dataset: Any) -> Optional[str]:
+    """An identity of ``dataset``'s content that is the same in every process and every
+    run over the same data, or ``None`` where it has none: a Hugging Face dataset's own
+    fingerprint, or ``fingerprint()`` of permshard's datasets (token files and Megatron
+    prefixes by their names and sizes, memmapped rows, mixtures of them). A state dict
+    records it, and a resume over another dataset of the same length is refused.
+
+    Args:
+        dataset: a dataset, or an int (a length).
+    """
+    own = getattr(dataset, "fingerprint", None)
+    if callable(own):
+        value = own()
+        return value if isinstance(value, str) else None
+    hf = getattr(dataset, "_fingerprint", None)
+    return hf if isinstance(hf, str) else None
+
+
+def content_id(*parts: Any) -> str:
+    """A dataset's ``fingerprint()`` from plain values that identify its content (file
+    names, sizes, options): 16 hex digits.
+
+    Args:
+        *parts: plain data (numbers, strings, tuples and lists of them).
+    """
+    return f"{digest(parts):016x}"
+
+
+def check_same_dataset(
+    state: Mapping[str, Any], now: Optional[str], hint: Optional[Callable[[str], Optional[str]]] = None
+) -> None:
+    """Raises ValueError when ``state`` recorded a dataset's fingerprint (its ``"dataset"``
+    key; states of earlier releases record none) and the dataset read now has another,
+    ``now`` (``None``: it has none to compare).
+
+    Args:
+        state (Mapping): a state dict.
+        now (str, optional): the fingerprint of the dataset the sampler reads now.
+        hint (callable, optional): the dataset's ``fingerprint_hint``: the fix, where the
+            saved fingerprint is the same data under another setting.
+    """
+    if "dataset" not in state:
+        return
+    saved = state["dataset"]
+    if not isinstance(saved, str):
+        raise TypeError(f"state_dict['dataset'] must be a str (a dataset's fingerprint), got {saved!r}")
+    if now is not None and now != saved:
+        fix = hint(saved) if hint is not None else None
+        if fix is not None:
+            raise ValueError(f"state_dict was saved over this dataset {fix}")
+        raise ValueError(
+            f"state_dict was saved over another dataset (fingerprint {saved}, this dataset's is "
+            f"{now}), though of the same length: its resume point would read other samples. "
+            "Build the sampler over the dataset the state was saved with; to resume over a "
+            "changed dataset on purpose, remove the state's 'dataset' key"
+        )
+
+
+def digest(value: Any) -> int:
+    """A 64-bit digest of ``repr(value)`` (plain data only), or of the bytes of an array,
+    for fixed-size collectives.
+
+    Args:
+        value: plain data (numbers, strings, tuples of them) or a numpy array.
+    """
+    data = value.tobytes() if isinstance(value, np.ndarray) else repr(value).encode()
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")

@@ -26,8 +26,7 @@ def written_beside(dataset: Any) -> tuple[int, dict[str, Any]]:
     Args:
         dataset: the sampler's dataset.
     """
-    from ._guards import stable_fingerprint  # torch's: not imported by the CLI's help
-    from ._hooks import has_schedule
+    from ._hooks import has_schedule, stable_fingerprint
 
     scheduled = has_schedule(dataset)
     changes = scheduled.schedule_state() if scheduled is not None else None
@@ -49,8 +48,7 @@ def read_beside(state_dict: Any, dataset: Any) -> tuple[Any, Optional[Mapping[st
         state_dict: a sampler's state dict.
         dataset: the dataset of the sampler loading it.
     """
-    from ._guards import check_same_dataset, stable_fingerprint  # as in written_beside
-    from ._hooks import explains_fingerprint, has_schedule
+    from ._hooks import check_same_dataset, explains_fingerprint, has_schedule, stable_fingerprint
 
     if not isinstance(state_dict, Mapping):
         return state_dict, None

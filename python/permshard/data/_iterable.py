@@ -24,7 +24,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from .. import _core
 from .._config import as_int
 from .._distributed import MeshDim, from_mesh
-from .._guards import content_id
+from .._hooks import content_id
 
 T = TypeVar("T")
 S = TypeVar("S")

@@ -14,7 +14,7 @@ import numpy.typing as npt
 from torch.utils.data import Dataset
 
 from .._config import as_positive, as_u64
-from .._guards import content_id, stable_fingerprint
+from .._hooks import content_id, stable_fingerprint
 from .._loader import user_stacklevel
 from .._mixture import MIX_ALGORITHM, Mixture, MixtureSummary, as_floats
 from ._schedule import ScheduleChanges

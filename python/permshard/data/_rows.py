@@ -15,7 +15,7 @@ from torch.utils.data import get_worker_info
 
 from .. import _core
 from .._config import as_positive
-from .._guards import content_id
+from .._hooks import content_id
 from ._indexed import distinct, map_readonly
 
 PathLike = Union[str, "os.PathLike[str]"]

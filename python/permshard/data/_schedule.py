@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 from .._core import ShardingError
 from .._distributed import all_gather_u64
-from .._guards import digest
+from .._hooks import digest
 from .._mixture import Mixture
 
 

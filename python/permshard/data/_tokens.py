@@ -18,8 +18,7 @@ from torch.utils.data import Dataset
 
 from .. import _core
 from .._config import as_int, as_positive, as_u64
-from .._guards import content_id
-from .._hooks import epoch_of
+from .._hooks import content_id, epoch_of
 from ._documents import DocumentBatch, collate_items
 from ._indexed import distinct
 from ._rows import page_locked

@@ -7,7 +7,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 from permshard import ShardedBatchSampler, ShardedSampler
-from permshard._loader import LOADER_ITERATOR, iterating
+from permshard._pass import LOADER_ITERATOR, iterating
 
 
 class Recorder:

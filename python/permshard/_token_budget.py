@@ -16,8 +16,7 @@ from . import _core
 from ._config import EpochConfig, as_int, as_lengths, as_positive, as_u64, refuse_assignment
 from ._distributed import FIX_RESUME, Agreed, MeshDim, check_consensus, resolve_world
 from ._hooks import check_same_dataset, content_id, digest
-from ._loader import LoaderCount
-from ._pass import PassLifecycle
+from ._pass import LoaderCount, PassLifecycle
 from ._proof import ProofTarget, ProvenStream
 from ._report import BudgetPlan
 

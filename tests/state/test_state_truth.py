@@ -274,7 +274,7 @@ def test_a_mutated_state_is_refused_or_resumes_exactly(which, data):
 
 
 def test_a_loader_whose_count_cannot_be_read_refuses_naming_the_fix(monkeypatch):
-    from permshard import _loader as loader_count
+    from permshard import _pass as loader_count
 
     # A torch whose DataLoader iterator renamed its count: refused, never an overcount.
     monkeypatch.setattr(loader_count, "_COUNTED", ("_num_yielded", "_renamed_in_a_later_torch"))

@@ -15,8 +15,8 @@ from torch.utils.data import Dataset
 
 from .._config import as_positive, as_u64
 from .._hooks import content_id, stable_fingerprint
-from .._loader import user_stacklevel
 from .._mixture import MIX_ALGORITHM, Mixture, MixtureSummary, as_floats
+from .._pass import user_stacklevel
 from ._schedule import ScheduleChanges
 
 _WEIGHTS_IN = ("samples", "tokens")

@@ -393,6 +393,37 @@ def test_first_batch_of_a_1e8_memmap_plans_one_window(tmp_path):
     assert int(n) == 10**8 and int(size) > 0
 
 
+def test_a_state_saved_from_another_thread_while_a_window_is_planned():
+    """A checkpoint thread saves states while the loop's thread plans windows (the GIL
+    released): each save answers at once with a resume point of what was handed out, and
+    nothing waits on the other (a lock held while planning would hang both). In a child
+    process, so that a hang fails the test instead of the suite."""
+    script = textwrap.dedent(f"""
+        import threading, numpy as np
+        from permshard._token_budget import TokenBudgetBatchSampler
+
+        lengths = np.random.default_rng(0).integers(1, 2048, size=1 << 21).astype(np.int64)
+        sampler = TokenBudgetBatchSampler(lengths, {BUDGET}, 2, 1, window=1 << 18, check_consensus=False)
+        done, saved = threading.Event(), []
+
+        def save():
+            while not done.is_set():
+                saved.append(sampler.state_dict()["steps"])
+
+        saver = threading.Thread(target=save)
+        saver.start()
+        count = sum(1 for _ in sampler)
+        done.set()
+        saver.join()
+        assert count == len(sampler), (count, len(sampler))
+        print(count, len(saved))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    count, saves = map(int, done.stdout.split())
+    assert count > 0 and saves > 0
+
+
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("world", [2, 4])
 def test_real_ranks_with_a_dataloader(world):

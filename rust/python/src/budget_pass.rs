@@ -4,7 +4,7 @@
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use permshard_core::{BudgetBatches, BudgetPass, BudgetShare, BudgetStart, PassPlan};
 
@@ -258,39 +258,48 @@ impl PyBudgetBatches {
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         let pass = self.pass.get();
         let window = pass.budget.get().inner.window();
-        let mut walk = self.walk.lock().map_err(|_| poisoned())?;
-        let walk = &mut *walk;
-        let items = if walk.plans_next(pass.world) {
-            window
-        } else {
-            0
-        };
-        let batch = on_pass!(pass, py, p => compute(py, items, || walk.next(&p)).map_err(to_py))?;
-        match batch {
-            None => Ok(None),
-            Some(batch) if self.as_array => Ok(Some(int64_array(py, 1 << 63, batch)?.into_any())),
-            Some(batch) => Ok(Some(batch.into_pyobject(py)?.into_any())),
+        loop {
+            let next = {
+                let mut walk = self.walk();
+                if let Some(batch) = walk.take(pass.world) {
+                    return Ok(Some(if self.as_array {
+                        int64_array(py, 1 << 63, batch)?.into_any()
+                    } else {
+                        batch.into_pyobject(py)?.into_any()
+                    }));
+                }
+                on_pass!(pass, py, p => walk.next_window(&p).map_err(to_py))?
+            };
+            let Some((k, first)) = next else {
+                return Ok(None);
+            };
+            // Planned with the GIL released and the walk unlocked: a state saved from
+            // another thread meanwhile reads the count before this window.
+            let plan =
+                on_pass!(pass, py, p => compute(py, window, || p.window_plan(k)).map_err(to_py))?;
+            self.walk().enter(k, first, plan);
         }
     }
 
     /// Batches handed out so far.
     #[getter]
-    fn handed(&self) -> PyResult<u64> {
-        Ok(self.walk.lock().map_err(|_| poisoned())?.handed())
+    fn handed(&self) -> u64 {
+        self.walk().handed()
     }
 
     /// Where the pass resumes once every rank took its first `done` batches (at most
     /// `handed`).
     fn resume_point(&self, done: u64) -> PyResult<PyBudgetStart> {
-        let walk = self.walk.lock().map_err(|_| poisoned())?;
-        let inner = walk.resume_point(done).map_err(to_py)?;
+        let inner = self.walk().resume_point(done).map_err(to_py)?;
         Ok(PyBudgetStart { inner })
     }
 }
 
-/// A walk whose lock a panicking thread held: refused, never read half-updated.
-fn poisoned() -> PyErr {
-    PyValueError::new_err(
-        "this pass's batches were interrupted by a failure: iterate the sampler again",
-    )
+impl PyBudgetBatches {
+    fn walk(&self) -> MutexGuard<'_, BudgetBatches> {
+        // Locked only between calls out, never while planning: no panic under it.
+        self.walk
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }

@@ -43,38 +43,59 @@ impl BudgetBatches {
         &mut self,
         pass: &BudgetPass<'_, L>,
     ) -> Result<Option<Vec<u64>>, Error> {
-        let world = world_of(pass);
         loop {
-            if let Some((plan, step)) = &mut self.current {
-                if *step < plan.steps(world) {
-                    let (lo, hi) = plan.bounds[(*step * world + self.rank) as usize];
-                    *step += 1;
-                    self.handed += 1;
-                    return Ok(Some(plan.samples[lo as usize..hi as usize].to_vec()));
-                }
+            if let Some(batch) = self.take(world_of(pass)) {
+                return Ok(Some(batch));
             }
-            let k = self.next_window;
-            if k >= pass.budget().windows() {
-                self.current = None;
+            let Some((k, first)) = self.next_window(pass)? else {
                 return Ok(None);
-            }
-            let first = if k == self.start.window() {
-                self.start.clone()
-            } else {
-                BudgetStart::new(pass.budget(), k, &[], 0)?
             };
             let plan = pass.window_plan(k)?;
-            self.current = Some((plan, first.steps()));
-            self.entered.push((self.handed, first));
-            self.next_window += 1;
+            self.enter(k, first, plan);
         }
     }
 
-    /// Whether the next batch needs a window planned (the walk's costly call).
-    pub fn plans_next(&self, world: u64) -> bool {
-        self.current
-            .as_ref()
-            .is_none_or(|(plan, step)| *step >= plan.steps(world))
+    /// The next batch of the window being handed out (`world` ranks), or `None` when it
+    /// has none left: [`BudgetBatches::next_window`] says which window to plan next.
+    pub fn take(&mut self, world: u64) -> Option<Vec<u64>> {
+        let (plan, step) = self.current.as_mut()?;
+        if *step >= plan.steps(world) {
+            return None;
+        }
+        let (lo, hi) = plan.bounds[(*step * world + self.rank) as usize];
+        *step += 1;
+        self.handed += 1;
+        Some(plan.samples[lo as usize..hi as usize].to_vec())
+    }
+
+    /// The window to plan next, and where its plan starts; `None` at the pass's end. The
+    /// plan (the costly part: a caller may make it without holding the walk) is handed
+    /// back to [`BudgetBatches::enter`].
+    pub fn next_window<L: Lengths + ?Sized>(
+        &self,
+        pass: &BudgetPass<'_, L>,
+    ) -> Result<Option<(u64, BudgetStart)>, Error> {
+        let k = self.next_window;
+        if k >= pass.budget().windows() {
+            return Ok(None);
+        }
+        let first = if k == self.start.window() {
+            self.start.clone()
+        } else {
+            BudgetStart::new(pass.budget(), k, &[], 0)?
+        };
+        Ok(Some((k, first)))
+    }
+
+    /// Enters window `k` with its `plan`, from `first` (what
+    /// [`BudgetBatches::next_window`] answered); a window already entered is left as is.
+    pub fn enter(&mut self, k: u64, first: BudgetStart, plan: WindowPlan) {
+        if k != self.next_window {
+            return;
+        }
+        self.current = Some((plan, first.steps()));
+        self.entered.push((self.handed, first));
+        self.next_window += 1;
     }
 
     /// Batches handed out so far.

@@ -1,4 +1,4 @@
-"""The one policy of every framework integration (permshard._guards): permshard's samplers
+"""The one policy of every framework integration (permshard._adapter): permshard's samplers
 kept with their world checked, a DistributedSampler replaced by the equivalent
 ShardedSampler, torch's default samplers sharded, anything else refused; the same in the
 accelerate and Ray shims (without starting either framework)."""
@@ -9,7 +9,7 @@ import pytest
 from torch.utils.data import DataLoader, DistributedSampler, Sampler
 
 from permshard import ShardedBatchSampler, ShardedSampler, ShardingError, TokenBudgetBatchSampler
-from permshard._guards import check_world, optional_import, sharded_sampler
+from permshard._adapter import check_world, optional_import, sharded_sampler
 
 
 def accelerate_shim(loader, world, rank):

@@ -51,16 +51,16 @@ if TYPE_CHECKING:
     from ._mixture import Mixture
     from ._permutation import BlockPermutation, Permutation
     from ._proof import verify
-    from ._report import BudgetPlan, Certificate, PendingCertificate, ShardPlan
+    from ._report import Certificate, PendingCertificate, ShardPlan
     from ._run import Run
     from ._sampler import ShardedSampler
-    from ._token_budget import TokenBudgetBatchSampler
+    from ._token_budget import BudgetPlan, TokenBudgetBatchSampler
     from ._weighted import WeightedShardedSampler
 
 #: Public name -> the module that defines it.
 _LAZY = {
     "BlockPermutation": "._permutation",
-    "BudgetPlan": "._report",
+    "BudgetPlan": "._token_budget",
     "Certificate": "._report",
     "EpochIndex": "._hooks",
     "Mixture": "._mixture",

@@ -1,7 +1,7 @@
-"""What permshard reports about an epoch: its plan before it runs (``ShardPlan``, ``BudgetPlan``:
-the exact split, readable by people and programs) and its certificate after a proof
-(``Certificate``: what the proof established; ``PendingCertificate``: one proven in the
-background)."""
+"""What permshard reports about an epoch: its plan before it runs (``ShardPlan``: the exact
+split, readable by people and programs; a token-budget epoch's is ``BudgetPlan``, beside its
+sampler) and its certificate after a proof (``Certificate``: what the proof established;
+``PendingCertificate``: one proven in the background)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from . import _core
 from ._config import EpochConfig, EpochFields, ShardConfig, as_positive
-
-if TYPE_CHECKING:
-    from ._token_budget import BudgetConfig
 
 
 @dataclass(frozen=True)
@@ -138,45 +135,6 @@ def build_plan(part: _core.Partition, config: ShardConfig, rank: int) -> ShardPl
         padding_samples=tuple(part.sample_at(p) for p in padding_positions),
         dropped_samples=tuple(part.sample_at(p) for p in dropped_positions),
     )
-
-
-@dataclass(frozen=True)
-class BudgetPlan(EpochFields):
-    """What every rank yields in one pass of a token-budget epoch, in sum.
-
-    Attributes:
-        config: the configuration planned (``max_tokens``, ``window``, ...); the fields
-            every epoch has (``n``, ``num_replicas``, ``seed``, ...) read as attributes too.
-        rank: the rank this plan was made on.
-        first_window: the window the pass starts in (non-zero after a resume).
-        steps: batches every rank yields (one a step; every rank as many).
-        padding: items the pass yields that repeat a sample it yields (each window's
-            batches filled to whole steps).
-        dropped: samples no rank yields this epoch (``drop_last``).
-
-    Example::
-
-        >>> lengths = np.full(1000, 100)  # 4 samples a batch
-        >>> budget = permshard.TokenBudgetBatchSampler(lengths, max_tokens=400, num_replicas=3, rank=0)
-        >>> plan = budget.plan()
-        >>> plan.steps, plan.padding, plan.dropped
-        (84, 0, 0)
-    """
-
-    config: BudgetConfig
-    rank: int
-    first_window: int
-    steps: int
-    padding: int
-    dropped: int
-
-    def __str__(self) -> str:
-        return (
-            f"BudgetPlan: n={self.n:,} num_replicas={self.num_replicas} epoch={self.epoch} "
-            f"seed={self.seed} max_tokens={self.config.max_tokens:,} window={self.config.window:,}"
-            + (f" resumed in window {self.first_window:,}" if self.first_window else "")
-            + f"\nsteps={self.steps:,} per rank  padding={self.padding:,}  dropped={self.dropped:,}"
-        )
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """``TokenBudgetBatchSampler``: batches under a padded token budget, balanced across ranks,
-planned a window of the perm-v2 order at a time (budget-v2; budget-v1 over perm-v1). The core plans, counts,
-re-plans a resume and proves; this module speaks torch."""
+planned a window of the perm-v2 order at a time (budget-v2; budget-v1 over perm-v1), with
+its configuration (``BudgetConfig``) and its plan in sum (``BudgetPlan``). The core plans,
+counts, walks, re-plans a resume and proves; this module speaks torch."""
 
 from __future__ import annotations
 
@@ -13,14 +14,13 @@ import numpy.typing as npt
 from torch.utils.data import Sampler
 
 from . import _core
-from ._config import EpochConfig, as_int, as_lengths, as_positive, as_u64, refuse_assignment
+from ._config import EpochConfig, EpochFields, as_int, as_lengths, as_positive, as_u64, refuse_assignment
 from ._distributed import FIX_RESUME, Agreed, MeshDim, check_consensus, resolve_world
 from ._hooks import check_same_dataset, content_id, digest
 from ._pass import LoaderCount, PassLifecycle
 from ._proof import ProofTarget, ProvenStream
-from ._report import BudgetPlan
 
-__all__ = ["BUDGET_ALGORITHM", "BudgetConfig", "TokenBudgetBatchSampler"]
+__all__ = ["BUDGET_ALGORITHM", "BudgetConfig", "BudgetPlan", "TokenBudgetBatchSampler"]
 
 
 #: The algorithm id of the token-budget plan of new runs (budget-v2), recorded in state dicts.
@@ -103,6 +103,45 @@ class BudgetConfig(EpochConfig):
         """
         epoch, resume = _core.BudgetEpoch.from_state(state, strict)
         return cls(**epoch.fields()), resume
+
+
+@dataclass(frozen=True)
+class BudgetPlan(EpochFields):
+    """What every rank yields in one pass of a token-budget epoch, in sum.
+
+    Attributes:
+        config: the configuration planned (``max_tokens``, ``window``, ...); the fields
+            every epoch has (``n``, ``num_replicas``, ``seed``, ...) read as attributes too.
+        rank: the rank this plan was made on.
+        first_window: the window the pass starts in (non-zero after a resume).
+        steps: batches every rank yields (one a step; every rank as many).
+        padding: items the pass yields that repeat a sample it yields (each window's
+            batches filled to whole steps).
+        dropped: samples no rank yields this epoch (``drop_last``).
+
+    Example::
+
+        >>> lengths = np.full(1000, 100)  # 4 samples a batch
+        >>> budget = permshard.TokenBudgetBatchSampler(lengths, max_tokens=400, num_replicas=3, rank=0)
+        >>> plan = budget.plan()
+        >>> plan.steps, plan.padding, plan.dropped
+        (84, 0, 0)
+    """
+
+    config: BudgetConfig
+    rank: int
+    first_window: int
+    steps: int
+    padding: int
+    dropped: int
+
+    def __str__(self) -> str:
+        return (
+            f"BudgetPlan: n={self.n:,} num_replicas={self.num_replicas} epoch={self.epoch} "
+            f"seed={self.seed} max_tokens={self.config.max_tokens:,} window={self.config.window:,}"
+            + (f" resumed in window {self.first_window:,}" if self.first_window else "")
+            + f"\nsteps={self.steps:,} per rank  padding={self.padding:,}  dropped={self.dropped:,}"
+        )
 
 
 class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):

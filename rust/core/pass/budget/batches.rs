@@ -3,7 +3,7 @@
 
 use super::{BudgetStart, Lengths, WindowPlan};
 use crate::error::{check_below, Error};
-use crate::pass_plan::BudgetPass;
+use crate::pass_plan::{BudgetPass, PassPlan};
 
 /// Rank `rank`'s walk through a pass of the token budget: its batches in order, each
 /// window planned when the walk enters it. It records, per window entered, the batches
@@ -25,7 +25,7 @@ pub struct BudgetBatches {
 impl BudgetBatches {
     /// Rank `rank`'s batches of `pass`, from its start.
     pub fn new<L: Lengths + ?Sized>(pass: &BudgetPass<'_, L>, rank: u64) -> Result<Self, Error> {
-        check_below("rank", rank, world_of(pass))?;
+        check_below("rank", rank, pass.num_replicas())?;
         let start = pass.start().clone();
         Ok(BudgetBatches {
             rank,
@@ -44,7 +44,7 @@ impl BudgetBatches {
         pass: &BudgetPass<'_, L>,
     ) -> Result<Option<Vec<u64>>, Error> {
         loop {
-            if let Some(batch) = self.take(world_of(pass)) {
+            if let Some(batch) = self.take(pass.num_replicas()) {
                 return Ok(Some(batch));
             }
             let Some((k, first)) = self.next_window(pass)? else {
@@ -116,15 +116,9 @@ impl BudgetBatches {
     }
 }
 
-/// The ranks a pass is dealt to.
-fn world_of<L: Lengths + ?Sized>(pass: &BudgetPass<'_, L>) -> u64 {
-    crate::pass_plan::PassPlan::num_replicas(pass)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pass_plan::PassPlan;
     use crate::permutation::Version;
     use crate::TokenBudget;
 

@@ -61,8 +61,8 @@ use proofs::{bitmap_proof, coverage, fingerprint, inverse_proof, verdict};
 pub use bitmap_proof::verify;
 pub use block::{BlockPermutation, BLOCK_ALGORITHM, BLOCK_ALGORITHMS};
 pub use budget::{
-    window_seed, BudgetBatches, BudgetShare, BudgetStart, BudgetSummary, Lengths, TokenBudget,
-    WindowPlan, WindowProof, BUDGET_ALGORITHM, BUDGET_ALGORITHMS,
+    window_seed, BudgetBatches, BudgetRead, BudgetShare, BudgetStart, BudgetSummary, Lengths,
+    TokenBudget, WindowPlan, WindowProof, BUDGET_ALGORITHM, BUDGET_ALGORITHMS,
 };
 pub use coverage::{judge_coverage, CoverageShare};
 pub use dealing::{Dealing, Layout, Pass};
@@ -90,7 +90,7 @@ pub use permutation::{simd_level, Permutation, Version, ALGORITHM, ALGORITHM_V1,
 pub use plan::{next_chunk, FIRST_CHUNK, MAX_CHUNK};
 pub use pool::{worker_threads, CHUNK};
 pub use rank_layout::check_rank_layout;
-pub use run::{Audit, Change, Read, Run, Segment, ROW};
+pub use run::{Audit, BudgetRun, BudgetSegment, Change, Read, Run, Segment, BUDGET_ROW, ROW};
 pub use sharding::{Sharding, IDENTITY_ALGORITHM};
 pub use splitmix::splitmix64;
 pub use state::{BudgetEpoch, BudgetResume, Value, BUDGET, DRAWS, LAYER, SHARD};

@@ -191,7 +191,7 @@ impl<'a, L: Lengths + ?Sized> BudgetPass<'a, L> {
 
     /// `(window, step of its plan)` of the pass's step `step`; `None` when `step` is the
     /// pass's end, an error past it.
-    fn find(&self, step: u64) -> Result<Option<(u64, u64)>, Error> {
+    pub fn find(&self, step: u64) -> Result<Option<(u64, u64)>, Error> {
         let mut left = step;
         for k in self.start.window()..self.budget.windows() {
             let plan = self.window_plan(k)?;

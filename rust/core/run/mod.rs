@@ -9,6 +9,7 @@
 
 mod attribution;
 mod audit;
+mod budget;
 mod segment;
 mod state;
 #[cfg(test)]
@@ -16,6 +17,7 @@ mod tests;
 
 pub use attribution::Read;
 pub use audit::Audit;
+pub use budget::{BudgetRun, BudgetSegment, BUDGET_ROW};
 pub use segment::{Change, Segment, ROW};
 
 use crate::error::Error;

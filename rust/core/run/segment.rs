@@ -21,7 +21,8 @@ pub enum Change {
 }
 
 impl Change {
-    const ALL: [Change; 4] = [Change::Start, Change::Epoch, Change::Resume, Change::Repeat];
+    pub(super) const ALL: [Change; 4] =
+        [Change::Start, Change::Epoch, Change::Resume, Change::Repeat];
 
     /// Its name, as answers and errors say it.
     pub fn name(self) -> &'static str {

@@ -30,7 +30,7 @@ mod summary;
 pub use batches::BudgetBatches;
 pub use proof::{BudgetShare, WindowProof};
 pub use start::BudgetStart;
-pub use summary::BudgetSummary;
+pub use summary::{BudgetRead, BudgetSummary};
 
 pub use crate::algorithm::BUDGET_ALGORITHMS;
 

@@ -116,6 +116,20 @@ impl TokenBudget {
         sample: u64,
         threads: usize,
     ) -> Result<Vec<(u64, u64)>, Error> {
+        let reads = self.locate_reads(lengths, start, world, sample, threads)?;
+        Ok(reads.iter().map(|r| (r.rank, r.step)).collect())
+    }
+
+    /// Every read of `sample` in the pass from `start`, as [`TokenBudget::locate`] finds
+    /// them, with its place in the batch and whether it is padding.
+    pub fn locate_reads<L: Lengths + ?Sized>(
+        &self,
+        lengths: &L,
+        start: &BudgetStart,
+        world: u64,
+        sample: u64,
+        threads: usize,
+    ) -> Result<Vec<BudgetRead>, Error> {
         self.check_lengths(lengths, world)?;
         check_below("sample", sample, self.n())?;
         let position = self.order.position_of(sample)?;
@@ -133,14 +147,46 @@ impl TokenBudget {
             .sum_windows(lengths, start, world, start.window()..k, threads)?
             .steps;
         let done = start.first_step_in(k);
-        let mut hits: Vec<(u64, u64)> = (plan.bounds.iter().enumerate())
-            .filter(|(_, &(lo, hi))| (lo..hi).contains(&(i as u64)))
-            .map(|(b, _)| (b as u64 % world, b as u64 / world)) // step-major bounds
-            .filter(|&(_, step)| step >= done)
-            .map(|(rank, step)| (rank, before + step - done))
+        let mut reads: Vec<BudgetRead> = (0..plan.bounds.len())
+            .filter_map(|b| plan.read(b, i as u64, world))
+            .filter(|r| r.step >= done)
+            .map(|r| BudgetRead {
+                step: before + r.step - done,
+                ..r
+            })
             .collect();
-        hits.sort_unstable();
-        Ok(hits)
+        reads.sort_unstable_by_key(|r| (r.rank, r.step));
+        Ok(reads)
+    }
+}
+
+/// A read of one sample in a token-budget pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BudgetRead {
+    /// The rank whose batch holds it.
+    pub rank: u64,
+    /// The step (of the pass, or of the window's plan).
+    pub step: u64,
+    /// Its place in the batch.
+    pub position: u64,
+    /// Whether an earlier batch of the window's plan holds it too (this read repeats it).
+    pub padding: bool,
+}
+
+impl WindowPlan {
+    /// The read of the plan's `i`-th sample in its `b`-th batch (step-major), if that
+    /// batch holds it: step and rank counted in the plan.
+    pub fn read(&self, b: usize, i: u64, world: u64) -> Option<BudgetRead> {
+        let (lo, hi) = self.bounds[b];
+        if !(lo..hi).contains(&i) {
+            return None;
+        }
+        Some(BudgetRead {
+            rank: b as u64 % world,
+            step: b as u64 / world,
+            position: i - lo,
+            padding: self.bounds[..b].iter().any(|&(l, h)| (l..h).contains(&i)),
+        })
     }
 }
 

@@ -1,0 +1,761 @@
+//! A token-budget run: the history of a [`crate::TokenBudget`] sampler's passes, one
+//! [`BudgetSegment`] per change (the start, an epoch, a resume on another world size, an
+//! epoch iterated again), 7 integers each. A segment's start (window, steps of its plan)
+//! is written; the positions of its window taken before are not: they follow from the
+//! segment before (where it stopped, re-planned onto this segment's world, as a resume
+//! does), but for the first segment's, which the run keeps as bits.
+//!
+//! A window's steps depend on its samples' lengths, so the answers plan windows: `where`
+//! and `show` the windows up to the answer in each segment, the audit every window read
+//! (O(n log window) time, one byte per sample).
+
+use super::{audit::describe, Audit, Change, Read};
+use crate::budget::{BudgetStart, Lengths, TokenBudget};
+use crate::error::Error;
+use crate::pass_plan::{BudgetPass, PassPlan};
+use crate::state::BudgetEpoch;
+
+const UNREAD: u8 = 0;
+const READ: u8 = 1;
+const DROPPED: u8 = 2;
+const BEFORE: u8 = 3;
+
+/// The integers of a token-budget history row, in order.
+pub const BUDGET_ROW: [&str; 7] = [
+    "change", "epoch", "window", "steps", "world", "step", "done",
+];
+
+/// One pass of a token-budget run (or its part up to a state): from window `window` after
+/// `steps` steps of its plan, `done` steps of `world` ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BudgetSegment {
+    /// What opened it.
+    pub change: Change,
+    /// The epoch.
+    pub epoch: u64,
+    /// The window the pass starts in.
+    pub window: u64,
+    /// Steps of that window's plan done before the pass.
+    pub steps: u64,
+    /// Data-parallel ranks.
+    pub world: u64,
+    /// Steps (batches each rank had taken since the run's start) before it.
+    pub step: u64,
+    /// Steps every rank took in it.
+    pub done: u64,
+}
+
+impl BudgetSegment {
+    /// The segment as a row of integers ([`BUDGET_ROW`]).
+    pub fn row(&self) -> Vec<i128> {
+        let change = Change::ALL
+            .iter()
+            .position(|&c| c == self.change)
+            .unwrap_or(0);
+        [
+            change as u64,
+            self.epoch,
+            self.window,
+            self.steps,
+            self.world,
+            self.step,
+            self.done,
+        ]
+        .map(i128::from)
+        .to_vec()
+    }
+
+    /// A row read back, each integer checked; `i` numbers it in errors.
+    pub fn from_row(row: &[i128], i: usize) -> Result<BudgetSegment, Error> {
+        let bad = |what: String| {
+            Error::Invalid(format!(
+                "state_dict['history'][{i}] {what}: a token-budget history row is [{}], as \
+                 state_dict() writes it",
+                BUDGET_ROW.join(", ")
+            ))
+        };
+        if row.len() != BUDGET_ROW.len() {
+            return Err(bad(format!(
+                "has {} integers, not {}",
+                row.len(),
+                BUDGET_ROW.len()
+            )));
+        }
+        let int = |k: usize| {
+            u64::try_from(row[k]).map_err(|_| bad(format!("has {}={}", BUDGET_ROW[k], row[k])))
+        };
+        let change = Change::ALL
+            .get(int(0)? as usize)
+            .copied()
+            .ok_or_else(|| bad(format!("has change={}, not in [0, 4)", row[0])))?;
+        let world = int(4)?;
+        if world == 0 {
+            return Err(bad("has world=0".into()));
+        }
+        Ok(BudgetSegment {
+            change,
+            epoch: int(1)?,
+            window: int(2)?,
+            steps: int(3)?,
+            world,
+            step: int(5)?,
+            done: int(6)?,
+        })
+    }
+}
+
+/// A token-budget run's history.
+#[derive(Clone, Debug)]
+pub struct BudgetRun {
+    /// The fields every segment shares; its epoch and ranks are those of its last pass.
+    base: BudgetEpoch,
+    /// The positions of the first segment's window taken before it (packed bits, as a
+    /// state's `taken`; empty: none).
+    taken: Vec<u8>,
+    segments: Vec<BudgetSegment>,
+    /// Whether the last segment may still grow (a pass began it since the last load).
+    open: bool,
+}
+
+impl BudgetRun {
+    /// A run of `base`'s plan with no history yet.
+    pub fn new(base: BudgetEpoch) -> BudgetRun {
+        BudgetRun {
+            base,
+            taken: Vec::new(),
+            segments: Vec::new(),
+            open: false,
+        }
+    }
+
+    /// A run from its parts as [`BudgetRun::parts`] gives them (a state dict's `history`
+    /// and `history_taken`), each row checked.
+    pub fn restore(
+        base: BudgetEpoch,
+        rows: &[Vec<i128>],
+        taken: Vec<u8>,
+        open: bool,
+    ) -> Result<BudgetRun, Error> {
+        let segments = rows
+            .iter()
+            .enumerate()
+            .map(|(i, row)| BudgetSegment::from_row(row, i))
+            .collect::<Result<Vec<_>, _>>()?;
+        if let Some(s) = segments.iter().find(|s| s.world > base.window) {
+            return Err(Error::Invalid(format!(
+                "state_dict['history'] has a segment of world={} > window={}: the history was \
+                 not saved with this configuration",
+                s.world, base.window
+            )));
+        }
+        Ok(BudgetRun {
+            base,
+            taken,
+            open: open && !segments.is_empty(),
+            segments,
+        })
+    }
+
+    /// The run's parts: its fields, every segment as a row (the open one as last begun or
+    /// closed), the first segment's taken bits and whether the last segment is open.
+    pub fn parts(&self) -> (&BudgetEpoch, Vec<Vec<i128>>, &[u8], bool) {
+        let rows = self.segments.iter().map(BudgetSegment::row).collect();
+        (&self.base, rows, &self.taken, self.open)
+    }
+
+    /// The segments.
+    pub fn segments(&self) -> &[BudgetSegment] {
+        &self.segments
+    }
+
+    /// Whether a pass began the last segment (it grows until the next `begin` or a state).
+    pub fn is_open(&self) -> bool {
+        self.open
+    }
+
+    /// A pass of `epoch` (its epoch and ranks) from `start`: closes the open segment at
+    /// `previous_done` steps (what the pass before consumed: required while one is open)
+    /// and opens one.
+    pub fn begin(
+        &mut self,
+        epoch: &BudgetEpoch,
+        start: &BudgetStart,
+        previous_done: Option<u64>,
+    ) -> Result<(), Error> {
+        let mut change = Change::Resume;
+        if self.open {
+            let done = previous_done.ok_or_else(|| {
+                Error::Invalid(
+                    "a run's open segment closes at what its pass consumed: pass it".into(),
+                )
+            })?;
+            self.close(done);
+            change = Change::Repeat;
+        }
+        let step = self.segments.last().map_or(0, |s| s.step + s.done);
+        change = match self.segments.last() {
+            None => {
+                self.taken = start.taken_bits();
+                Change::Start
+            }
+            Some(last) if last.epoch != epoch.spec.epoch => Change::Epoch,
+            Some(_) => change,
+        };
+        self.segments.push(BudgetSegment {
+            change,
+            epoch: epoch.spec.epoch,
+            window: start.window(),
+            steps: start.steps(),
+            world: epoch.spec.num_replicas,
+            step,
+            done: 0,
+        });
+        self.base = epoch.clone();
+        self.open = true;
+        Ok(())
+    }
+
+    /// Ends the open segment after `done` steps (dropped when it read nothing).
+    pub fn close(&mut self, done: u64) {
+        self.open = false;
+        if done == 0 {
+            self.segments.pop();
+            if self.segments.is_empty() {
+                self.taken.clear();
+            }
+        } else if let Some(last) = self.segments.last_mut() {
+            last.done = done;
+        }
+    }
+
+    /// The history as rows, the open segment (if any) at `done` steps.
+    pub fn rows(&self, done: Option<u64>) -> Result<Vec<Vec<i128>>, Error> {
+        let mut run = self.clone();
+        if self.open {
+            let done = done.ok_or_else(|| {
+                Error::Invalid(
+                    "a run's open segment is written at what its pass consumed: pass it".into(),
+                )
+            })?;
+            run.close(done);
+        }
+        Ok(run.segments.iter().map(BudgetSegment::row).collect())
+    }
+
+    /// The first segment's taken bits as [`BudgetRun::rows`] writes them (`done` as there).
+    pub fn taken_bits(&self, done: Option<u64>) -> &[u8] {
+        match (self.open, done, self.segments.len()) {
+            (true, Some(0), 1) => &[],
+            _ => &self.taken,
+        }
+    }
+
+    /// The plan and start of every segment: the taken bits of each segment's window
+    /// follow from where the segment before stopped, re-planned onto its world.
+    fn starts<L: Lengths + ?Sized>(
+        &self,
+        lengths: &L,
+    ) -> Result<Vec<(TokenBudget, BudgetStart)>, Error> {
+        let mut out: Vec<(TokenBudget, BudgetStart)> = Vec::with_capacity(self.segments.len());
+        for (i, s) in self.segments.iter().enumerate() {
+            let mut epoch = self.base.clone();
+            epoch.spec.epoch = s.epoch;
+            epoch.spec.num_replicas = s.world;
+            let budget = TokenBudget::of(&epoch)?;
+            let taken = match (i, out.last()) {
+                (0, _) | (_, None) => self.taken.clone(),
+                (_, Some(_)) if self.segments[i - 1].epoch != s.epoch => Vec::new(),
+                (_, Some((_, before))) if s.change == Change::Repeat => before.taken_bits(),
+                (_, Some((plan, before))) => {
+                    let a = &self.segments[i - 1];
+                    let pass = BudgetPass::new(plan, lengths, before.clone(), a.world)?;
+                    let stop = pass.after(a.done)?.start().clone();
+                    let resumed = budget.resume(lengths, &stop, a.world, s.world)?;
+                    match resumed.window() == s.window {
+                        true => resumed.taken_bits(),
+                        false => Vec::new(),
+                    }
+                }
+            };
+            let taken = match taken.len() as u64 == self.window_bytes(&budget, s.window) {
+                true => taken,
+                false => Vec::new(),
+            };
+            let start = BudgetStart::new(&budget, s.window, &taken, s.steps)?;
+            out.push((budget, start));
+        }
+        Ok(out)
+    }
+
+    fn window_bytes(&self, budget: &TokenBudget, k: u64) -> u64 {
+        let positions = budget.window_positions(k);
+        (positions.end - positions.start).div_ceil(8)
+    }
+
+    /// Every read of `sample` in the history, in order: (epoch, step, rank, position in
+    /// the batch), padding marked.
+    pub fn where_read<L: Lengths + ?Sized>(
+        &self,
+        lengths: &L,
+        sample: u64,
+    ) -> Result<Vec<Read>, Error> {
+        let n = self.base.spec.n;
+        if sample >= n {
+            return Err(Error::OutOfRange {
+                what: "sample",
+                value: sample,
+                n,
+            });
+        }
+        let starts = self.starts(lengths)?;
+        let mut reads = Vec::new();
+        for (i, (s, (budget, start))) in self.segments.iter().zip(&starts).enumerate() {
+            let hits = budget.locate_reads(lengths, start, s.world, sample, 0)?;
+            for hit in hits.into_iter().filter(|h| h.step < s.done) {
+                reads.push(Read {
+                    epoch: s.epoch,
+                    step: Some(s.step + hit.step),
+                    rank: hit.rank,
+                    position: hit.position,
+                    sample,
+                    padding: hit.padding,
+                    segment: i,
+                });
+            }
+        }
+        reads.sort_by_key(|r| (r.segment, r.step, r.rank));
+        Ok(reads)
+    }
+
+    /// What every rank read at `step` (batches each rank had taken since the run's
+    /// start), rank by rank in batch order.
+    pub fn show<L: Lengths + ?Sized>(&self, lengths: &L, step: u64) -> Result<Vec<Read>, Error> {
+        let Some(i) = self
+            .segments
+            .iter()
+            .rposition(|s| (s.step..s.step + s.done).contains(&step))
+        else {
+            let first = self.segments.first().map_or(0, |s| s.step);
+            let last = self.segments.last().map_or(0, |s| s.step + s.done);
+            return Err(Error::Invalid(format!(
+                "step {step} is not in this run's history, which holds steps [{first}, {last})"
+            )));
+        };
+        let s = &self.segments[i];
+        let (budget, start) = self.starts(lengths)?.swap_remove(i);
+        let pass = BudgetPass::new(&budget, lengths, start, s.world)?;
+        let Some((k, t)) = pass.find(step - s.step)? else {
+            return Err(Error::Violation(format!(
+                "segment {i} of the history takes {} steps, past its pass's end",
+                s.done
+            )));
+        };
+        let plan = pass.window_plan(k)?;
+        let mut reads = Vec::new();
+        for rank in 0..s.world {
+            let b = (t * s.world + rank) as usize;
+            let (lo, hi) = plan.bounds[b];
+            for idx in lo..hi {
+                let read = plan.read(b, idx, s.world).expect("the batch holds it");
+                reads.push(Read {
+                    epoch: s.epoch,
+                    step: Some(step),
+                    rank,
+                    position: read.position,
+                    sample: plan.samples[idx as usize],
+                    padding: read.padding,
+                    segment: i,
+                });
+            }
+        }
+        Ok(reads)
+    }
+
+    /// Proves from the history that every sample was read exactly once per epoch it
+    /// covers (padding and `drop_last`'s drops aside; the epoch in progress up to its
+    /// resume point): every read counted, batch by batch, as the passes hand them out. A
+    /// history that breaks it is an [`Error::Violation`] naming the first sample read
+    /// twice or never, and its reads.
+    pub fn audit<L: Lengths + ?Sized>(&self, lengths: &L) -> Result<Audit, Error> {
+        let Some(first) = self.segments.first() else {
+            return Err(Error::Invalid(
+                "this run has no history yet (no pass read anything since it started or loaded)"
+                    .into(),
+            ));
+        };
+        for i in 1..self.segments.len() {
+            let (a, b) = (&self.segments[i - 1], &self.segments[i]);
+            if b.step != a.step + a.done {
+                return Err(Error::Violation(format!(
+                    "segment {i} of the history starts at step {}, but the one before started \
+                     at step {} and took {}: the steps do not add up",
+                    b.step, a.step, a.done
+                )));
+            }
+        }
+        let starts = self.starts(lengths)?;
+        let n = self.base.spec.n;
+        let mut epochs: Vec<u64> = Vec::new();
+        let mut reads: u128 = 0;
+        let mut i = 0;
+        while i < self.segments.len() {
+            let epoch = self.segments[i].epoch;
+            if epochs.contains(&epoch) {
+                return Err(Error::Violation(format!(
+                    "epoch {epoch} is read again after epoch {} (segment {i} of the history): \
+                     its samples are read twice",
+                    self.segments[i - 1].epoch
+                )));
+            }
+            let end = (i..self.segments.len())
+                .find(|&j| self.segments[j].epoch != epoch)
+                .unwrap_or(self.segments.len());
+            // Per sample: UNREAD, READ, DROPPED (by the latest plan of its window), or
+            // BEFORE (read before the history began).
+            let mut seen = vec![UNREAD; n as usize];
+            if i == 0 {
+                self.mark_before(&starts[0], &mut seen)?;
+            }
+            let mut complete = end < self.segments.len();
+            for j in i..end {
+                let (s, (budget, start)) = (&self.segments[j], &starts[j]);
+                let pass = BudgetPass::new(budget, lengths, start.clone(), s.world)?;
+                let mut left = s.done;
+                for k in start.window()..budget.windows() {
+                    let plan = pass.window_plan(k)?;
+                    let mut dealt = vec![false; plan.samples.len()];
+                    for &(lo, hi) in &plan.bounds {
+                        dealt[lo as usize..hi as usize].fill(true);
+                    }
+                    for (idx, &sample) in plan.samples.iter().enumerate() {
+                        let mark = &mut seen[sample as usize];
+                        match (dealt[idx], *mark) {
+                            (false, UNREAD) => *mark = DROPPED,
+                            (true, DROPPED) => *mark = UNREAD,
+                            _ => {}
+                        }
+                    }
+                    let first_step = start.first_step_in(k);
+                    if j == 0 && k == start.window() {
+                        // Steps of the first plan taken before the history began.
+                        for &(lo, hi) in &plan.bounds[..(first_step * s.world) as usize] {
+                            for &sample in &plan.samples[lo as usize..hi as usize] {
+                                seen[sample as usize] = BEFORE;
+                            }
+                        }
+                    }
+                    let steps = plan.steps(s.world).saturating_sub(first_step).min(left);
+                    let batches =
+                        (first_step * s.world) as usize..((first_step + steps) * s.world) as usize;
+                    for b in batches {
+                        for idx in plan.bounds[b].0..plan.bounds[b].1 {
+                            if plan.read(b, idx, s.world).is_some_and(|r| r.padding) {
+                                continue;
+                            }
+                            let sample = plan.samples[idx as usize];
+                            if matches!(seen[sample as usize], READ | BEFORE) {
+                                return Err(self.violation(
+                                    lengths,
+                                    sample,
+                                    "is read twice",
+                                    epoch,
+                                ));
+                            }
+                            seen[sample as usize] = READ;
+                            reads += 1;
+                        }
+                    }
+                    left -= steps;
+                    if left == 0 {
+                        break;
+                    }
+                }
+                if left > 0 {
+                    return Err(Error::Violation(format!(
+                        "segment {j} of the history takes {} steps, {left} past its pass's end",
+                        s.done
+                    )));
+                }
+                if j + 1 == self.segments.len() {
+                    complete = pass.after(s.done)?.steps()? == 0;
+                }
+            }
+            if complete {
+                if let Some(sample) = (0..n).find(|&x| seen[x as usize] == UNREAD) {
+                    return Err(self.violation(lengths, sample, "is never read", epoch));
+                }
+            }
+            epochs.push(epoch);
+            i = end;
+        }
+        Ok(Audit {
+            epochs,
+            segments: self.segments.len(),
+            begins: (first.epoch, first.window.saturating_mul(self.base.window)),
+            reads,
+            recounted: true,
+        })
+    }
+
+    /// Marks what the first segment's epoch read before the history began: the windows
+    /// before its own, and its window's positions taken.
+    fn mark_before(
+        &self,
+        first: &(TokenBudget, BudgetStart),
+        seen: &mut [u8],
+    ) -> Result<(), Error> {
+        let (budget, start) = first;
+        for k in 0..start.window().min(budget.windows()) {
+            for id in budget.samples(k)? {
+                seen[id as usize] = BEFORE;
+            }
+        }
+        if let Some(taken) = start.taken_in(start.window()) {
+            for (p, id) in budget.samples(start.window())?.into_iter().enumerate() {
+                if taken[p] {
+                    seen[id as usize] = BEFORE;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn violation<L: Lengths + ?Sized>(
+        &self,
+        lengths: &L,
+        sample: u64,
+        how: &str,
+        epoch: u64,
+    ) -> Error {
+        let reads = self
+            .where_read(lengths, sample)
+            .map(|r| {
+                describe(
+                    &r.into_iter()
+                        .filter(|r| r.epoch == epoch)
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .unwrap_or_default();
+        Error::Violation(format!(
+            "sample {sample} is read {how} in epoch {epoch}: {reads}"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::epoch::EpochSpec;
+    use crate::permutation::Version;
+
+    fn epoch(epoch: u64, world: u64) -> BudgetEpoch {
+        BudgetEpoch {
+            spec: EpochSpec {
+                n: 500,
+                num_replicas: world,
+                seed: 3,
+                epoch,
+                shuffle: true,
+                drop_last: false,
+                permutation: Version::V2,
+            },
+            max_tokens: 128,
+            window: 64,
+        }
+    }
+
+    /// (epoch, step, rank, position, sample, padding) of every read.
+    type Recorded = Vec<(u64, u64, u64, u64, u64, bool)>;
+
+    /// Reads `steps` steps (all: `None`) of a pass as its ranks do, recorded.
+    fn read(
+        run: &mut BudgetRun,
+        config: &BudgetEpoch,
+        start: BudgetStart,
+        lengths: &[u32],
+        steps: Option<u64>,
+        recorded: &mut Recorded,
+    ) -> BudgetStart {
+        let budget = TokenBudget::of(config).unwrap();
+        let world = config.spec.num_replicas;
+        let pass = BudgetPass::new(&budget, lengths, start.clone(), world).unwrap();
+        let steps = steps.unwrap_or_else(|| pass.steps().unwrap());
+        let first = run.segments().last().map_or(0, |s| s.step + s.done);
+        let previous = run.segments().last().map(|s| s.done);
+        run.begin(config, &start, previous.filter(|_| run.is_open()))
+            .unwrap();
+        for s in 0..steps {
+            for r in 0..world {
+                for (p, sample) in pass.batch(r, s).unwrap().into_iter().enumerate() {
+                    let again = recorded
+                        .iter()
+                        .any(|x| x.0 == config.spec.epoch && x.4 == sample);
+                    recorded.push((config.spec.epoch, first + s, r, p as u64, sample, again));
+                }
+            }
+        }
+        run.close(steps);
+        run.open = true; // as a sampler's pass: closed by the next begin or a state
+        pass.after(steps).unwrap().start().clone()
+    }
+
+    fn as_recorded(reads: &[Read]) -> Recorded {
+        reads
+            .iter()
+            .map(|r| {
+                (
+                    r.epoch,
+                    r.step.unwrap(),
+                    r.rank,
+                    r.position,
+                    r.sample,
+                    r.padding,
+                )
+            })
+            .collect()
+    }
+
+    /// A run read as a sampler reads it: epoch 0 on 2 ranks, a state after 5 steps read
+    /// back, the rest of the epoch on 3 ranks, then 4 steps of epoch 1. Attribution both
+    /// ways is what the ranks read, and the audit passes.
+    #[test]
+    fn attribution_is_what_the_ranks_read_across_a_resume_onto_another_world() {
+        // Batches of several samples; and samples alone in a batch, which pad on 3 ranks.
+        let mixed: Vec<u32> = (0..500u32).map(|i| 1 + (i * 37 % 61)).collect();
+        let alone: Vec<u32> = (0..500u32).map(|i| 65 + (i * 37 % 29)).collect();
+        for (lengths, pads) in [(mixed, false), (alone, true)] {
+            check_attribution(&lengths, pads);
+        }
+    }
+
+    fn check_attribution(lengths: &[u32], pads: bool) {
+        let mut recorded = Recorded::new();
+        let mut run = BudgetRun::new(epoch(0, 2));
+        let fresh = BudgetStart::default();
+        let saved = read(
+            &mut run,
+            &epoch(0, 2),
+            fresh.clone(),
+            &lengths,
+            Some(5),
+            &mut recorded,
+        );
+        // The state at 5 steps, read back by a sampler of 3 ranks.
+        let rows = run.rows(Some(5)).unwrap();
+        let taken = run.taken_bits(Some(5)).to_vec();
+        let mut run = BudgetRun::restore(epoch(0, 2), &rows, taken, false).unwrap();
+        let budget = TokenBudget::of(&epoch(0, 3)).unwrap();
+        let resumed = budget.resume(&lengths[..], &saved, 2, 3).unwrap();
+        assert!(resumed.taken_in(resumed.window()).is_some());
+        let resumed_taken = resumed.taken_bits();
+        read(
+            &mut run,
+            &epoch(0, 3),
+            resumed,
+            &lengths,
+            None,
+            &mut recorded,
+        );
+        read(
+            &mut run,
+            &epoch(1, 3),
+            fresh,
+            &lengths,
+            Some(4),
+            &mut recorded,
+        );
+        let rows = run.rows(Some(4)).unwrap();
+        let run = BudgetRun::restore(epoch(1, 3), &rows, run.taken_bits(Some(4)).to_vec(), false)
+            .unwrap();
+        let changes: Vec<Change> = run.segments().iter().map(|s| s.change).collect();
+        assert_eq!(changes, [Change::Start, Change::Resume, Change::Epoch]);
+        assert_eq!(recorded.iter().any(|r| r.5), pads, "the run pads");
+        for sample in 0..500 {
+            let want: Recorded = recorded.iter().filter(|r| r.4 == sample).copied().collect();
+            let got = as_recorded(&run.where_read(&lengths[..], sample).unwrap());
+            assert_eq!(got, want, "where({sample})");
+        }
+        let last = run.segments().last().map(|s| s.step + s.done).unwrap();
+        for step in 0..last {
+            let want: Recorded = recorded.iter().filter(|r| r.1 == step).copied().collect();
+            assert_eq!(
+                as_recorded(&run.show(&lengths[..], step).unwrap()),
+                want,
+                "show({step})"
+            );
+        }
+        let e = run.show(&lengths[..], last).unwrap_err().to_string();
+        assert!(e.contains(&format!("holds steps [0, {last})")), "{e}");
+        let audit = run.audit(&lengths[..]).unwrap();
+        assert_eq!(audit.epochs, [0, 1]);
+        let kept = recorded.iter().filter(|r| !r.5).count() as u128;
+        assert_eq!(audit.reads, kept);
+        // A history that begins at the load onto 3 ranks (a state saved before histories
+        // were kept): what was read before it counts as read, the rest exactly once.
+        let tail = BudgetRun::restore(epoch(1, 3), &rows[1..], resumed_taken, false).unwrap();
+        assert_eq!(tail.audit(&lengths[..]).unwrap().epochs, [0, 1]);
+        let first_reads = recorded.iter().filter(|r| r.1 < 5 && !r.5).count() as u128;
+        assert_eq!(tail.audit(&lengths[..]).unwrap().reads, kept - first_reads);
+    }
+
+    /// A history that skips a window, or reads the same steps again, fails its audit
+    /// naming the sample; steps that do not add up fail too.
+    #[test]
+    fn a_forged_history_fails_its_audit() {
+        let lengths: Vec<u32> = (0..500u32).map(|i| 1 + (i * 37 % 61)).collect();
+        let mut recorded = Recorded::new();
+        let mut run = BudgetRun::new(epoch(0, 2));
+        let saved = read(
+            &mut run,
+            &epoch(0, 2),
+            BudgetStart::default(),
+            &lengths,
+            Some(5),
+            &mut recorded,
+        );
+        // A state after 5 steps, read back: the pass resumes there.
+        let rows = run.rows(Some(5)).unwrap();
+        let mut run = BudgetRun::restore(epoch(0, 2), &rows, Vec::new(), false).unwrap();
+        read(&mut run, &epoch(0, 2), saved, &lengths, None, &mut recorded);
+        let rows = run.rows(Some(run.segments()[1].done)).unwrap();
+        let good = BudgetRun::restore(epoch(0, 2), &rows, Vec::new(), false).unwrap();
+        assert_eq!(good.audit(&lengths[..]).unwrap().epochs, [0]);
+
+        let forge = |edit: &dyn Fn(&mut Vec<Vec<i128>>)| {
+            let mut rows = rows.clone();
+            edit(&mut rows);
+            let run = BudgetRun::restore(epoch(0, 2), &rows, Vec::new(), false).unwrap();
+            run.audit(&lengths[..]).unwrap_err()
+        };
+        // The second pass starts 2 steps later: their samples are never read.
+        let skipped = forge(&|rows| {
+            rows[1][3] += 2;
+            rows[1][6] -= 2;
+        });
+        let e = skipped.to_string();
+        assert!(
+            skipped.is_violation() && e.contains("is never read in epoch 0"),
+            "{e}"
+        );
+        // The second pass starts at the first's start: its steps are read twice.
+        let twice = forge(&|rows| {
+            rows[1][2] = 0;
+            rows[1][3] = 0;
+            rows[1][0] = 3; // a repeat
+        });
+        let e = twice.to_string();
+        assert!(
+            twice.is_violation() && e.contains("is read twice in epoch 0"),
+            "{e}"
+        );
+        assert!(e.contains("read at epoch 0 step"), "names its reads: {e}");
+        let steps = forge(&|rows| rows[1][5] += 1);
+        assert!(
+            steps.to_string().contains("the steps do not add up"),
+            "{steps}"
+        );
+        let long = forge(&|rows| rows[1][6] += 1);
+        assert!(long.to_string().contains("past its pass's end"), "{long}");
+    }
+}

@@ -135,9 +135,12 @@ def test_a_state_dict_of_0_2_loads_and_continues_its_plan():
     )
     assert rest == reference[rank]
     # Saved again, the state holds every configuration field (but the dealing and the
-    # permutation its algorithm names), as ShardedSampler's does, and the resume point.
+    # permutation its algorithm names), as ShardedSampler's does, the resume point and the
+    # run's history, which starts at the load (the first pass's taken bits, if any).
     fields = {f.name for f in dataclasses.fields(BudgetConfig)} - {"dealing", "permutation"}
-    assert set(s.state_dict()) == fields | {"window_index", "steps", "taken", "dataset"}
+    saved = s.state_dict()
+    assert set(saved) - {"history_taken"} == fields | {"window_index", "steps", "taken", "dataset", "history"}
+    assert [row[0] for row in saved["history"]] == [0]  # one segment: the start, at the load
 
 
 def test_verify_returns_a_certificate_of_the_pass(rank_streams):

@@ -74,8 +74,6 @@ def as_lengths(lengths: Any) -> tuple[Any, Any]:
         raise TypeError(
             f"lengths must be a 1-D integer array (one length per sample), got {array.ndim}-D {array.dtype}"
         )
-    if array.size == 0:
-        raise ValueError("lengths is empty: a sampler needs at least one sample")
     if array.flags.c_contiguous and array.dtype.isnative:
         return array, array
     return array, np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("="))

@@ -141,8 +141,15 @@ class Run:
     every rank read at a step (:meth:`show`), and proves exactly-once (:meth:`audit`).
     A state saved by 0.5 or before has no history: the history starts at its load.
 
+    A :class:`~permshard.TokenBudgetBatchSampler` keeps its history too, a segment of 7
+    integers per change; a window's steps depend on its samples' lengths, so its answers
+    take the run's ``lengths`` and plan the windows up to the answer (the audit: every
+    window read, one byte per sample).
+
     Args:
         state_dict (Mapping): a dict saved by a sampler's ``state_dict()``.
+        lengths (1-D integer array, optional): a token-budget run's lengths (required for
+            its state, refused for others).
         strict (bool, optional): refuse keys the sampler does not save. Default: ``True``.
 
     Example::
@@ -159,16 +166,17 @@ class Run:
         80
     """
 
-    def __init__(self, state_dict: Mapping[str, Any], *, strict: bool = True) -> None:
+    def __init__(self, state_dict: Mapping[str, Any], *, lengths: Any = None, strict: bool = True) -> None:
         if not isinstance(state_dict, Mapping):
             raise TypeError(
                 f"state_dict must be a mapping saved by a sampler, got {type(state_dict).__name__}"
             )
+        self._lengths: Any = None
         if "max_tokens" in state_dict:
-            raise ValueError(
-                "this is a TokenBudgetBatchSampler's state: its history is not kept yet; Run reads "
-                "the states of ShardedSampler, ShardedBatchSampler, StepBatchSampler and WeightedShardedSampler"
-            )
+            self._budget_run(state_dict, lengths, strict)
+            return
+        if lengths is not None:
+            raise ValueError("lengths= is for a TokenBudgetBatchSampler's state; this state is another sampler's")
         self.weighted = "draws" in state_dict  # positions are draws: samples repeat by design
         self.schedule = state_dict.get("schedule")
         core = {k: v for k, v in state_dict.items() if k not in _BESIDE}
@@ -177,6 +185,25 @@ class Run:
                 k: v for k, v in core.items() if k not in ("draws", "weights", "num_weights", "replacement")
             }
         self._run = _core.Run.from_state(core, strict)
+
+    def _budget_run(self, state_dict: Mapping[str, Any], lengths: Any, strict: bool) -> None:
+        """A TokenBudgetBatchSampler's run: its answers plan windows, over its lengths."""
+        from ._config import as_lengths
+        from ._hooks import check_same_dataset
+        from ._token_budget import lengths_fingerprint
+
+        if lengths is None:
+            raise ValueError(
+                "this is a TokenBudgetBatchSampler's state: its steps are planned from the samples' "
+                "lengths; pass Run(state_dict, lengths=lengths) (permshard where/show/audit: --lengths FILE.npy)"
+            )
+        array, self._lengths = as_lengths(lengths)
+        check_same_dataset(state_dict, lengths_fingerprint(array))
+        self.weighted, self.schedule = False, None
+        core = {k: v for k, v in state_dict.items() if k != "dataset"}
+        self._run = _core.BudgetRun.from_state(core, strict)
+        if len(array) != self._run.n:
+            raise ValueError(f"lengths holds {len(array)} samples, the run {self._run.n}: pass the run's lengths")
 
     @property
     def n(self) -> int:
@@ -204,6 +231,8 @@ class Run:
         sample = as_u64("sample", sample)
         if not sample < self.n:
             raise ValueError(f"sample {sample} is not in range({self.n})")
+        if self._lengths is not None:
+            return _reads(self._run.where_read(self._lengths, sample))
         return _reads(self._run.where_read(sample, self._batch(batch_size)))
 
     def where_document(
@@ -241,6 +270,8 @@ class Run:
             batch_size (int, optional): an item sampler's DataLoader batch size (required
                 for its runs, which know no batches).
         """
+        if self._lengths is not None:
+            return _reads(self._run.show(self._lengths, as_u64("step", step)))
         return _reads(self._run.show(as_u64("step", step), self._batch(batch_size)))
 
     def audit(self, *, recount: bool = True, threads: int = 0) -> Audit:
@@ -264,7 +295,10 @@ class Run:
                 "several times by design, so exactly-once does not apply; its positions are audited "
                 "by WeightedShardedSampler.verify()"
             )
-        a = self._run.audit(bool(recount), as_u64("threads", threads))
+        if self._lengths is not None:  # a token budget's reads are counted batch by batch
+            a = self._run.audit(self._lengths)
+        else:
+            a = self._run.audit(bool(recount), as_u64("threads", threads))
         return Audit(
             list(a.epochs), int(a.segments), (a.begins[0], a.begins[1]), int(a.reads), bool(a.recounted)
         )
@@ -320,6 +354,7 @@ def add_parsers(sub: Any, count: Callable[[str], int]) -> None:
         help="a sampler's state dict (.pt or .json); for a torchft run, one per rank of every group, repeated",
     )
     p.add_argument("--no-recount", action="store_true", help="the history's proof only (O(#changes))")
+    p.add_argument("--lengths", metavar="FILE.npy", help=_LENGTHS_HELP)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -331,8 +366,21 @@ def history_show_parser(count: Callable[[str], int]) -> argparse.ArgumentParser:
     return p
 
 
+_LENGTHS_HELP = "a TokenBudgetBatchSampler run's lengths (a .npy file): its steps are planned from them"
+
+
+def _load_lengths(path: Optional[str]) -> Any:
+    """The lengths in the ``.npy`` file at ``path`` (memory-mapped), or ``None``."""
+    if path is None:
+        return None
+    import numpy as np
+
+    return np.load(path, mmap_mode="r")
+
+
 def _history_args(p: argparse.ArgumentParser, count: Callable[[str], int]) -> None:
     p.add_argument("--state", required=True, metavar="FILE", help="a sampler's state dict (.pt or .json)")
+    p.add_argument("--lengths", metavar="FILE.npy", help=_LENGTHS_HELP)
     p.add_argument(
         "--batch-size", type=count, help="an item sampler's DataLoader batch size (to count steps)"
     )
@@ -353,7 +401,7 @@ def _print(reads: list[Any], as_json: bool, *, sample: bool) -> None:
 
 def where(args: argparse.Namespace) -> int:
 
-    run = Run(_load_state(args.state))
+    run = Run(_load_state(args.state), lengths=_load_lengths(args.lengths))
     if args.source is not None or args.document is not None:
         if args.source is None or args.document is None or args.data_path is None or args.seq_len is None:
             raise ValueError("--source needs --document, --data-path and --seq-len (the run's blend)")
@@ -373,7 +421,8 @@ def where(args: argparse.Namespace) -> int:
 
 def show(args: argparse.Namespace) -> int:
 
-    reads = Run(_load_state(args.state)).show(args.step, batch_size=args.batch_size)
+    run = Run(_load_state(args.state), lengths=_load_lengths(args.lengths))
+    reads = run.show(args.step, batch_size=args.batch_size)
     _print(reads, args.json, sample=True)
     return 0
 
@@ -394,7 +443,7 @@ def audit(args: argparse.Namespace) -> int:
         return 0
     if len(states) > 1:
         raise ValueError("pass one --state: a sampler's (several only for the loaders of a torchft run)")
-    result = Run(states[0]).audit(recount=not args.no_recount)
+    result = Run(states[0], lengths=_load_lengths(args.lengths)).audit(recount=not args.no_recount)
     if args.json:
         print(json.dumps(result._asdict()))
     else:

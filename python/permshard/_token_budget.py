@@ -144,6 +144,17 @@ class BudgetPlan(EpochFields):
         )
 
 
+def lengths_probe(lengths: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+    """The lengths' ends: what identifies them cheaply at any ``n`` (with ``n``)."""
+    return np.concatenate([lengths[:1024], lengths[-1024:]]).astype(np.int64)
+
+
+def lengths_fingerprint(lengths: npt.NDArray[Any]) -> str:
+    """An identity of ``lengths`` a state records: a resume (or a run's answers) over other
+    lengths is refused."""
+    return content_id("lengths", len(lengths), digest(lengths_probe(lengths)))
+
+
 class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
     r"""Batches of variable-length samples under a padded token budget, the same number
     on every rank, every sample once per epoch across ranks.
@@ -243,6 +254,7 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
                 permutation=algorithm,
             )  # fmt: skip
         )
+        self._run = _core.BudgetRun(self.config.budget_epoch())  # the run's history, in the core
 
     def _set_config(self, config: BudgetConfig, planner: Optional[_core.TokenBudget] = None) -> None:
         """A new epoch's configuration and its planner, from the epoch's start."""
@@ -266,6 +278,8 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
             self._settle()
         unpicklable = ("_planner", "_batches", "_loader", "_resume", "_summary")
         state = {k: v for k, v in self.__dict__.items() if k not in unpicklable}
+        if self._run.is_open:  # the copy's history ends where this pass is
+            state["_run"] = self._run.closed(self._done())
         r = self._resume
         state["_resume"] = {"window": r.window, "steps": r.steps, "taken": r.taken}
         return state
@@ -285,6 +299,8 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
         config = self.config.replace(epoch=epoch)
         self._epoch_set()
         if config != self.config:
+            if self._run.is_open:  # the history's last pass ends where the loop left it
+                self._run = self._run.closed(self._done())
             self._set_config(config)
 
     def _pass(self) -> _core.BudgetPass:
@@ -295,7 +311,10 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
 
     def __iter__(self) -> Iterator[Any]:
         loader = self._begin_pass()  # at the first next(): a generator
-        batches = _core.BudgetBatches(self._pass(), self.rank, as_array=self.as_array)
+        pass_ = self._pass()
+        previous = self._done() if self._run.is_open else None
+        self._run.begin(self.config.budget_epoch(), pass_.start, previous)
+        batches = _core.BudgetBatches(pass_, self.rank, as_array=self.as_array)
         self._forget_pass()
         self._batches, self._loader = batches, loader  # what it hands the loop is consumed
         yield from batches
@@ -375,12 +394,10 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
         ]
 
     def _lengths_probe(self) -> np.ndarray:
-        """The lengths' ends: what identifies them cheaply at any ``n`` (with ``n``)."""
-        return np.concatenate([self.lengths[:1024], self.lengths[-1024:]]).astype(np.int64)
+        return lengths_probe(self.lengths)
 
     def _fingerprint(self) -> str:
-        """An identity of the lengths a state records: a resume over others is refused."""
-        return content_id("lengths", len(self.lengths), digest(self._lengths_probe()))
+        return lengths_fingerprint(self.lengths)
 
     def state_dict(self, consumed_steps: Optional[int] = None) -> dict[str, Any]:
         """The resume point, O(window): the configuration, the window being planned, its
@@ -392,21 +409,26 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
                 what its workers prefetched; without a DataLoader, the batches this rank
                 handed out; pass the loop's count when a wrapper draws batches ahead).
         """
+        done = self._done(consumed_steps)
+        start = self._pass().start if self._batches is None else self._batches.resume_point(done)
+        state = self._run.state_dict(self.config.budget_epoch(), start, done if self._run.is_open else None)
+        state["dataset"] = self._fingerprint()  # a resume over other lengths is refused
+        return state
+
+    def _done(self, consumed_steps: Optional[int] = None) -> int:
+        """Steps of the pass being run that count as consumed: ``consumed_steps``, checked,
+        or the batches the DataLoader handed to the loop (without one, this rank's)."""
         handed = self._handed()
         if consumed_steps is None:
             counted = None if self._loader is None else self._loader.batches(handed)
-            done = handed if counted is None else counted
-        else:
-            done = as_int("consumed_steps", consumed_steps)
+            return handed if counted is None else counted
+        done = as_int("consumed_steps", consumed_steps)
         if not 0 <= done <= handed:
             raise ValueError(
                 f"consumed_steps must be in [0, {handed}] (batches this rank handed out in "
                 f"this pass), got {done}"
             )
-        start = self._pass().start if self._batches is None else self._batches.resume_point(done)
-        state = self.config.state_dict(start)
-        state["dataset"] = self._fingerprint()  # a resume over other lengths is refused
-        return state
+        return done
 
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> None:
         """Restores a resume point, possibly saved with another number of ranks: the rest
@@ -427,6 +449,7 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
             check_same_dataset(state, self._fingerprint())
             state = {k: v for k, v in state.items() if k != "dataset"}
         saved, resume = BudgetConfig.from_state_dict(state, strict=strict)
+        run = _core.BudgetRun.from_state(state, strict)
         # The state's epoch, continued with the plan it names; nothing else changes.
         config = self.config.replace(permutation=saved.permutation, epoch=saved.epoch)
         config.check_resumable(saved)
@@ -434,6 +457,7 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
         start = _core.BudgetStart(planner, **resume)  # checked by the core, before any change
         self._set_config(config, planner)
         self._resume_at(start, saved.num_replicas)
+        self._run = run
         self._state_loaded()
 
     def _proof_target(self) -> ProofTarget:

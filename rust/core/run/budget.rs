@@ -1,9 +1,9 @@
 //! A token-budget run: the history of a [`crate::TokenBudget`] sampler's passes, one
 //! [`BudgetSegment`] per change (the start, an epoch, a resume on another world size, an
-//! epoch iterated again), 7 integers each. A segment's start (window, steps of its plan)
-//! is written; the positions of its window taken before are not: they follow from the
-//! segment before (where it stopped, re-planned onto this segment's world, as a resume
-//! does), but for the first segment's, which the run keeps as bits.
+//! epoch iterated again from its start), 7 integers each. A segment's start (window, steps
+//! of its plan) is written; the positions of its window taken before are not: they follow
+//! from the segment before (where it stopped, re-planned onto this segment's world, as a
+//! resume does), but for the first segment's, which the run keeps as bits.
 //!
 //! A window's steps depend on its samples' lengths, so the answers plan windows: `where`
 //! and `show` the windows up to the answer in each segment, the audit every window read
@@ -13,7 +13,7 @@ use super::{audit::describe, Audit, Change, Read};
 use crate::budget::{BudgetStart, Lengths, TokenBudget};
 use crate::error::Error;
 use crate::pass_plan::{BudgetPass, PassPlan};
-use crate::state::BudgetEpoch;
+use crate::state::{base64, BudgetEpoch, BudgetResume, Value, BUDGET};
 
 const UNREAD: u8 = 0;
 const READ: u8 = 1;
@@ -163,6 +163,11 @@ impl BudgetRun {
         (&self.base, rows, &self.taken, self.open)
     }
 
+    /// The run's fields (the epoch and ranks of its last pass).
+    pub fn base(&self) -> &BudgetEpoch {
+        &self.base
+    }
+
     /// The segments.
     pub fn segments(&self) -> &[BudgetSegment] {
         &self.segments
@@ -189,8 +194,12 @@ impl BudgetRun {
                     "a run's open segment closes at what its pass consumed: pass it".into(),
                 )
             })?;
+            // A pass that read nothing leaves no segment: the next one continues the one
+            // before it. One that read iterates its epoch again, from the epoch's start.
+            if done > 0 {
+                change = Change::Repeat;
+            }
             self.close(done);
-            change = Change::Repeat;
         }
         let step = self.segments.last().map_or(0, |s| s.step + s.done);
         change = match self.segments.last() {
@@ -250,6 +259,40 @@ impl BudgetRun {
         }
     }
 
+    /// The state dict of `now` at `resume`, with the history (the open segment at `done`
+    /// steps): `history`, a row per segment, and `history_taken`, the first segment's
+    /// taken bits (base64; absent when none).
+    pub fn state(
+        &self,
+        now: &BudgetEpoch,
+        resume: &BudgetResume,
+        done: Option<u64>,
+    ) -> Result<Vec<(&'static str, Value)>, Error> {
+        let rows = self.rows(done)?;
+        let taken = self.taken_bits(done);
+        let mut history = Vec::new();
+        if !rows.is_empty() {
+            history.push(("history", Value::Rows(rows)));
+        }
+        if !taken.is_empty() {
+            history.push(("history_taken", Value::Str(base64::encode(taken))));
+        }
+        Ok(now.state_with(resume, history))
+    }
+
+    /// The run a state dict holds, checked row by row (a state of 0.5 or before has no
+    /// history: it starts at the load). Its fields are the state's.
+    pub fn from_state(state: &[(String, Value)], strict: bool) -> Result<BudgetRun, Error> {
+        let (epoch, _) = BudgetEpoch::from_state(state, strict)?;
+        let saved = BUDGET.read(state, strict)?;
+        let taken = base64::decode(saved.text("history_taken")).ok_or_else(|| {
+            Error::Invalid(
+                "state_dict['history_taken'] is not valid base64: the state was edited".into(),
+            )
+        })?;
+        BudgetRun::restore(epoch, saved.rows("history"), taken, false)
+    }
+
     /// The plan and start of every segment: the taken bits of each segment's window
     /// follow from where the segment before stopped, re-planned onto its world.
     fn starts<L: Lengths + ?Sized>(
@@ -265,7 +308,7 @@ impl BudgetRun {
             let taken = match (i, out.last()) {
                 (0, _) | (_, None) => self.taken.clone(),
                 (_, Some(_)) if self.segments[i - 1].epoch != s.epoch => Vec::new(),
-                (_, Some((_, before))) if s.change == Change::Repeat => before.taken_bits(),
+                (_, Some(_)) if s.change == Change::Repeat => Vec::new(), // the epoch's start
                 (_, Some((plan, before))) => {
                     let a = &self.segments[i - 1];
                     let pass = BudgetPass::new(plan, lengths, before.clone(), a.world)?;

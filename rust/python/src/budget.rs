@@ -189,7 +189,7 @@ fn budget_epoch(config: &Bound<'_, PyAny>) -> PyResult<permshard_core::BudgetEpo
 
 #[pyclass(frozen, module = "permshard._core", name = "BudgetEpoch")]
 pub struct BudgetEpoch {
-    inner: permshard_core::BudgetEpoch,
+    pub inner: permshard_core::BudgetEpoch,
 }
 
 #[pymethods]

@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 mod block;
 mod budget;
 mod budget_pass;
+mod budget_run;
 mod convert;
 mod errors;
 mod exclusion;
@@ -31,6 +32,8 @@ mod _core {
     use super::budget::{BudgetEpoch, PyBudgetStart, PyWindowPlan, TokenBudget};
     #[pymodule_export]
     use super::budget_pass::{PyBudgetBatches, PyBudgetPass, PyBudgetShare};
+    #[pymodule_export]
+    use super::budget_run::BudgetRun;
     #[pymodule_export]
     use super::errors::ShardingError;
     #[pymodule_export]

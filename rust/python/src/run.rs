@@ -26,6 +26,18 @@ pub struct Read {
     padding: bool,
 }
 
+impl From<permshard_core::Audit> for Audit {
+    fn from(a: permshard_core::Audit) -> Self {
+        Audit {
+            epochs: a.epochs,
+            segments: a.segments,
+            begins: a.begins,
+            reads: a.reads,
+            recounted: a.recounted,
+        }
+    }
+}
+
 impl From<&permshard_core::Read> for Read {
     fn from(r: &permshard_core::Read) -> Self {
         Read {
@@ -234,12 +246,6 @@ impl Run {
         let a = py
             .detach(|| self.inner.audit(recount, threads))
             .map_err(to_py)?;
-        Ok(Audit {
-            epochs: a.epochs,
-            segments: a.segments,
-            begins: a.begins,
-            reads: a.reads,
-            recounted: a.recounted,
-        })
+        Ok(Audit::from(a))
     }
 }

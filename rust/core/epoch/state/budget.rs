@@ -67,12 +67,23 @@ impl BudgetEpoch {
 
     /// The state dict of this epoch at `resume`.
     pub fn state(&self, resume: &BudgetResume) -> Vec<(&'static str, Value)> {
+        self.state_with(resume, Vec::new())
+    }
+
+    /// The state dict of this epoch at `resume`, with the run's `history` fields
+    /// ([`crate::BudgetRun::state`]).
+    pub fn state_with(
+        &self,
+        resume: &BudgetResume,
+        history: Vec<(&'static str, Value)>,
+    ) -> Vec<(&'static str, Value)> {
         let mut fields = self.values();
         fields.extend([
             ("window_index", Value::Int(resume.window_index.into())),
             ("steps", Value::Int(resume.steps.into())),
             ("taken", Value::Str(base64::encode(&resume.taken))),
         ]);
+        fields.extend(history);
         BUDGET.write(fields)
     }
 

@@ -123,6 +123,8 @@ pub const BUDGET: Schema = Schema {
         key("window_index", Kind::Int, Presence::Always),
         key("steps", Kind::Int, Presence::Always),
         key("taken", Kind::Str, Presence::Always),
+        key("history", Kind::Rows, Presence::WhenNotEmpty),
+        key("history_taken", Kind::Str, Presence::WhenNotEmpty),
         key("block_size", Kind::Int, Presence::Retired(0)),
         key("window_blocks", Kind::Int, Presence::Retired(0)),
     ],
@@ -488,7 +490,7 @@ impl Schema {
     }
 }
 
-mod base64;
+pub(crate) mod base64;
 mod budget;
 mod sharding;
 mod weighted;

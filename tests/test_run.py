@@ -242,3 +242,106 @@ def test_bad_arguments_name_the_fix():
         Run([1, 2])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="history"):
         Run({**s.state_dict(), "history": [[0, 0, 0]]})
+
+
+# -- a token-budget run ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def budget_recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, list[tuple], pathlib.Path]:
+    """A TokenBudgetBatchSampler under torchrun with two DataLoader workers: 2 gloo ranks
+    break after 7 steps; 3 ranks read the rest of epoch 0 and break after 4 steps of epoch
+    1. The final state, every read the ranks recorded ``(epoch, step, rank, position in the
+    batch, sample)``, and the lengths' file."""
+    folder = tmp_path_factory.mktemp("budget_run")
+    script = SCRIPTS / "budget_history.py"
+    finish(torchrun("--nproc-per-node", "2", str(script), "first", str(folder)))
+    finish(torchrun("--nproc-per-node", "3", str(script), "resume", str(folder)))
+    reads = []
+    for path in sorted(folder.glob("reads-*.json")):
+        reads += [tuple(r) for r in json.loads(path.read_text())]
+    state = json.loads((folder / "state-resume.json").read_text())
+    (folder / "state.json").write_text(json.dumps(state))
+    return state, reads, folder
+
+
+def test_a_token_budget_run_answers_what_its_processes_read(budget_recorded):
+    import numpy as np  # noqa: PLC0415
+
+    state, reads, folder = budget_recorded
+    lengths = np.load(folder / "lengths.npy")
+    run = Run(state, lengths=lengths)
+    assert [(s["change"], s["world"]) for s in run.segments] == [("start", 2), ("resume", 3), ("epoch", 3)]
+    want = collections.defaultdict(list)
+    for epoch, step, rank, k, sample in reads:
+        want[sample].append((epoch, step, rank, k))
+    for sample in range(run.n):
+        got = sorted((r.epoch, r.step, r.rank, r.position) for r in run.where(sample))
+        assert got == sorted(want[sample]), sample
+    last = max(r[1] for r in reads)
+    for step in (0, 6, 7, last):
+        shown = [(r.epoch, r.step, r.rank, r.position, r.sample) for r in run.show(step)]
+        assert shown == sorted(r for r in reads if r[1] == step), step
+    audit = run.audit()
+    assert audit.epochs == [0, 1] and audit.segments == 3
+    assert audit.reads == len(reads) - sum(r.padding for s in range(run.n) for r in run.where(s))
+    assert collections.Counter(r[4] for r in reads if r[0] == 0).keys() == set(range(3000))
+    cli = [sys.executable, "-m", "permshard"]
+    path, npy = str(folder / "state.json"), str(folder / "lengths.npy")
+    out = subprocess.run([*cli, "audit", "--state", path, "--lengths", npy], capture_output=True, text=True)
+    assert out.returncode == 0 and "exactly once: epochs [0, 1]" in out.stdout, out.stderr
+    sample = reads[-1][4]
+    out = subprocess.run(
+        [*cli, "where", str(sample), "--state", path, "--lengths", npy, "--json"],
+        capture_output=True,
+        text=True,
+    )
+    assert json.loads(out.stdout) == [r.as_dict() for r in run.where(sample)], out.stderr
+    out = subprocess.run([*cli, "show", "3", "--state", path], capture_output=True, text=True)
+    assert out.returncode == 2 and "--lengths FILE.npy" in out.stderr
+
+
+def test_a_forged_token_budget_history_fails_its_audit(budget_recorded):
+    import numpy as np  # noqa: PLC0415
+
+    state, _, folder = budget_recorded
+    lengths = np.load(folder / "lengths.npy")
+
+    # The resume on 3 ranks starts 2 steps into the window's new plan: their samples are
+    # never read; it starts over as a repeat of the epoch: samples read twice.
+    def late_by_2(h: list) -> None:
+        h[1][3], h[1][6], h[2][5] = 2, h[1][6] - 2, h[2][5] - 2
+
+    late = _forge(state, late_by_2)
+    with pytest.raises(ShardingError, match=r"sample \d+ is never read in epoch 0"):
+        Run(late, lengths=lengths).audit()
+    again = _forge(state, lambda h: h[1].__setitem__(0, 3))  # a repeat: from the epoch's start
+    with pytest.raises(ShardingError, match=r"sample \d+ is read twice in epoch 0: read at epoch 0 step \d+"):
+        Run(again, lengths=lengths).audit()
+    with pytest.raises(ValueError, match="pass Run\\(state_dict, lengths=lengths\\)"):
+        Run(state)
+    with pytest.raises(ValueError, match="lengths holds 2999 samples, the run 3000: pass the run's lengths"):
+        Run(state, lengths=lengths[:-1])
+    with pytest.raises(ValueError, match="saved over another dataset"):
+        Run(state, lengths=lengths[::-1].copy())
+    with pytest.raises(ValueError, match="history.*7"):
+        Run({**state, "history": [[0, 0, 0]]}, lengths=lengths)
+
+
+def test_a_token_budget_sampler_copied_mid_pass_carries_its_history():
+    import pickle  # noqa: PLC0415
+
+    import numpy as np  # noqa: PLC0415
+
+    from permshard import TokenBudgetBatchSampler  # noqa: PLC0415
+
+    lengths = np.random.default_rng(1).integers(1, 200, size=800)
+    s = TokenBudgetBatchSampler(lengths, 512, 1, 0, window=200, check_consensus=False)
+    it = iter(s)
+    first = [next(it) for _ in range(5)]
+    copy_ = pickle.loads(pickle.dumps(s))
+    state = copy_.state_dict()
+    assert state["history"] == s.state_dict()["history"] == [[0, 0, 0, 0, 1, 0, 5]]
+    run = Run(state, lengths=lengths)
+    assert [(r.step, r.position) for r in run.where(first[4][0])] == [(4, 0)]
+    assert run.audit().reads == sum(map(len, first))

@@ -172,11 +172,14 @@ class Run:
                 f"state_dict must be a mapping saved by a sampler, got {type(state_dict).__name__}"
             )
         self._lengths: Any = None
+        self._budget: Optional[_core.BudgetRun] = None
         if "max_tokens" in state_dict:
             self._budget_run(state_dict, lengths, strict)
             return
         if lengths is not None:
-            raise ValueError("lengths= is for a TokenBudgetBatchSampler's state; this state is another sampler's")
+            raise ValueError(
+                "lengths= is for a TokenBudgetBatchSampler's state; this state is another sampler's"
+            )
         self.weighted = "draws" in state_dict  # positions are draws: samples repeat by design
         self.schedule = state_dict.get("schedule")
         core = {k: v for k, v in state_dict.items() if k not in _BESIDE}
@@ -198,17 +201,19 @@ class Run:
                 "lengths; pass Run(state_dict, lengths=lengths) (permshard where/show/audit: --lengths FILE.npy)"
             )
         array, self._lengths = as_lengths(lengths)
-        check_same_dataset(state_dict, lengths_fingerprint(array))
         self.weighted, self.schedule = False, None
         core = {k: v for k, v in state_dict.items() if k != "dataset"}
-        self._run = _core.BudgetRun.from_state(core, strict)
-        if len(array) != self._run.n:
-            raise ValueError(f"lengths holds {len(array)} samples, the run {self._run.n}: pass the run's lengths")
+        self._budget = _core.BudgetRun.from_state(core, strict)
+        if len(array) != self._budget.n:
+            raise ValueError(
+                f"lengths holds {len(array)} samples, the run {self._budget.n}: pass the run's lengths"
+            )
+        check_same_dataset(state_dict, lengths_fingerprint(array))
 
     @property
     def n(self) -> int:
         """Samples in an epoch."""
-        return int(self._run.n)
+        return int(self._run.n if self._budget is None else self._budget.n)
 
     @property
     def segments(self) -> list[dict[str, Any]]:
@@ -217,7 +222,7 @@ class Run:
         read, ``step`` (the run's step where it starts), ``world``, ``batch_size`` (``0``:
         an item sampler), ``dealing``, ``drop_last_batch``, ``excluded`` (ids of the
         run's exclusion log in force)."""
-        return list(self._run.segments())
+        return list(self._run.segments() if self._budget is None else self._budget.segments())
 
     def where(self, sample: int, *, batch_size: Optional[int] = None) -> list[Read]:
         """Every read of ``sample`` over the run's history, in order.
@@ -231,8 +236,8 @@ class Run:
         sample = as_u64("sample", sample)
         if not sample < self.n:
             raise ValueError(f"sample {sample} is not in range({self.n})")
-        if self._lengths is not None:
-            return _reads(self._run.where_read(self._lengths, sample))
+        if self._budget is not None:
+            return _reads(self._budget.where_read(self._lengths, sample))
         return _reads(self._run.where_read(sample, self._batch(batch_size)))
 
     def where_document(
@@ -270,8 +275,8 @@ class Run:
             batch_size (int, optional): an item sampler's DataLoader batch size (required
                 for its runs, which know no batches).
         """
-        if self._lengths is not None:
-            return _reads(self._run.show(self._lengths, as_u64("step", step)))
+        if self._budget is not None:
+            return _reads(self._budget.show(self._lengths, as_u64("step", step)))
         return _reads(self._run.show(as_u64("step", step), self._batch(batch_size)))
 
     def audit(self, *, recount: bool = True, threads: int = 0) -> Audit:
@@ -295,8 +300,8 @@ class Run:
                 "several times by design, so exactly-once does not apply; its positions are audited "
                 "by WeightedShardedSampler.verify()"
             )
-        if self._lengths is not None:  # a token budget's reads are counted batch by batch
-            a = self._run.audit(self._lengths)
+        if self._budget is not None:  # a token budget's reads are counted batch by batch
+            a = self._budget.audit(self._lengths)
         else:
             a = self._run.audit(bool(recount), as_u64("threads", threads))
         return Audit(

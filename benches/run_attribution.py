@@ -3,6 +3,10 @@
 batch sizes and took samples down, and the bytes a change costs in the state dict
 (pickled and as JSON). The targets: < 10 ms an answer, O(#changes) bytes.
 
+Then a token-budget run (2 ranks, a resume onto 3 mid-epoch, a second epoch) at 10⁶ and
+10⁷ samples: its answers plan the windows up to the answer, so they grow with the
+positions read before it; the audit counts every read.
+
     python benches/run_attribution.py
 """
 
@@ -13,7 +17,9 @@ import pickle
 import statistics
 import time
 
-from permshard import Run, ShardedBatchSampler, ShardedSampler
+import numpy as np
+
+from permshard import Run, ShardedBatchSampler, ShardedSampler, TokenBudgetBatchSampler
 
 N = 10**12
 
@@ -38,9 +44,32 @@ def checkpoint(changes: int) -> dict:
     return state
 
 
-def ms(call) -> str:
+def budget_checkpoint(n: int) -> tuple[dict, np.ndarray]:
+    """A token-budget run over ``n`` samples: 2 ranks for 100 steps, then 3 ranks to the end
+    of epoch 0 (read through ``plan``, not iterated), and 100 steps of epoch 1."""
+    lengths = np.random.default_rng(0).integers(16, 2048, size=n).astype(np.int32)
+
+    def make(world: int) -> TokenBudgetBatchSampler:
+        return TokenBudgetBatchSampler(lengths, 16384, world, 0, seed=1, check_consensus=False)
+
+    first = make(2)
+    it = iter(first)
+    for _ in range(100):
+        next(it)
+    resumed = make(3)
+    resumed.load_state_dict(first.state_dict())
+    for _ in resumed:  # this rank's batches to the end of the epoch
+        pass
+    resumed.set_epoch(1)
+    it = iter(resumed)
+    for _ in range(100):
+        next(it)
+    return resumed.state_dict(), lengths
+
+
+def ms(call, repeat: int = 20) -> str:
     times = []
-    for _ in range(20):
+    for _ in range(repeat):
         began = time.perf_counter()
         call()
         times.append(time.perf_counter() - began)
@@ -68,6 +97,21 @@ def main() -> None:
         print("| " + " | ".join(row) + " |")
     pickled, as_json = ((sizes[100][i] - sizes[1][i]) / 99 for i in (0, 1))
     print(f"\nA change costs {pickled:.0f} bytes pickled, {as_json:.0f} as JSON.")
+    print("\n| token budget, n | where (last window) | show (last step of epoch 0) | audit | bytes JSON |")
+    print("|---|---|---|---|---|")
+    for n in (10**6, 10**7):
+        state, lengths = budget_checkpoint(n)
+        run = Run(state, lengths=lengths)
+        epoch0_end = run.segments[2]["step"] - 1
+        late = run.show(epoch0_end)[0].sample
+        row = [
+            f"{n:,}",
+            ms(lambda run=run, late=late: run.where(late), 3),
+            ms(lambda run=run, step=epoch0_end: run.show(step), 3),
+            ms(lambda run=run: run.audit(), 1),
+            f"{len(json.dumps(state)):,}",
+        ]
+        print("| " + " | ".join(row) + " |")
 
 
 if __name__ == "__main__":

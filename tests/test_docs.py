@@ -98,10 +98,11 @@ SESSIONS = _sessions()
 def test_the_cli_prints_what_the_docs_show(name, argv, shown, capsys, tmp_path, monkeypatch):
     from permshard._cli import main
 
-    if "checkpoint.pt" in argv:  # the page's own script saves the checkpoint it reads
+    files = [a for a in argv if a.endswith((".pt", ".npy"))]
+    if files:  # the page's own script saves the files the command reads
         monkeypatch.chdir(tmp_path)
         page = name.split(":")[0]
-        code = next(code for n, code, _, _ in BLOCKS if n.startswith(page))
+        code = next(code for n, code, _, _ in BLOCKS if n.startswith(page) and all(f in code for f in files))
         exec(compile(code, page, "exec"), {"__name__": "__main__"})
         capsys.readouterr()
     assert main(argv) == 0

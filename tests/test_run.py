@@ -265,6 +265,7 @@ def budget_recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, lis
     return state, reads, folder
 
 
+@pytest.mark.multiprocess
 def test_a_token_budget_run_answers_what_its_processes_read(budget_recorded):
     import numpy as np  # noqa: PLC0415
 
@@ -301,6 +302,7 @@ def test_a_token_budget_run_answers_what_its_processes_read(budget_recorded):
     assert out.returncode == 2 and "--lengths FILE.npy" in out.stderr
 
 
+@pytest.mark.multiprocess
 def test_a_forged_token_budget_history_fails_its_audit(budget_recorded):
     import numpy as np  # noqa: PLC0415
 

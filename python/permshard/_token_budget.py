@@ -401,7 +401,9 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
 
     def state_dict(self, consumed_steps: Optional[int] = None) -> dict[str, Any]:
         """The resume point, O(window): the configuration, the window being planned, its
-        samples taken before (``taken``, base64 bits) and the steps of its plan done.
+        samples taken before (``taken``, base64 bits) and the steps of its plan done; and
+        the run's history (``history``, 7 integers per change), which
+        :class:`~permshard.Run` answers from (``Run(state, lengths=lengths)``).
 
         Args:
             consumed_steps (int, optional): steps of the pass being run that the training

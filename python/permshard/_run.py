@@ -221,7 +221,9 @@ class Run:
         ``repeat``), ``epoch``, the global positions ``[start, stop)`` of the epoch it
         read, ``step`` (the run's step where it starts), ``world``, ``batch_size`` (``0``:
         an item sampler), ``dealing``, ``drop_last_batch``, ``excluded`` (ids of the
-        run's exclusion log in force)."""
+        run's exclusion log in force). A token-budget run's: ``change``, ``epoch``, the
+        ``window`` its pass starts in and ``steps`` of that window's plan done before,
+        ``world``, ``step`` and ``done`` (steps every rank took in it)."""
         return list(self._run.segments() if self._budget is None else self._budget.segments())
 
     def where(self, sample: int, *, batch_size: Optional[int] = None) -> list[Read]:

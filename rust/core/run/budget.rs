@@ -224,8 +224,12 @@ impl BudgetRun {
         Ok(())
     }
 
-    /// Ends the open segment after `done` steps (dropped when it read nothing).
+    /// Ends the open segment after `done` steps (dropped when it read nothing); nothing
+    /// without one.
     pub fn close(&mut self, done: u64) {
+        if !self.open {
+            return;
+        }
         self.open = false;
         if done == 0 {
             self.segments.pop();
@@ -472,13 +476,15 @@ impl BudgetRun {
                 let mut left = s.done;
                 for k in start.window()..budget.windows() {
                     let plan = pass.window_plan(k)?;
-                    let mut dealt = vec![false; plan.samples.len()];
-                    for &(lo, hi) in &plan.bounds {
-                        dealt[lo as usize..hi as usize].fill(true);
+                    // The first batch holding each of the plan's samples (later ones are
+                    // padding; none: dropped).
+                    let mut first = vec![usize::MAX; plan.samples.len()];
+                    for (b, &(lo, hi)) in plan.bounds.iter().enumerate().rev() {
+                        first[lo as usize..hi as usize].fill(b);
                     }
                     for (idx, &sample) in plan.samples.iter().enumerate() {
                         let mark = &mut seen[sample as usize];
-                        match (dealt[idx], *mark) {
+                        match (first[idx] != usize::MAX, *mark) {
                             (false, UNREAD) => *mark = DROPPED,
                             (true, DROPPED) => *mark = UNREAD,
                             _ => {}
@@ -498,8 +504,8 @@ impl BudgetRun {
                         (first_step * s.world) as usize..((first_step + steps) * s.world) as usize;
                     for b in batches {
                         for idx in plan.bounds[b].0..plan.bounds[b].1 {
-                            if plan.read(b, idx, s.world).is_some_and(|r| r.padding) {
-                                continue;
+                            if first[idx as usize] < b {
+                                continue; // padding
                             }
                             let sample = plan.samples[idx as usize];
                             if matches!(seen[sample as usize], READ | BEFORE) {

@@ -52,9 +52,7 @@ impl BudgetRun {
     /// A copy with the open segment (if any) closed at `done` steps.
     fn closed(&self, done: u64) -> BudgetRun {
         let mut inner = self.inner.clone();
-        if inner.is_open() {
-            inner.close(done);
-        }
+        inner.close(done);
         BudgetRun { inner }
     }
 

@@ -25,8 +25,12 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, list[tuple
     step dealing, three more samples excluded) to the end of epoch 0 and through epoch 1,
     two DataLoader workers throughout: the final state and every read the ranks recorded,
     ``(epoch, step, rank, position in the batch, mixture position, source, document)``."""
-    folder = tmp_path_factory.mktemp("run")
-    script = SCRIPTS / "run_history.py"
+    return run_twice(SCRIPTS / "run_history.py", tmp_path_factory.mktemp("run"))
+
+
+def run_twice(script: pathlib.Path, folder: pathlib.Path) -> tuple[dict, list[tuple]]:
+    """``script`` under torchrun on 2 processes (``first``), then on 3 (``resume``): the
+    final state dict (saved as ``state.json`` too) and every read the ranks recorded."""
     finish(torchrun("--nproc-per-node", "2", str(script), "first", str(folder)))
     finish(torchrun("--nproc-per-node", "3", str(script), "resume", str(folder)))
     reads = []
@@ -254,14 +258,7 @@ def budget_recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, lis
     1. The final state, every read the ranks recorded ``(epoch, step, rank, position in the
     batch, sample)``, and the lengths' file."""
     folder = tmp_path_factory.mktemp("budget_run")
-    script = SCRIPTS / "budget_history.py"
-    finish(torchrun("--nproc-per-node", "2", str(script), "first", str(folder)))
-    finish(torchrun("--nproc-per-node", "3", str(script), "resume", str(folder)))
-    reads = []
-    for path in sorted(folder.glob("reads-*.json")):
-        reads += [tuple(r) for r in json.loads(path.read_text())]
-    state = json.loads((folder / "state-resume.json").read_text())
-    (folder / "state.json").write_text(json.dumps(state))
+    state, reads = run_twice(SCRIPTS / "budget_history.py", folder)
     return state, reads, folder
 
 

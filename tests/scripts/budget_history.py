@@ -14,6 +14,7 @@ import sys
 
 import numpy as np
 import torch.distributed as dist
+from run_history import keep  # beside this script: the batch as the dataset returned it
 from torch.utils.data import DataLoader
 
 import permshard
@@ -33,10 +34,6 @@ class Index:
 
     def __getitem__(self, i: int) -> int:
         return i
-
-
-def keep(batch):  # noqa: ANN001, ANN201 - the batch as the dataset returned it
-    return batch
 
 
 def main() -> None:

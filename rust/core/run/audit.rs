@@ -301,16 +301,21 @@ impl Run {
     }
 
     fn violation(&self, sample: u64, what: &str, epoch: u64) -> Error {
-        let reads = self
-            .where_read(sample, 0)
-            .map(|r| {
-                describe(
-                    &r.into_iter()
-                        .filter(|r| r.epoch == epoch)
-                        .collect::<Vec<_>>(),
-                )
-            })
-            .unwrap_or_default();
-        Error::Violation(format!("sample {sample} {what} in epoch {epoch}: {reads}"))
+        violation(sample, what, epoch, self.where_read(sample, 0))
     }
+}
+
+/// The audit's failure for `sample`: `what` (`is read twice`, ...) in `epoch`, with the
+/// reads of that epoch among `reads` (its reads over the history).
+pub fn violation(sample: u64, what: &str, epoch: u64, reads: Result<Vec<Read>, Error>) -> Error {
+    let reads = reads
+        .map(|r| {
+            describe(
+                &r.into_iter()
+                    .filter(|r| r.epoch == epoch)
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .unwrap_or_default();
+    Error::Violation(format!("sample {sample} {what} in epoch {epoch}: {reads}"))
 }

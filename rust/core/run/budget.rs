@@ -9,7 +9,7 @@
 //! and `show` the windows up to the answer in each segment, the audit every window read
 //! (O(n log window) time, one byte per sample).
 
-use super::{audit::describe, Audit, Change, Read};
+use super::{audit::violation, Audit, Change, Read};
 use crate::budget::{BudgetStart, Lengths, TokenBudget};
 use crate::error::Error;
 use crate::pass_plan::{BudgetPass, PassPlan};
@@ -582,17 +582,7 @@ impl BudgetRun {
         how: &str,
         epoch: u64,
     ) -> Error {
-        let reads = self
-            .where_read(lengths, sample)
-            .map(|r| {
-                describe(
-                    &r.into_iter()
-                        .filter(|r| r.epoch == epoch)
-                        .collect::<Vec<_>>(),
-                )
-            })
-            .unwrap_or_default();
-        Error::Violation(format!("sample {sample} {how} in epoch {epoch}: {reads}"))
+        violation(sample, how, epoch, self.where_read(lengths, sample))
     }
 }
 

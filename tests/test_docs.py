@@ -94,16 +94,25 @@ def _sessions() -> list[tuple[str, list[str], str]]:
 SESSIONS = _sessions()
 
 
+#: The folder each page block that saves files ran in, by block name (once per process).
+_RAN: dict[str, pathlib.Path] = {}
+
+
 @pytest.mark.parametrize("name, argv, shown", SESSIONS, ids=[s[0] for s in SESSIONS])
-def test_the_cli_prints_what_the_docs_show(name, argv, shown, capsys, tmp_path, monkeypatch):
+def test_the_cli_prints_what_the_docs_show(name, argv, shown, capsys, tmp_path_factory, monkeypatch):
     from permshard._cli import main
 
     files = [a for a in argv if a.endswith((".pt", ".npy"))]
     if files:  # the page's own script saves the files the command reads
-        monkeypatch.chdir(tmp_path)
         page = name.split(":")[0]
-        code = next(code for n, code, _, _ in BLOCKS if n.startswith(page) and all(f in code for f in files))
-        exec(compile(code, page, "exec"), {"__name__": "__main__"})
-        capsys.readouterr()
+        block, code = next(
+            (n, code) for n, code, _, _ in BLOCKS if n.startswith(page) and all(f in code for f in files)
+        )
+        if block not in _RAN:
+            _RAN[block] = tmp_path_factory.mktemp("cli")
+            monkeypatch.chdir(_RAN[block])
+            exec(compile(code, page, "exec"), {"__name__": "__main__"})
+            capsys.readouterr()
+        monkeypatch.chdir(_RAN[block])
     assert main(argv) == 0
     assert capsys.readouterr().out == shown, name

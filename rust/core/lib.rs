@@ -36,7 +36,8 @@
 //! * [`Consumer`], [`Layer`] — an iterable dealt to ranks × DataLoader workers, and what
 //!   each run before a resume took of it.
 //! * [`Run`] — a run's stream and its history, one [`Segment`] per change: where a sample
-//!   was read, what a step read ([`Read`]), and the exactly-once [`Audit`].
+//!   was read, what a step read ([`Read`]), and the exactly-once [`Audit`]; [`BudgetRun`]
+//!   the same for a token-budget run, over its lengths.
 //! * [`Fingerprint`] — an O(1)-memory summary of a multiset of sample ids.
 //! * [`gather_records`], [`gather_windows`] — a batch out of a memory map, windows cast to
 //!   int64 in the same pass.

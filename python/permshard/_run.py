@@ -287,7 +287,8 @@ class Run:
         excluded sample after its exclusion: each segment starts where the one before
         stopped, an epoch ends only once read to its end, the steps add up; with
         ``recount`` every sample's reads are counted by the inverse of each segment's
-        order too (O(n · #segments), on every core).
+        order too (O(n · #segments), on every core). A token-budget run's audit always
+        counts every read, planning every window the history read (one byte per sample).
 
         Args:
             recount (bool, optional): count every sample's reads. Default: ``True``.

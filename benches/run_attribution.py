@@ -4,8 +4,9 @@ batch sizes and took samples down, and the bytes a change costs in the state dic
 (pickled and as JSON). The targets: < 10 ms an answer, O(#changes) bytes.
 
 Then a token-budget run (2 ranks, a resume onto 3 mid-epoch, a second epoch) at 10⁶ and
-10⁷ samples: its answers plan the windows up to the answer, so they grow with the
-positions read before it; the audit counts every read.
+10⁷ samples: a window's steps depend on its lengths, so the first answer plans every window
+the history read (the run's index), and each answer after it one window per segment; the
+audit counts every read.
 
     python benches/run_attribution.py
 """
@@ -97,8 +98,11 @@ def main() -> None:
         print("| " + " | ".join(row) + " |")
     pickled, as_json = ((sizes[100][i] - sizes[1][i]) / 99 for i in (0, 1))
     print(f"\nA change costs {pickled:.0f} bytes pickled, {as_json:.0f} as JSON.")
-    print("\n| token budget, n | where (last window) | show (last step of epoch 0) | audit | bytes JSON |")
-    print("|---|---|---|---|---|")
+    print(
+        "\n| token budget, n | first answer (the index) | where (last window) | show (last step of "
+        "epoch 0) | audit | bytes JSON |"
+    )
+    print("|---|---|---|---|---|---|")
     for n in (10**6, 10**7):
         state, lengths = budget_checkpoint(n)
         run = Run(state, lengths=lengths)
@@ -106,6 +110,7 @@ def main() -> None:
         late = run.show(epoch0_end)[0].sample
         row = [
             f"{n:,}",
+            ms(lambda state=state, lengths=lengths: Run(state, lengths=lengths).where(0), 1),
             ms(lambda run=run, late=late: run.where(late), 3),
             ms(lambda run=run, step=epoch0_end: run.show(step), 3),
             ms(lambda run=run: run.audit(), 1),

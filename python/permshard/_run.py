@@ -143,8 +143,9 @@ class Run:
 
     A :class:`~permshard.TokenBudgetBatchSampler` keeps its history too, a segment of 7
     integers per change; a window's steps depend on its samples' lengths, so its answers
-    take the run's ``lengths`` and plan the windows up to the answer (the audit: every
-    window read, one byte per sample).
+    take the run's ``lengths``: the first plans every window the history read, once, and
+    each one after it one window per segment (the audit: every window read, one byte per
+    sample).
 
     Args:
         state_dict (Mapping): a dict saved by a sampler's ``state_dict()``.
@@ -173,6 +174,7 @@ class Run:
             )
         self._lengths: Any = None
         self._budget: Optional[_core.BudgetRun] = None
+        self._index: Optional[_core.BudgetIndex] = None  # a token-budget run's, at its first answer
         if "max_tokens" in state_dict:
             self._budget_run(state_dict, lengths, strict)
             return
@@ -210,6 +212,13 @@ class Run:
             )
         check_same_dataset(state_dict, lengths_fingerprint(array))
 
+    def _budget_index(self) -> _core.BudgetIndex:
+        """A token-budget run's index: every window the history read planned, once."""
+        assert self._budget is not None
+        if self._index is None:
+            self._index = self._budget.index(self._lengths)
+        return self._index
+
     @property
     def n(self) -> int:
         """Samples in an epoch."""
@@ -239,7 +248,7 @@ class Run:
         if not sample < self.n:
             raise ValueError(f"sample {sample} is not in range({self.n})")
         if self._budget is not None:
-            return _reads(self._budget.where_read(self._lengths, sample))
+            return _reads(self._budget.where_read(self._lengths, self._budget_index(), sample))
         return _reads(self._run.where_read(sample, self._batch(batch_size)))
 
     def where_document(
@@ -278,7 +287,7 @@ class Run:
                 for its runs, which know no batches).
         """
         if self._budget is not None:
-            return _reads(self._budget.show(self._lengths, as_u64("step", step)))
+            return _reads(self._budget.show(self._lengths, self._budget_index(), as_u64("step", step)))
         return _reads(self._run.show(as_u64("step", step), self._batch(batch_size)))
 
     def audit(self, *, recount: bool = True, threads: int = 0) -> Audit:

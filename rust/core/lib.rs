@@ -91,7 +91,9 @@ pub use permutation::{simd_level, Permutation, Version, ALGORITHM, ALGORITHM_V1,
 pub use plan::{next_chunk, FIRST_CHUNK, MAX_CHUNK};
 pub use pool::{worker_threads, CHUNK};
 pub use rank_layout::check_rank_layout;
-pub use run::{Audit, BudgetRun, BudgetSegment, Change, Read, Run, Segment, BUDGET_ROW, ROW};
+pub use run::{
+    Audit, BudgetIndex, BudgetRun, BudgetSegment, Change, Read, Run, Segment, BUDGET_ROW, ROW,
+};
 pub use sharding::{Sharding, IDENTITY_ALGORITHM};
 pub use splitmix::splitmix64;
 pub use state::{BudgetEpoch, BudgetResume, Value, BUDGET, DRAWS, LAYER, SHARD};

@@ -5,9 +5,10 @@
 //! from the segment before (where it stopped, re-planned onto this segment's world, as a
 //! resume does), but for the first segment's, which the run keeps as bits.
 //!
-//! A window's steps depend on its samples' lengths, so the answers plan windows: `where`
-//! and `show` the windows up to the answer in each segment, the audit every window read
-//! (O(n log window) time, one byte per sample).
+//! A window's steps depend on its samples' lengths, so the answers plan windows: an index
+//! ([`BudgetRun::index`]) plans every window the history read once, then `where` and `show`
+//! plan one window per segment; the audit plans every window read and counts each read
+//! (one byte per sample).
 
 use super::{audit::violation, Audit, Change, Read};
 use crate::budget::{BudgetStart, Lengths, TokenBudget};
@@ -102,6 +103,17 @@ impl BudgetSegment {
             done: int(6)?,
         })
     }
+}
+
+/// What a run's answers need over its lengths ([`BudgetRun::index`]): each segment's plan
+/// and start, and its pass's steps before each window it read.
+#[derive(Clone, Debug)]
+pub struct BudgetIndex {
+    n: u64,
+    starts: Vec<(TokenBudget, BudgetStart)>,
+    /// Per segment: the steps before each window it read, from its start window, and after
+    /// the last (prefix sums: one more entry than windows).
+    before: Vec<Vec<u64>>,
 }
 
 /// A token-budget run's history.
@@ -339,25 +351,68 @@ impl BudgetRun {
         (positions.end - positions.start).div_ceil(8)
     }
 
+    /// What the answers need over `lengths`, computed once: each segment's start and the
+    /// steps of each window its pass read, planned on `threads` threads (`0`: all cores).
+    /// O(positions the history read) plans; then an answer plans one window per segment.
+    pub fn index<L: Lengths + ?Sized>(
+        &self,
+        lengths: &L,
+        threads: usize,
+    ) -> Result<BudgetIndex, Error> {
+        let starts = self.starts(lengths)?;
+        let mut before = Vec::with_capacity(self.segments.len());
+        for (s, (budget, start)) in self.segments.iter().zip(&starts) {
+            let steps = budget.window_steps(lengths, start, s.world, s.done, threads)?;
+            let mut prefix = Vec::with_capacity(steps.len() + 1);
+            prefix.push(0);
+            for count in steps {
+                prefix.push(prefix[prefix.len() - 1] + count);
+            }
+            before.push(prefix);
+        }
+        Ok(BudgetIndex {
+            n: lengths.count(),
+            starts,
+            before,
+        })
+    }
+
+    fn check_index<L: Lengths + ?Sized>(
+        &self,
+        lengths: &L,
+        index: &BudgetIndex,
+    ) -> Result<(), Error> {
+        if index.starts.len() != self.segments.len() || index.n != lengths.count() {
+            return Err(Error::Invalid(
+                "the index was made for another history or other lengths: make it again with \
+                 index(lengths)"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Every read of `sample` in the history, in order: (epoch, step, rank, position in
-    /// the batch), padding marked.
+    /// the batch), padding marked; `index` is [`BudgetRun::index`]'s over `lengths`.
     pub fn where_read<L: Lengths + ?Sized>(
         &self,
         lengths: &L,
+        index: &BudgetIndex,
         sample: u64,
     ) -> Result<Vec<Read>, Error> {
-        let n = self.base.spec.n;
-        if sample >= n {
-            return Err(Error::OutOfRange {
-                what: "sample",
-                value: sample,
-                n,
-            });
-        }
-        let starts = self.starts(lengths)?;
+        self.check_index(lengths, index)?;
         let mut reads = Vec::new();
-        for (i, (s, (budget, start))) in self.segments.iter().zip(&starts).enumerate() {
-            let hits = budget.locate_reads(lengths, start, s.world, sample, 0)?;
+        for (i, s) in self.segments.iter().enumerate() {
+            let (budget, start) = &index.starts[i];
+            let Some(k) = budget.window_of(start, sample)? else {
+                continue;
+            };
+            let prefix = &index.before[i];
+            let w = (k - start.window()) as usize;
+            if w + 1 >= prefix.len() {
+                continue; // the segment stopped before that window
+            }
+            let hits = budget.reads_in_window(lengths, start, s.world, sample, k, prefix[w])?;
             for hit in hits.into_iter().filter(|h| h.step < s.done) {
                 reads.push(Read {
                     epoch: s.epoch,
@@ -375,8 +430,14 @@ impl BudgetRun {
     }
 
     /// What every rank read at `step` (batches each rank had taken since the run's
-    /// start), rank by rank in batch order.
-    pub fn show<L: Lengths + ?Sized>(&self, lengths: &L, step: u64) -> Result<Vec<Read>, Error> {
+    /// start), rank by rank in batch order; `index` as for [`BudgetRun::where_read`].
+    pub fn show<L: Lengths + ?Sized>(
+        &self,
+        lengths: &L,
+        index: &BudgetIndex,
+        step: u64,
+    ) -> Result<Vec<Read>, Error> {
+        self.check_index(lengths, index)?;
         let Some(i) = self
             .segments
             .iter()
@@ -388,19 +449,22 @@ impl BudgetRun {
                 "step {step} is not in this run's history, which holds steps [{first}, {last})"
             )));
         };
-        let s = &self.segments[i];
-        let (budget, start) = self.starts(lengths)?.swap_remove(i);
-        let pass = BudgetPass::new(&budget, lengths, start, s.world)?;
-        let Some((k, t)) = pass.find(step - s.step)? else {
+        let (s, (budget, start), prefix) = (&self.segments[i], &index.starts[i], &index.before[i]);
+        let t = step - s.step;
+        // The window whose steps hold `t`: prefix[w] <= t < prefix[w + 1].
+        let w = prefix.partition_point(|&p| p <= t);
+        if w >= prefix.len() {
             return Err(Error::Violation(format!(
                 "segment {i} of the history takes {} steps, past its pass's end",
                 s.done
             )));
-        };
-        let plan = pass.window_plan(k)?;
+        }
+        let k = start.window() + w as u64 - 1;
+        let local = start.first_step_in(k) + t - prefix[w - 1];
+        let plan = budget.plan(lengths, k, start.taken_in(k), s.world)?;
         let mut reads = Vec::new();
         for rank in 0..s.world {
-            let b = (t * s.world + rank) as usize;
+            let b = (local * s.world + rank) as usize;
             let (lo, hi) = plan.bounds[b];
             for idx in lo..hi {
                 let read = plan.read(b, idx, s.world).expect("the batch holds it");
@@ -582,7 +646,10 @@ impl BudgetRun {
         how: &str,
         epoch: u64,
     ) -> Error {
-        violation(sample, how, epoch, self.where_read(lengths, sample))
+        let reads = self
+            .index(lengths, 0)
+            .and_then(|index| self.where_read(lengths, &index, sample));
+        violation(sample, how, epoch, reads)
     }
 }
 
@@ -712,23 +779,24 @@ mod tests {
         let run = BudgetRun::restore(epoch(1, 3), &rows, run.taken_bits(Some(4)).to_vec(), false)
             .unwrap();
         let changes: Vec<Change> = run.segments().iter().map(|s| s.change).collect();
+        let index = run.index(lengths, 2).unwrap();
         assert_eq!(changes, [Change::Start, Change::Resume, Change::Epoch]);
         assert_eq!(recorded.iter().any(|r| r.5), pads, "the run pads");
         for sample in 0..500 {
             let want: Recorded = recorded.iter().filter(|r| r.4 == sample).copied().collect();
-            let got = as_recorded(&run.where_read(lengths, sample).unwrap());
+            let got = as_recorded(&run.where_read(lengths, &index, sample).unwrap());
             assert_eq!(got, want, "where({sample})");
         }
         let last = run.segments().last().map(|s| s.step + s.done).unwrap();
         for step in 0..last {
             let want: Recorded = recorded.iter().filter(|r| r.1 == step).copied().collect();
             assert_eq!(
-                as_recorded(&run.show(lengths, step).unwrap()),
+                as_recorded(&run.show(lengths, &index, step).unwrap()),
                 want,
                 "show({step})"
             );
         }
-        let e = run.show(lengths, last).unwrap_err().to_string();
+        let e = run.show(lengths, &index, last).unwrap_err().to_string();
         assert!(e.contains(&format!("holds steps [0, {last})")), "{e}");
         let audit = run.audit(lengths).unwrap();
         assert_eq!(audit.epochs, [0, 1]);

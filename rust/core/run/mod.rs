@@ -17,7 +17,7 @@ mod tests;
 
 pub use attribution::Read;
 pub use audit::Audit;
-pub use budget::{BudgetRun, BudgetSegment, BUDGET_ROW};
+pub use budget::{BudgetIndex, BudgetRun, BudgetSegment, BUDGET_ROW};
 pub use segment::{Change, Segment, ROW};
 
 use crate::error::Error;

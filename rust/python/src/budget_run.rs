@@ -17,6 +17,13 @@ pub struct BudgetRun {
     inner: permshard_core::BudgetRun,
 }
 
+/// What a run's answers need over its lengths: each segment's start, and its steps before
+/// each window it read.
+#[pyclass(frozen, module = "permshard._core", name = "BudgetIndex")]
+pub struct BudgetIndex {
+    inner: permshard_core::BudgetIndex,
+}
+
 #[pymethods]
 impl BudgetRun {
     /// A run of `epoch`'s plan with no history yet.
@@ -145,23 +152,38 @@ impl BudgetRun {
         self.inner.base().spec.n
     }
 
-    /// Every read of `sample` over the history (the windows up to it planned).
+    /// What the answers need over `lengths`: every window the history read planned once,
+    /// on all cores.
+    fn index(&self, py: Python<'_>, lengths: &Bound<'_, PyAny>) -> PyResult<BudgetIndex> {
+        let run = &self.inner;
+        let inner = with_lengths!(lengths, l => py.detach(|| run.index(l, 0)).map_err(to_py))?;
+        Ok(BudgetIndex { inner })
+    }
+
+    /// Every read of `sample` over the history (`index`: `index(lengths)`'s).
     fn where_read(
         &self,
         py: Python<'_>,
         lengths: &Bound<'_, PyAny>,
+        index: &BudgetIndex,
         sample: u64,
     ) -> PyResult<Vec<Read>> {
-        let run = &self.inner;
-        let reads =
-            with_lengths!(lengths, l => py.detach(|| run.where_read(l, sample)).map_err(to_py))?;
+        let (run, index) = (&self.inner, &index.inner);
+        let reads = with_lengths!(lengths, l => py.detach(|| run.where_read(l, index, sample)).map_err(to_py))?;
         Ok(reads.iter().map(Read::from).collect())
     }
 
-    /// What every rank read at `step`.
-    fn show(&self, py: Python<'_>, lengths: &Bound<'_, PyAny>, step: u64) -> PyResult<Vec<Read>> {
-        let run = &self.inner;
-        let reads = with_lengths!(lengths, l => py.detach(|| run.show(l, step)).map_err(to_py))?;
+    /// What every rank read at `step` (`index`: `index(lengths)`'s).
+    fn show(
+        &self,
+        py: Python<'_>,
+        lengths: &Bound<'_, PyAny>,
+        index: &BudgetIndex,
+        step: u64,
+    ) -> PyResult<Vec<Read>> {
+        let (run, index) = (&self.inner, &index.inner);
+        let reads =
+            with_lengths!(lengths, l => py.detach(|| run.show(l, index, step)).map_err(to_py))?;
         Ok(reads.iter().map(Read::from).collect())
     }
 

@@ -33,7 +33,7 @@ mod _core {
     #[pymodule_export]
     use super::budget_pass::{PyBudgetBatches, PyBudgetPass, PyBudgetShare};
     #[pymodule_export]
-    use super::budget_run::BudgetRun;
+    use super::budget_run::{BudgetIndex, BudgetRun};
     #[pymodule_export]
     use super::errors::ShardingError;
     #[pymodule_export]

@@ -131,21 +131,41 @@ impl TokenBudget {
         threads: usize,
     ) -> Result<Vec<BudgetRead>, Error> {
         self.check_lengths(lengths, world)?;
-        check_below("sample", sample, self.n())?;
-        let position = self.order.position_of(sample)?;
-        let k = position / self.window();
-        let offset = position - self.window_positions(k).start;
-        let taken = start.taken_in(k).is_some_and(|t| t[offset as usize]);
-        if k < start.window() || taken {
-            return Ok(Vec::new());
-        }
-        let plan = self.plan(lengths, k, start.taken_in(k), world)?;
-        let Some(i) = plan.samples.iter().position(|&s| s == sample) else {
+        let Some(k) = self.window_of(start, sample)? else {
             return Ok(Vec::new());
         };
         let before = self
             .sum_windows(lengths, start, world, start.window()..k, threads)?
             .steps;
+        self.reads_in_window(lengths, start, world, sample, k, before)
+    }
+
+    /// The window of the pass from `start` that holds `sample`; `None` when the pass does
+    /// not (its window comes before the start, or the sample was taken before it).
+    pub fn window_of(&self, start: &BudgetStart, sample: u64) -> Result<Option<u64>, Error> {
+        check_below("sample", sample, self.n())?;
+        let position = self.order.position_of(sample)?;
+        let k = position / self.window();
+        let offset = position - self.window_positions(k).start;
+        let taken = start.taken_in(k).is_some_and(|t| t[offset as usize]);
+        Ok((k >= start.window() && !taken).then_some(k))
+    }
+
+    /// The reads of `sample` in window `k` of the pass from `start`, `before` being the
+    /// pass's steps before that window (steps counted from the pass's first).
+    pub fn reads_in_window<L: Lengths + ?Sized>(
+        &self,
+        lengths: &L,
+        start: &BudgetStart,
+        world: u64,
+        sample: u64,
+        k: u64,
+        before: u64,
+    ) -> Result<Vec<BudgetRead>, Error> {
+        let plan = self.plan(lengths, k, start.taken_in(k), world)?;
+        let Some(i) = plan.samples.iter().position(|&s| s == sample) else {
+            return Ok(Vec::new());
+        };
         let done = start.first_step_in(k);
         let mut reads: Vec<BudgetRead> = (0..plan.bounds.len())
             .filter_map(|b| plan.read(b, i as u64, world))
@@ -157,6 +177,50 @@ impl TokenBudget {
             .collect();
         reads.sort_unstable_by_key(|r| (r.rank, r.step));
         Ok(reads)
+    }
+
+    /// The steps of each window of the pass from `start`, from its first, until they add
+    /// up to `steps` or the epoch ends: planned on `threads` threads, a round of windows at
+    /// a time (O(windows read) plans, not the epoch's).
+    pub fn window_steps<L: Lengths + ?Sized>(
+        &self,
+        lengths: &L,
+        start: &BudgetStart,
+        world: u64,
+        steps: u64,
+        threads: usize,
+    ) -> Result<Vec<u64>, Error> {
+        self.check_lengths(lengths, world)?;
+        let round = 4 * pool::worker_threads(threads, u64::MAX) as u64;
+        let mut out: Vec<u64> = Vec::new();
+        let mut total = 0;
+        let mut k = start.window();
+        while total < steps && k < self.windows() {
+            let windows = k..(k + round).min(self.windows());
+            let counts: Vec<AtomicU64> = windows.clone().map(|_| AtomicU64::new(0)).collect();
+            pool::run(
+                threads,
+                windows.end - windows.start,
+                || (),
+                |_, t| {
+                    let w = windows.start + t;
+                    let plan = self.plan(lengths, w, start.taken_in(w), world)?;
+                    let count = plan.steps(world).saturating_sub(start.first_step_in(w));
+                    counts[t as usize].store(count, Ordering::Relaxed);
+                    Ok(())
+                },
+            )?;
+            for count in counts {
+                if total >= steps {
+                    break;
+                }
+                let count = count.into_inner();
+                total += count;
+                out.push(count);
+            }
+            k = windows.end;
+        }
+        Ok(out)
     }
 }
 

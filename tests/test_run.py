@@ -344,3 +344,7 @@ def test_a_token_budget_sampler_copied_mid_pass_carries_its_history():
     run = Run(state, lengths=lengths)
     assert [(r.step, r.position) for r in run.where(first[4][0])] == [(4, 0)]
     assert run.audit().reads == sum(map(len, first))
+    with pytest.raises(ValueError, match="counts its own batches: drop batch_size"):
+        run.show(0, batch_size=4)
+    with pytest.raises(ValueError, match="lengths= is for a TokenBudgetBatchSampler's state"):
+        Run(ShardedSampler(10, num_replicas=1, rank=0).state_dict(), lengths=lengths)

@@ -248,6 +248,7 @@ class Run:
         if not sample < self.n:
             raise ValueError(f"sample {sample} is not in range({self.n})")
         if self._budget is not None:
+            self._no_batch_size(batch_size)
             return _reads(self._budget.where_read(self._lengths, self._budget_index(), sample))
         return _reads(self._run.where_read(sample, self._batch(batch_size)))
 
@@ -287,6 +288,7 @@ class Run:
                 for its runs, which know no batches).
         """
         if self._budget is not None:
+            self._no_batch_size(batch_size)
             return _reads(self._budget.show(self._lengths, self._budget_index(), as_u64("step", step)))
         return _reads(self._run.show(as_u64("step", step), self._batch(batch_size)))
 
@@ -319,6 +321,14 @@ class Run:
         return Audit(
             list(a.epochs), int(a.segments), (a.begins[0], a.begins[1]), int(a.reads), bool(a.recounted)
         )
+
+    @staticmethod
+    def _no_batch_size(batch_size: Optional[int]) -> None:
+        if batch_size is not None:
+            raise ValueError(
+                "a TokenBudgetBatchSampler's run counts its own batches: drop batch_size (it is for "
+                "an item sampler's DataLoader)"
+            )
 
     @staticmethod
     def _batch(batch_size: Optional[int]) -> int:

@@ -325,6 +325,8 @@ def test_a_forged_token_budget_history_fails_its_audit(budget_recorded):
         Run(state, lengths=lengths[::-1].copy())
     with pytest.raises(ValueError, match="history.*7"):
         Run({**state, "history": [[0, 0, 0]]}, lengths=lengths)
+    with pytest.raises(ValueError, match="taken holds 16 bits for a window of 500 positions"):
+        Run({**state, "history_taken": "AAA="}, lengths=lengths).where(0)
 
 
 def test_a_token_budget_sampler_copied_mid_pass_carries_its_history():

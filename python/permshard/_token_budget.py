@@ -382,7 +382,7 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
         """What every process of the group must share beside the configuration: the resume
         point and the lengths (model-parallel peers share a rank)."""
         r = self._resume
-        probe = self._lengths_probe()
+        probe = lengths_probe(self.lengths)
         return [
             Agreed("window_index", r.window, FIX_RESUME),
             Agreed("steps", r.steps, FIX_RESUME),
@@ -392,12 +392,6 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
                 "lengths", digest(probe), "build the sampler from the same lengths on every rank", digest=True
             ),
         ]
-
-    def _lengths_probe(self) -> np.ndarray:
-        return lengths_probe(self.lengths)
-
-    def _fingerprint(self) -> str:
-        return lengths_fingerprint(self.lengths)
 
     def state_dict(self, consumed_steps: Optional[int] = None) -> dict[str, Any]:
         """The resume point, O(window): the configuration, the window being planned, its
@@ -414,7 +408,7 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
         done = self._done(consumed_steps)
         start = self._pass().start if self._batches is None else self._batches.resume_point(done)
         state = self._run.state_dict(self.config.budget_epoch(), start, done if self._run.is_open else None)
-        state["dataset"] = self._fingerprint()  # a resume over other lengths is refused
+        state["dataset"] = lengths_fingerprint(self.lengths)  # a resume over other lengths is refused
         return state
 
     def _done(self, consumed_steps: Optional[int] = None) -> int:
@@ -448,7 +442,7 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
         """
         state = state_dict
         if isinstance(state, Mapping):  # else from_state_dict names the type
-            check_same_dataset(state, self._fingerprint())
+            check_same_dataset(state, lengths_fingerprint(self.lengths))
             state = {k: v for k, v in state.items() if k != "dataset"}
         saved, resume = BudgetConfig.from_state_dict(state, strict=strict)
         run = _core.BudgetRun.from_state(state, strict)

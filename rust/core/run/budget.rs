@@ -253,8 +253,9 @@ impl BudgetRun {
         }
     }
 
-    /// The history as rows, the open segment (if any) at `done` steps.
-    pub fn rows(&self, done: Option<u64>) -> Result<Vec<Vec<i128>>, Error> {
+    /// A copy with the open segment (if any) closed after `done` steps (what its pass
+    /// consumed: required while one is open): the run a state taken there holds.
+    pub fn closed(&self, done: Option<u64>) -> Result<BudgetRun, Error> {
         let mut run = self.clone();
         if self.open {
             let done = done.ok_or_else(|| {
@@ -264,15 +265,7 @@ impl BudgetRun {
             })?;
             run.close(done);
         }
-        Ok(run.segments.iter().map(BudgetSegment::row).collect())
-    }
-
-    /// The first segment's taken bits as [`BudgetRun::rows`] writes them (`done` as there).
-    pub fn taken_bits(&self, done: Option<u64>) -> &[u8] {
-        match (self.open, done, self.segments.len()) {
-            (true, Some(0), 1) => &[],
-            _ => &self.taken,
-        }
+        Ok(run)
     }
 
     /// The state dict of `now` at `resume`, with the history (the open segment at `done`
@@ -284,8 +277,8 @@ impl BudgetRun {
         resume: &BudgetResume,
         done: Option<u64>,
     ) -> Result<Vec<(&'static str, Value)>, Error> {
-        let rows = self.rows(done)?;
-        let taken = self.taken_bits(done);
+        let run = self.closed(done)?;
+        let (_, rows, taken, _) = run.parts();
         let mut history = Vec::new();
         if !rows.is_empty() {
             history.push(("history", Value::Rows(rows)));
@@ -336,19 +329,10 @@ impl BudgetRun {
                     }
                 }
             };
-            let taken = match taken.len() as u64 == self.window_bytes(&budget, s.window) {
-                true => taken,
-                false => Vec::new(),
-            };
             let start = BudgetStart::new(&budget, s.window, &taken, s.steps)?;
             out.push((budget, start));
         }
         Ok(out)
-    }
-
-    fn window_bytes(&self, budget: &TokenBudget, k: u64) -> u64 {
-        let positions = budget.window_positions(k);
-        (positions.end - positions.start).div_ceil(8)
     }
 
     /// What the answers need over `lengths`, computed once: each segment's start and the
@@ -710,6 +694,13 @@ mod tests {
         pass.after(steps).unwrap().start().clone()
     }
 
+    /// The run a state after `done` steps of the open pass holds, read back from its rows.
+    fn read_back(run: &BudgetRun, done: u64) -> BudgetRun {
+        let closed = run.closed(Some(done)).unwrap();
+        let (base, rows, taken, _) = closed.parts();
+        BudgetRun::restore(base.clone(), &rows, taken.to_vec(), false).unwrap()
+    }
+
     fn as_recorded(reads: &[Read]) -> Recorded {
         reads
             .iter()
@@ -752,9 +743,7 @@ mod tests {
             &mut recorded,
         );
         // The state at 5 steps, read back by a sampler of 3 ranks.
-        let rows = run.rows(Some(5)).unwrap();
-        let taken = run.taken_bits(Some(5)).to_vec();
-        let mut run = BudgetRun::restore(epoch(0, 2), &rows, taken, false).unwrap();
+        let mut run = read_back(&run, 5);
         let budget = TokenBudget::of(&epoch(0, 3)).unwrap();
         let resumed = budget.resume(lengths, &saved, 2, 3).unwrap();
         assert!(resumed.taken_in(resumed.window()).is_some());
@@ -775,9 +764,8 @@ mod tests {
             Some(4),
             &mut recorded,
         );
-        let rows = run.rows(Some(4)).unwrap();
-        let run = BudgetRun::restore(epoch(1, 3), &rows, run.taken_bits(Some(4)).to_vec(), false)
-            .unwrap();
+        let run = read_back(&run, 4);
+        let (_, rows, _, _) = run.parts();
         let changes: Vec<Change> = run.segments().iter().map(|s| s.change).collect();
         let index = run.index(lengths, 2).unwrap();
         assert_eq!(changes, [Change::Start, Change::Resume, Change::Epoch]);
@@ -832,11 +820,10 @@ mod tests {
             &mut recorded,
         );
         // A state after 5 steps, read back: the pass resumes there.
-        let rows = run.rows(Some(5)).unwrap();
-        let mut run = BudgetRun::restore(epoch(0, 2), &rows, Vec::new(), false).unwrap();
+        let mut run = read_back(&run, 5);
         read(&mut run, &epoch(0, 2), saved, &lengths, None, &mut recorded);
-        let rows = run.rows(Some(run.segments()[1].done)).unwrap();
-        let good = BudgetRun::restore(epoch(0, 2), &rows, Vec::new(), false).unwrap();
+        let good = read_back(&run, run.segments()[1].done);
+        let (_, rows, _, _) = good.parts();
         assert_eq!(good.audit(&lengths[..]).unwrap().epochs, [0]);
 
         let forge = |edit: &dyn Fn(&mut Vec<Vec<i128>>)| {

@@ -57,10 +57,9 @@ impl BudgetRun {
     }
 
     /// A copy with the open segment (if any) closed at `done` steps.
-    fn closed(&self, done: u64) -> BudgetRun {
-        let mut inner = self.inner.clone();
-        inner.close(done);
-        BudgetRun { inner }
+    fn closed(&self, done: u64) -> PyResult<BudgetRun> {
+        let inner = self.inner.closed(Some(done)).map_err(to_py)?;
+        Ok(BudgetRun { inner })
     }
 
     /// Whether a pass began the last segment.

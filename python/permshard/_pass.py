@@ -191,6 +191,10 @@ class LoaderCount:
         # Read where the state is saved, too: the iterator may have been setting up.
         if self._own_count or (iterator is not None and _counts_itself(iterator)):
             return None
+        if iterator is not None and self._counted and getattr(iterator, _ATTRIBUTE, None) is not self:
+            # A persistent-workers iterator reset for its next pass: its count is that
+            # pass's now, this pass's was counted as each batch left.
+            return self._handed
         if iterator is not None:
             missing = _missing(iterator)
             if missing:

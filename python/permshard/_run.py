@@ -98,8 +98,8 @@ class Read(NamedTuple):
     padding: bool
 
     def as_dict(self, *, sample: bool = False) -> dict[str, Any]:
-        """The read as JSON-ready keys ``epoch``, ``step``, ``rank``, ``position`` (and
-        ``sample`` with ``sample=True``).
+        """The read as JSON-ready keys ``epoch``, ``step``, ``rank``, ``position``,
+        ``padding`` (and ``sample`` with ``sample=True``).
 
         Args:
             sample (bool): include the sample id.
@@ -112,6 +112,7 @@ class Read(NamedTuple):
         }
         if sample:
             out["sample"] = self.sample
+        out["padding"] = self.padding
         return out
 
 
@@ -411,7 +412,9 @@ def _history_args(p: argparse.ArgumentParser, count: Callable[[str], int]) -> No
     p.add_argument(
         "--batch-size", type=count, help="an item sampler's DataLoader batch size (to count steps)"
     )
-    p.add_argument("--json", action="store_true", help="print a JSON list of {epoch, step, rank, position}")
+    p.add_argument(
+        "--json", action="store_true", help="print a JSON list of {epoch, step, rank, position, padding}"
+    )
 
 
 def _print(reads: list[Any], as_json: bool, *, sample: bool) -> None:

@@ -66,7 +66,11 @@ def main() -> None:
         sampler = permshard.ShardedSampler(ds, shuffle=False, seed=1, exclude=EXCLUDED_LATER)
         batches = permshard.StepBatchSampler(sampler, 3)
         batches.load_state_dict(state)
-        loader = DataLoader(Tagged(ds), batch_sampler=batches, num_workers=2, collate_fn=keep)
+        # Persistent workers: the iterator of epoch 0's rest is reset for epoch 1, not
+        # dropped; the history still holds the resumed segment whole.
+        loader = DataLoader(
+            Tagged(ds), batch_sampler=batches, num_workers=2, persistent_workers=True, collate_fn=keep
+        )
         step = json.loads((folder / "steps-first.json").read_text())
         for epoch in (0, 1):
             if epoch == 1:

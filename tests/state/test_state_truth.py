@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections import Counter
+from collections import Counter, defaultdict
 
 import numpy as np
 import pytest
@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
-from permshard import ShardedBatchSampler, ShardedSampler, StepBatchSampler, TokenBudgetBatchSampler
+from permshard import Run, ShardedBatchSampler, ShardedSampler, StepBatchSampler, TokenBudgetBatchSampler
 
 N, W, B, READ = 203, 2, 8, 5
 
@@ -75,6 +75,32 @@ def _read_then_resume(
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_a_default_state_counts_what_the_loop_received(num_workers, loop):
     _read_then_resume(num_workers, loop=loop)
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("kind", ["item", "batches"])
+def test_the_history_holds_every_pass_the_loader_read(kind, persistent):
+    """Epoch 0 read whole and epoch 1 broken off after READ batches, through a prefetching
+    loader: the history's ``where`` equals what the loop received, read by read. A
+    persistent-workers iterator is reset for the next pass before the sampler hears of it:
+    the pass before is counted as its batches left, not by the reset iterator."""
+    sampler, loader = _loader(0, 2, "fork", persistent, kind)
+    received, step = defaultdict(list), 0
+    for epoch in (0, 1):
+        sampler.set_epoch(epoch)
+        for k, batch in enumerate(loader, 1):
+            for position, sample in enumerate(batch.tolist()):
+                received[sample].append((epoch, step, position))
+            step += 1
+            if epoch == 1 and k == READ:
+                break
+    saver = sampler if kind == "item" else loader.batch_sampler
+    run = Run(saver.state_dict())
+    assert [(s["epoch"], s["start"]) for s in run.segments] == [(0, 0), (1, 0)]
+    for sample in range(N):
+        reads = run.where(sample, batch_size=B if kind == "item" else None)
+        assert [(r.epoch, r.step, r.position) for r in reads if r.rank == 0] == received[sample], sample
+    run.audit()
 
 
 @pytest.mark.slow

@@ -260,3 +260,61 @@ def test_exclude_file_on_verify_plan_and_locate(capsys, tmp_path):
     assert "excluded: 3 samples, never read" in capsys.readouterr().out
     done = run("verify", "-n", "10", "-w", "2", "--exclude", str(tmp_path / "missing.txt"))
     assert done.returncode == 2 and "cannot read sample ids from" in done.stderr
+
+
+def test_history_commands_fail_in_one_line_naming_the_file(capsys, tmp_path):
+    """where, show and audit over a file that is not a state with a history: exit 2 and
+    one line naming the file and the fix, never a traceback (the CLI's main catches only
+    ValueError/TypeError: anything else would escape it)."""
+    import torch
+
+    from permshard import ShardedBatchSampler
+
+    batches = ShardedBatchSampler(ShardedSampler(100, num_replicas=1, rank=0), 4)
+    first = next(iter(batches))
+    good = tmp_path / "state.pt"
+    torch.save(batches.state_dict(), good)
+    (tmp_path / "empty.json").write_text("")
+    (tmp_path / "empty.pt").write_bytes(b"")
+    (tmp_path / "truncated.pt").write_bytes(good.read_bytes()[:100])
+    (tmp_path / "list.json").write_text("[1, 2]")
+    no_history = {k: v for k, v in batches.state_dict().items() if k != "history"}
+    (tmp_path / "old.json").write_text(json.dumps({**no_history, "consumed": 40}))
+    (tmp_path / "dcp").mkdir()
+    cases = {
+        "missing.pt": "cannot read .*missing.pt: No such file",
+        "dcp": "dcp is a folder",
+        "empty.json": "empty.json is not a state dict saved with json.dump",
+        "empty.pt": "empty.pt is not a state dict saved with torch.save",
+        "truncated.pt": "truncated.pt is not a state dict saved with torch.save",
+        "list.json": "list.json holds a list, not a sampler's state_dict",
+        "old.json": "old.json holds no history: it was saved by permshard 0.5 or before",
+    }
+    for name, message in cases.items():
+        path = str(tmp_path / name)
+        for command in (["where", "3"], ["show", "0"], ["audit"]):
+            assert cli.main([*command, "--state", path]) == 2, (name, command)
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and re.search(message, err), (name, command, err)
+    assert cli.main(["where", "3", "--state", str(good), "--lengths", str(tmp_path / "no.npy")]) == 2
+    assert "cannot read --lengths" in capsys.readouterr().err
+    assert cli.main(["where", str(first[0]), "--state", str(good)]) == 0
+    assert "step          0  rank     0  position      0" in capsys.readouterr().out
+
+
+def test_an_audit_says_what_a_history_begun_at_a_load_does_not_cover(capsys, tmp_path):
+    from permshard import ShardedBatchSampler
+
+    state = {**ShardedSampler(100, num_replicas=2, rank=0).state_dict(), "consumed": 40}  # as 0.5 wrote it
+    batches = ShardedBatchSampler(ShardedSampler(100, num_replicas=2, rank=0), 5)
+    batches.load_state_dict(state)
+    list(batches)
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(batches.state_dict()))
+    assert cli.main(["audit", "--state", str(path)]) == 0
+    assert (
+        "not covered: positions [0, 40) of epoch 0 were read before the history begins"
+        in capsys.readouterr().out
+    )
+    assert cli.main(["audit", "--state", str(path), "--json"]) == 0
+    assert "positions [0, 40)" in json.loads(capsys.readouterr().out)["not_covered"]

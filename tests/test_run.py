@@ -148,19 +148,24 @@ def test_a_forged_history_fails_the_audit_naming_the_sample_and_its_steps(record
     state, _ = recorded
     assert Run(state).audit()
     # The resume starts 6 positions early: samples read twice.
-    early = _forge(state, lambda h: h[1].__setitem__(2, h[1][2] - 6))
-    with pytest.raises(
-        ShardingError, match=r"sample \d+ is read twice in epoch 0: .*step 8 .*; epoch 0 step 9"
-    ):
-        Run(early).audit()
-    # It starts 6 positions late: samples never read.
-    late = _forge(state, lambda h: h[1].__setitem__(2, h[1][2] + 6))
-    with pytest.raises(ShardingError, match=r"sample \d+ is never read in epoch 0"):
-        Run(late).audit()
-    # An exclusion that shrinks: a sample read after its exclusion.
-    shrunk = _forge(state, lambda h: h[2].__setitem__(9, 2))
-    with pytest.raises(ShardingError, match="was excluded before segment 2"):
-        Run(shrunk).audit()
+    # Each is caught by the history's own proof, without counting every sample's reads.
+    for recount in (True, False):
+        early = _forge(state, lambda h: h[1].__setitem__(2, h[1][2] - 6))
+        with pytest.raises(
+            ShardingError, match=r"sample \d+ is read twice in epoch 0: .*step 8 .*; epoch 0 step 9"
+        ):
+            Run(early).audit(recount=recount)
+        # It starts one step (3 ranks x 3) late, the steps after it moved to add up: samples
+        # never read. (Moved alone, the steps would not add up: refused on reading.)
+        late = _forge(state, lambda h: (h[1].__setitem__(2, h[1][2] + 9), h[2].__setitem__(4, h[2][4] - 1)))
+        with pytest.raises(ShardingError, match=r"sample \d+ is never read in epoch 0"):
+            Run(late).audit(recount=recount)
+        with pytest.raises(ValueError, match=r"history'\]\[2\] has step=\d+, .*steps do not add up"):
+            Run(_forge(state, lambda h: h[1].__setitem__(2, h[1][2] + 9)))
+        # An exclusion that shrinks: a sample read after its exclusion.
+        shrunk = _forge(state, lambda h: h[2].__setitem__(9, 2))
+        with pytest.raises(ShardingError, match="was excluded before segment 2"):
+            Run(shrunk).audit(recount=recount)
     # A history that does not end at the state's resume point is refused on reading.
     moved = _forge(state, lambda h: h[2].__setitem__(3, h[2][3] - 1))
     with pytest.raises(ValueError, match="the history was not saved with this state"):
@@ -358,3 +363,78 @@ def test_a_token_budget_sampler_copied_mid_pass_carries_its_history():
         run.show(0, batch_size=4)
     with pytest.raises(ValueError, match="lengths= is for a TokenBudgetBatchSampler's state"):
         Run(ShardedSampler(10, num_replicas=1, rank=0).state_dict(), lengths=lengths)
+
+
+_FORGE = r"""
+import copy, json, random, resource, sys
+from permshard import Run, ShardedBatchSampler, ShardedSampler, ShardingError
+
+state = json.loads(sys.argv[1])
+# The reader may use what it holds now and 1 GiB more: a forged integer that made it allocate
+# more is a MemoryError (or an abort), and fails the test.
+size = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmSize:")) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (size + (1 << 30), resource.RLIM_INFINITY))
+rng = random.Random(int(sys.argv[2]))
+deltas = [1, -1, 2, -3, 7, 1 << 20, 1 << 40, 1 << 63, 1 << 64, -(1 << 40)]
+junk = [1.5, "3", None, [1], True]
+outcomes = {"refused": 0, "audit failed": 0, "passed": 0}
+for trial in range(int(sys.argv[3])):
+    forged = copy.deepcopy(state)
+    rows = forged["history"]
+    for _ in range(rng.choice([1, 1, 2])):
+        edit = rng.choice(["cell", "cell", "junk", "drop", "duplicate", "swap"])
+        i = rng.randrange(len(rows))
+        if edit == "cell":
+            rows[i][rng.randrange(len(rows[i]))] += rng.choice(deltas)
+        elif edit == "junk":
+            rows[i][rng.randrange(len(rows[i]))] = rng.choice(junk)
+        elif edit == "drop" and len(rows) > 1:
+            del rows[i]
+        elif edit == "duplicate":
+            rows.insert(i, list(rows[i]))
+        elif edit == "swap" and len(rows) > 1:
+            j = rng.randrange(len(rows))
+            rows[i], rows[j] = rows[j], rows[i]
+    try:
+        run = Run(forged)
+    except (ValueError, TypeError) as e:
+        outcomes["refused"] += 1
+        sampler = ShardedSampler(state["n"], num_replicas=state["num_replicas"], rank=0, seed=1, shuffle=False)
+        try:  # what Run refuses, a sampler refuses too
+            ShardedBatchSampler(sampler, 3).load_state_dict(forged)
+        except (ValueError, TypeError):
+            continue
+        raise AssertionError(f"load_state_dict accepted what Run refused ({e}): {rows}")
+    try:
+        run.audit(recount=trial % 2 == 0)
+        outcomes["passed"] += 1
+    except ShardingError:
+        outcomes["audit failed"] += 1
+    for s in range(0, run.n, 7):  # answers never crash, whatever the audit said
+        run.where(s)
+    for step in range(0, 200, 9):
+        try:
+            run.show(step)
+        except ValueError:  # a step past the history
+            pass
+print(json.dumps(outcomes))
+"""
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_forged_histories_are_refused_or_fail_the_audit_within_a_memory_limit(recorded, seed):
+    """Randomised forgeries of the recorded run's history (cells moved by small and huge
+    deltas, values of the wrong type, rows dropped, duplicated and swapped), read by a
+    process that may allocate 1 GiB beyond what it holds: each is refused with a
+    ValueError/TypeError naming the row, fails the audit, or passes it whole; never an
+    abort, a MemoryError or another exception."""
+    state, _ = recorded
+    out = subprocess.run(
+        [sys.executable, "-c", _FORGE, json.dumps(state), str(seed), "150"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    outcomes = json.loads(out.stdout)
+    assert outcomes["refused"] > 75 and outcomes["audit failed"] > 0, outcomes

@@ -125,6 +125,23 @@ class Audit(NamedTuple):
     begins: tuple[int, int]  # (epoch, position) where the history starts
     reads: int  # reads of kept samples, padding aside
     recounted: bool  # every sample's reads were counted one by one too
+    not_covered: str  # what the run may have read before its history begins ("": nothing)
+
+
+def _not_covered(begins: tuple[int, int]) -> str:
+    """What a history that begins at ``begins`` (epoch, position) does not prove."""
+    epoch, position = begins
+    parts = []
+    if epoch > 0:
+        parts.append(f"epochs before {epoch}, if the run read any")
+    if position > 0:
+        parts.append(f"positions [0, {position:,}) of epoch {epoch}")
+    if not parts:
+        return ""
+    return (
+        " and ".join(parts) + " were read before the history begins (a state saved by 0.5 or before, "
+        "or a history cut short): the audit does not cover them"
+    )
 
 
 def _reads(native: list[Any]) -> list[Read]:
@@ -236,6 +253,18 @@ class Run:
         ``world``, ``step`` and ``done`` (steps every rank took in it)."""
         return list(self._run.segments() if self._budget is None else self._budget.segments())
 
+    @property
+    def not_covered(self) -> str:
+        """What the run may have read before its history begins, in words (``""``: the
+        history begins at position 0 of epoch 0). A state saved by 0.5 or before starts its
+        history at its load; :meth:`where` and :meth:`audit` answer for the history only."""
+        segments = self.segments
+        if not segments:
+            return ""
+        first = segments[0]
+        start = first["start"] if "start" in first else 0
+        return _not_covered((int(first["epoch"]), int(start)))
+
     def where(self, sample: int, *, batch_size: Optional[int] = None) -> list[Read]:
         """Every read of ``sample`` over the run's history, in order.
 
@@ -319,8 +348,9 @@ class Run:
             a = self._budget.audit(self._lengths)
         else:
             a = self._run.audit(bool(recount), as_u64("threads", threads))
+        begins = (int(a.begins[0]), int(a.begins[1]))
         return Audit(
-            list(a.epochs), int(a.segments), (a.begins[0], a.begins[1]), int(a.reads), bool(a.recounted)
+            list(a.epochs), int(a.segments), begins, int(a.reads), bool(a.recounted), _not_covered(begins)
         )
 
     @staticmethod
@@ -339,16 +369,36 @@ class Run:
         return f"Run(n={self.n}, segments={len(self.segments)})"
 
 
-def _load_state(path: str) -> Any:
+def _load_state(path: str) -> dict[str, Any]:
     """The sampler state dict in ``path``: JSON, or a ``torch.save`` file (the dict itself,
-    or a checkpoint holding one sampler state under any key)."""
-    if path.endswith(".json"):
-        with open(path) as f:
-            return json.load(f)
-    import torch
+    or a checkpoint holding one sampler state under any key). Whatever cannot be read is a
+    ValueError naming the file and the fix."""
+    import os
 
-    obj = torch.load(path, map_location="cpu", weights_only=True)
-    if isinstance(obj, dict) and "consumed" not in obj and "steps" not in obj:
+    if os.path.isdir(path):
+        raise ValueError(
+            f"{path} is a folder (a torch.distributed.checkpoint?): pass one file holding a sampler's "
+            "state_dict(), saved with torch.save or json.dump"
+        )
+    try:
+        if path.endswith(".json"):
+            with open(path) as f:
+                obj = json.load(f)
+        else:
+            import torch
+
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+    except OSError as e:
+        raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
+    except Exception as e:  # a truncated, empty or foreign file: torch and json raise many kinds
+        how = "json.dump (a .json file)" if path.endswith(".json") else "torch.save"
+        raise ValueError(
+            f"{path} is not a state dict saved with {how} ({type(e).__name__}: {str(e)[:200]}): "
+            "pass the file a sampler's state_dict() was saved to, whole"
+        ) from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"{path} holds a {type(obj).__name__}, not a sampler's state_dict() (a dict)")
+    if "consumed" not in obj and "steps" not in obj:
         found = [v for v in obj.values() if isinstance(v, dict) and ("consumed" in v or "steps" in v)]
         if len(found) != 1:
             raise ValueError(
@@ -357,6 +407,18 @@ def _load_state(path: str) -> Any:
             )
         return found[0]
     return obj
+
+
+def _history_of(path: str, lengths: Optional[str]) -> Run:
+    """The run of the state dict in ``path``; a ValueError where it holds no history."""
+    run = Run(_load_state(path), lengths=_load_lengths(lengths))
+    if not run.segments:
+        raise ValueError(
+            f"{path} holds no history: it was saved by permshard 0.5 or before, or before any pass "
+            "read a sample; a run's history starts at the first pass after a load, so save a state "
+            "of this release after training resumes"
+        )
+    return run
 
 
 def add_parsers(sub: Any, count: Callable[[str], int]) -> None:
@@ -403,7 +465,15 @@ def _load_lengths(path: Optional[str]) -> Any:
         return None
     import numpy as np
 
-    return np.load(path, mmap_mode="r")
+    try:
+        return np.load(path, mmap_mode="r")
+    except OSError as e:
+        raise ValueError(f"cannot read --lengths {path}: {e.strerror or e}") from None
+    except Exception as e:  # a file that is not a .npy array
+        raise ValueError(
+            f"--lengths {path} is not a .npy array ({type(e).__name__}: {str(e)[:200]}): "
+            "save the lengths with numpy.save"
+        ) from None
 
 
 def _history_args(p: argparse.ArgumentParser, count: Callable[[str], int]) -> None:
@@ -430,8 +500,7 @@ def _print(reads: list[Any], as_json: bool, *, sample: bool) -> None:
 
 
 def where(args: argparse.Namespace) -> int:
-
-    run = Run(_load_state(args.state), lengths=_load_lengths(args.lengths))
+    run = _history_of(args.state, args.lengths)
     if args.source is not None or args.document is not None:
         if args.source is None or args.document is None or args.data_path is None or args.seq_len is None:
             raise ValueError("--source needs --document, --data-path and --seq-len (the run's blend)")
@@ -446,19 +515,19 @@ def where(args: argparse.Namespace) -> int:
     _print(reads, args.json, sample=False)
     if not args.json and not reads:
         print("never read in this run's history")
+    if not args.json and run.not_covered:
+        print(f"not covered: {run.not_covered}")
     return 0
 
 
 def show(args: argparse.Namespace) -> int:
-
-    run = Run(_load_state(args.state), lengths=_load_lengths(args.lengths))
+    run = _history_of(args.state, args.lengths)
     reads = run.show(args.step, batch_size=args.batch_size)
     _print(reads, args.json, sample=True)
     return 0
 
 
 def audit(args: argparse.Namespace) -> int:
-
     states = [_load_state(path) for path in args.state]
     if any(state.get("algorithm") == "committed-v1" for state in states):
         from ._committed import audit as committed_audit
@@ -473,7 +542,7 @@ def audit(args: argparse.Namespace) -> int:
         return 0
     if len(states) > 1:
         raise ValueError("pass one --state: a sampler's (several only for the loaders of a torchft run)")
-    result = Run(states[0], lengths=_load_lengths(args.lengths)).audit(recount=not args.no_recount)
+    result = _history_of(args.state[0], args.lengths).audit(recount=not args.no_recount)
     if args.json:
         print(json.dumps(result._asdict()))
     else:
@@ -482,4 +551,6 @@ def audit(args: argparse.Namespace) -> int:
             f"exactly once: epochs {result.epochs}, {result.segments} segment(s) from epoch "
             f"{result.begins[0]} position {result.begins[1]:,}, {result.reads:,} reads ({how} proven)"
         )
+        if result.not_covered:
+            print(f"not covered: {result.not_covered}")
     return 0

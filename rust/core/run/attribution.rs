@@ -4,6 +4,7 @@
 
 use super::Run;
 use crate::error::Error;
+use crate::partition::Partition;
 
 /// One read of a sample: at `step` (or, for an item sampler without a batch size, the
 /// item's index in its rank's stream of the epoch), by `rank`, at `position` in that
@@ -41,10 +42,14 @@ impl Run {
             });
         }
         let starts = self.step_starts(items_batch)?;
-        let offsets = self.epoch_offsets()?;
+        let parts = self
+            .segments
+            .iter()
+            .map(|s| self.partition(s))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut reads = Vec::new();
         for (i, segment) in self.segments.iter().enumerate() {
-            let part = self.partition(segment)?;
+            let part = &parts[i];
             for (rank, local) in part.locate(sample)? {
                 let p = part.position(rank, local);
                 if p >= segment.stop {
@@ -52,7 +57,7 @@ impl Run {
                 }
                 let batch = segment.batch(items_batch);
                 let (step, position) = match batch {
-                    0 => (None, offsets[i][rank as usize] + local),
+                    0 => (None, self.epoch_offset(&parts, i, rank) + local),
                     b => (Some(starts[i] + local / b), local % b),
                 };
                 reads.push(Read {
@@ -120,27 +125,22 @@ impl Run {
         )))
     }
 
-    /// For each segment and rank, the items a rank of that number took in the same epoch
-    /// before the segment (an item sampler's position in its rank's stream of the epoch).
-    fn epoch_offsets(&self) -> Result<Vec<Vec<u64>>, Error> {
-        let mut offsets: Vec<Vec<u64>> = Vec::with_capacity(self.segments.len());
-        let mut taken: Vec<u64> = Vec::new();
-        let mut epoch = None;
-        for segment in &self.segments {
-            if epoch != Some(segment.epoch) {
-                taken.clear();
-                epoch = Some(segment.epoch);
+    /// The items a rank numbered `rank` took in segment `i`'s epoch before it (an item
+    /// sampler's position in its rank's stream of the epoch), over the segments' `parts`:
+    /// O(#segments), nothing allocated per rank.
+    fn epoch_offset(&self, parts: &[Partition], i: usize, rank: u64) -> u64 {
+        let epoch = self.segments[i].epoch;
+        let mut taken = 0;
+        for j in (0..i).rev() {
+            let segment = &self.segments[j];
+            if segment.epoch != epoch {
+                break;
             }
-            if taken.len() < segment.world as usize {
-                taken.resize(segment.world as usize, 0);
-            }
-            offsets.push(taken.clone());
-            let part = self.partition(segment)?;
-            for rank in 0..segment.world {
-                taken[rank as usize] += self.items(&part, rank, segment.stop);
+            if rank < segment.world {
+                taken += self.items(&parts[j], rank, segment.stop);
             }
         }
-        Ok(offsets)
+        taken
     }
 
     /// The segments of one epoch's stretch of the history: index ranges of consecutive

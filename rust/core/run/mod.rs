@@ -10,6 +10,7 @@
 mod attribution;
 mod audit;
 mod budget;
+mod evidence;
 mod segment;
 mod state;
 #[cfg(test)]
@@ -77,6 +78,7 @@ impl Run {
                 )));
             }
         }
+        run.check_last_is_the_state(run.base.spec.num_replicas)?;
         Ok(run)
     }
 
@@ -104,6 +106,7 @@ impl Run {
         run.log = log;
         run.open = open && !segments.is_empty();
         run.segments = segments;
+        run.check_evidence()?;
         Ok(run)
     }
 

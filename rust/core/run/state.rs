@@ -31,11 +31,13 @@ impl Run {
                 now.spec.epoch, open_epoch
             )));
         }
-        // A history ends at the state's resume point: a state taken after `set_epoch` and
-        // before the new epoch's first pass ends with an empty segment of it.
+        // A history ends at the state's resume point, read by the state's ranks: a state
+        // taken after `set_epoch`, or after a resume onto another world size, and before
+        // the next pass ends with an empty segment of that pass.
         if let Some(row) = rows.last() {
             let last = Segment::from_row(row, rows.len() - 1)?;
-            if (last.epoch, last.stop) != (now.spec.epoch, consumed) {
+            let here = (now.spec.epoch, consumed, now.spec.num_replicas);
+            if (last.epoch, last.stop, last.world) != here {
                 let change = if last.epoch == now.spec.epoch {
                     Change::Resume
                 } else {

@@ -255,3 +255,64 @@ fn a_history_must_end_at_its_state() {
         .to_string();
     assert!(err.contains("has 4 integers"), "{err}");
 }
+
+#[test]
+fn a_history_is_checked_as_evidence_naming_the_row_and_the_field() {
+    // Epoch 0 of 50 samples on 2 ranks in batches of 4: 3 steps, then the rest.
+    let good = vec![
+        vec![0, 0, 0, 24, 0, 2, 4, 0, 0, 0],
+        vec![2, 0, 24, 50, 3, 2, 4, 0, 0, 0],
+    ];
+    let load = |edit: &dyn Fn(&mut Vec<Vec<i128>>)| {
+        let mut rows = good.clone();
+        edit(&mut rows);
+        let base = epoch(
+            50,
+            2,
+            0,
+            Dealing::new("round-robin", 4, false).unwrap(),
+            &[],
+        );
+        let stop = rows.last().map_or(0, |r| r[3].max(0) as u64);
+        Run::from_rows(base, vec![], &rows, stop).map(|_| ())
+    };
+    assert!(load(&|_| {}).is_ok());
+    let huge = 1i128 << 40;
+    let cases: [(usize, usize, i128, &str); 11] = [
+        (0, 5, huge, "[0] has world=1099511627776, more ranks"),
+        (0, 6, huge, "[0] has batch_size=1099511627776"),
+        (
+            0,
+            4,
+            1 << 63,
+            "[0] has step=9223372036854775808, past 2**62",
+        ),
+        (1, 3, 60, "[1] stops at position 60, past the 50 positions"),
+        (0, 3, 52, "[0] stops at position 52, past the 50 positions"),
+        (
+            1,
+            5,
+            3,
+            "[1] is read by world=3 ranks, but the state is of num_replicas=2",
+        ),
+        (
+            1,
+            4,
+            4,
+            "[1] has step=4, but the segment before starts at step 0 and takes 3",
+        ),
+        (1, 4, -1, "[1] has step=-1 < 0"),
+        (0, 1, -1, "[0] has epoch=-1 < 0"),
+        (0, 2, -5, "[0] has start=-5 < 0"),
+        (0, 9, 3, "excluding 3 ids, but the state excludes 0"),
+    ];
+    for (row, field, value, want) in cases {
+        let err = load(&|r| r[row][field] = value).unwrap_err().to_string();
+        assert!(err.contains(want), "{want:?} not in {err:?}");
+    }
+    // A world of more ranks than samples is a run's right (each rank pads), up to 2^20.
+    let base = epoch(5, 8, 0, Dealing::new("round-robin", 1, false).unwrap(), &[]);
+    let rows = vec![vec![0, 0, 0, 8, 0, 8, 1, 0, 0, 0]];
+    let run = Run::from_rows(base, vec![], &rows, 8).unwrap();
+    assert_eq!(run.audit(true, 1).unwrap().reads, 5);
+}

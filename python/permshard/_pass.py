@@ -160,9 +160,15 @@ class LoaderCount:
         self._batch_sampler = type(getattr(iterator, "_index_sampler", None)).__name__
         self._handed = 0  # batches handed to the loop, as counted when they left
         self._counted = False  # whether every batch of the pass is counted as it leaves
-        if self._prefetches and not self._own_count and not _missing(iterator):
+        if self._prefetches and not _missing(iterator):
             self._per_batch = _batch_size(iterator)
             self._counted = _count_batches_of(iterator, self)
+
+    def received_any(self) -> Optional[bool]:
+        """Whether the loop received a batch of the pass, where its batches are counted as
+        they leave (``None``: they are not). An iterator made and dropped after prefetching
+        (torchdata's, for a checkpointer's template state) handed the loop nothing."""
+        return self._handed > 0 if self._counted else None
 
     def batches(self, handed: int) -> Optional[int]:
         """Batches of ``handed`` (what the batch sampler handed out in the pass) that the
@@ -477,9 +483,14 @@ class SamplerPass:
 
     @property
     def started(self) -> bool:
-        """Whether the pass has handed out an item: only then does it count as an
-        iteration of its epoch (loaders that create an iterator and drop it unused, as
-        torchdata's do, neither repeat the epoch nor use up a resume point)."""
+        """Whether the pass has handed out an item (to the loop, where a prefetching
+        DataLoader counts what leaves it): only then does it count as an iteration of its
+        epoch (loaders that create an iterator and drop it unused or only prefetched, as
+        torchdata's do for a checkpointer's template, neither repeat the epoch nor use up a
+        resume point)."""
+        received = self._loader.received_any() if self._loader is not None else None
+        if received is not None:
+            return received
         return self._handed > 0 or (self._items is not None and self._items.started)
 
     def yielded(self) -> int:

@@ -107,6 +107,7 @@ def test_state_dict_contents_and_o1():
         "num_replicas": 8,
         "block_size": 0,
         "window_blocks": 0,
+        "weight_changes": 0,
         # One segment: opened by the run's start, epoch 4, positions [0, 8000), step 0, 8
         # ranks, no batch (an item sampler), round-robin, nothing excluded.
         "history": [[0, 4, 0, 8000, 0, 8, 0, 0, 0, 0]],
@@ -314,3 +315,43 @@ def test_load_rejects_a_consumed_outside_the_epoch(consumed, exc, text):
     # The furthest end a pass can reach (resumed at n - 1 over 2 ranks) is accepted.
     s.load_state_dict(dict(s.state_dict(), consumed=101))
     assert len(s) == 0
+
+
+@pytest.mark.parametrize("through", ["sampler", "stateful_dataloader"])
+def test_a_state_saved_through_dcp_keeps_its_history(through, tmp_path):
+    """torch.distributed.checkpoint loads into the fresh object's own state as a template,
+    keeping only the keys it has: the history (and the weight changes) are written even when
+    empty, so the record survives, and ``where`` of the resumed run equals what was read."""
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+    import torchdata.stateful_dataloader as torchdata
+
+    from permshard import Run
+
+    data = list(range(100))
+
+    def make():  # the sampler, and what DCP saves and loads
+        sampler = ShardedSampler(data, num_replicas=1, rank=0, seed=8)
+        if through == "sampler":
+            return sampler, ShardedBatchSampler(sampler, 4)
+        loader = torchdata.StatefulDataLoader(data, batch_size=4, sampler=sampler, num_workers=2)
+        return sampler, loader
+
+    read = []
+    _, saved = make()
+    it = iter(saved)
+    read += [x for _ in range(5) for x in list(next(it))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # DCP warns that it runs without a process group
+        dcp.save({"state": saved}, checkpoint_id=tmp_path)
+        sampler, fresh = make()
+        dcp.load({"state": fresh}, checkpoint_id=tmp_path)
+    read += [x for batch in fresh for x in list(batch)]
+    state = sampler.state_dict() if through == "stateful_dataloader" else fresh.state_dict()
+    run = Run(state)
+    assert [(s["start"], s["stop"]) for s in run.segments] == [(0, 20), (20, 100)]
+    assert sorted(int(x) for x in read) == data
+    batch = 4 if through == "stateful_dataloader" else None  # an item sampler counts no steps itself
+    for k, x in enumerate(int(x) for x in read[:20]):
+        assert [(r.step, r.position) for r in run.where(x, batch_size=batch)] == [(k // 4, k % 4)]

@@ -270,7 +270,7 @@ impl BudgetRun {
 
     /// The state dict of `now` at `resume`, with the history (the open segment at `done`
     /// steps): `history`, a row per segment, and `history_taken`, the first segment's
-    /// taken bits (base64; absent when none).
+    /// taken bits (base64; empty when none).
     pub fn state(
         &self,
         now: &BudgetEpoch,
@@ -279,13 +279,12 @@ impl BudgetRun {
     ) -> Result<Vec<(&'static str, Value)>, Error> {
         let run = self.closed(done)?;
         let (_, rows, taken, _) = run.parts();
-        let mut history = Vec::new();
-        if !rows.is_empty() {
-            history.push(("history", Value::Rows(rows)));
-        }
-        if !taken.is_empty() {
-            history.push(("history_taken", Value::Str(base64::encode(taken))));
-        }
+        // Both written even when empty: a loader that fills a fresh sampler's state as a
+        // template (torch.distributed.checkpoint) keeps only the keys the template has.
+        let history = vec![
+            ("history", Value::Rows(rows)),
+            ("history_taken", Value::Str(base64::encode(taken))),
+        ];
         Ok(now.state_with(resume, history))
     }
 

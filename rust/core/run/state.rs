@@ -67,12 +67,10 @@ impl Run {
                 Value::Ids(log.iter().map(|&id| id.into()).collect()),
             ));
         }
-        if weight_changes > 0 {
-            fields.push(("weight_changes", Value::Int(weight_changes.into())));
-        }
-        if !rows.is_empty() {
-            fields.push(("history", Value::Rows(rows)));
-        }
+        // Written even when 0 or empty: a loader that fills a fresh sampler's state as a
+        // template (torch.distributed.checkpoint) keeps only the keys the template has.
+        fields.push(("weight_changes", Value::Int(weight_changes.into())));
+        fields.push(("history", Value::Rows(rows)));
         Ok(SHARD.write(fields))
     }
 

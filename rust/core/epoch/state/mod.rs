@@ -293,6 +293,10 @@ impl Schema {
                 (None, Presence::Retired(_) | Presence::WhenNotEmpty) => continue,
                 (None, Presence::Since(default)) => Value::Int(default.into()),
                 (None, Presence::Always) => unreachable!("missing keys are refused above"),
+                // An empty list is both no ids and no rows: a binding cannot tell them apart.
+                (Some(Value::Ids(ids)), _) if ids.is_empty() && key.kind == Kind::Rows => {
+                    Value::Rows(Vec::new())
+                }
                 (Some(v), _) => v.clone(),
             };
             check_kind(key, &value)?;

@@ -44,3 +44,21 @@ def test_the_golden_file_is_its_references_output(name):
     generated = json.loads(json.dumps(_generated(name)))  # as written: tuples become lists
     assert committed == generated
     assert committed["cases"], name  # it holds vectors
+
+
+def test_committed_v1_reads_perm_v2s_golden_orders():
+    """A torchft loader's committed stream (committed-v1) is pinned to perm-v2 in the core's
+    registry: position ``e * n + k`` is perm-v2's golden value at ``k`` in epoch ``e``,
+    whatever the default permutation becomes."""
+    from permshard import _core
+    from permshard._committed import ALGORITHM, StreamOrder
+
+    assert (ALGORITHM, _core.COMMITTED_PERMUTATION) == ("committed-v1", "perm-v2")
+    for case in json.loads(reference_perm_v2.GOLDEN.read_text())["cases"]:
+        n, seed, epoch = int(case["n"]), int(case["seed"]), int(case["epoch"])
+        if n > 2**63:  # the committed stream's samples are int64
+            continue
+        stream = StreamOrder(n, seed, shuffle=True)
+        for p, value in zip(case["positions"], case["values"]):
+            at = epoch * n + int(p)
+            assert stream.samples(at, at + 1) == [int(value)], case

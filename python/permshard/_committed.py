@@ -11,11 +11,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Optional
 
-from ._core import ShardingError
+from ._core import COMMITTED_ALGORITHM, COMMITTED_PERMUTATION, ShardingError
 from ._permutation import Permutation
 
-#: The id of this arithmetic, recorded in every state.
-ALGORITHM = "committed-v1"
+#: The id of this arithmetic, recorded in every state; the core pins the permutation it reads.
+ALGORITHM = COMMITTED_ALGORITHM
 
 
 class Agreed(NamedTuple):
@@ -69,7 +69,8 @@ class StreamOrder:
             if self.shuffle:
                 last = self._last
                 if last is None or last[0] != epoch:
-                    last = self._last = (epoch, Permutation(self.n, seed=self.seed, epoch=epoch))
+                    order = Permutation(self.n, seed=self.seed, epoch=epoch, algorithm=COMMITTED_PERMUTATION)
+                    last = self._last = (epoch, order)
                 out.extend(last[1].take(offset, end).tolist())
             else:
                 out.extend(range(offset, end))

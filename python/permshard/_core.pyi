@@ -14,6 +14,8 @@ __all__ = [
     "BLOCK_ALGORITHM",
     "BlockPermutation",
     "BUDGET_ALGORITHM",
+    "COMMITTED_ALGORITHM",
+    "COMMITTED_PERMUTATION",
     "BudgetBatches",
     "BudgetIndex",
     "BudgetRun",
@@ -61,6 +63,8 @@ __all__ = [
 
 __version__: str
 ALGORITHM: str
+COMMITTED_ALGORITHM: str
+COMMITTED_PERMUTATION: str
 ALGORITHM_V1: str
 ALGORITHM_V2: str
 IDENTITY_ALGORITHM: str

@@ -87,7 +87,10 @@ pub use mixture::{
 pub use order::{Explicit, Identity, Order, SampleOrder};
 pub use partition::{Outside, Partition};
 pub use pass_plan::{BudgetPass, PassPlan};
-pub use permutation::{simd_level, Permutation, Version, ALGORITHM, ALGORITHM_V1, ALGORITHM_V2};
+pub use permutation::{
+    simd_level, Permutation, Version, ALGORITHM, ALGORITHM_V1, ALGORITHM_V2, COMMITTED_ALGORITHM,
+    COMMITTED_PERMUTATION,
+};
 pub use plan::{next_chunk, FIRST_CHUNK, MAX_CHUNK};
 pub use pool::{worker_threads, CHUNK};
 pub use rank_layout::check_rank_layout;

@@ -29,6 +29,14 @@ pub const MIX_ALGORITHM_V3: &str = "mix-v3";
 /// The ids of token-budget plans by version: budget-v1 on perm-v1, budget-v2 on perm-v2.
 pub const BUDGET_ALGORITHMS: [&str; 2] = ["budget-v1", "budget-v2"];
 
+/// The id of a torchft loader's committed stream (position `p` is sample
+/// `order(p // n)[p % n]`), recorded in its states.
+pub const COMMITTED_ALGORITHM: &str = "committed-v1";
+
+/// The permutation committed-v1 reads, pinned to it: a change of the default never changes
+/// a resumed torchft run's stream.
+pub const COMMITTED_PERMUTATION: &str = ALGORITHM_V2;
+
 /// Which construction a [`Permutation`](crate::Permutation) is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Version {
@@ -80,6 +88,9 @@ impl Version {
     /// The permutation an order's id is built on: perm-vK, block-vK, mix-vK and budget-vK
     /// on perm-vK; `None` for another id (the identity's among them).
     pub fn of_order(algorithm: &str) -> Option<Version> {
+        if algorithm == COMMITTED_ALGORITHM {
+            return Version::named(COMMITTED_PERMUTATION).ok();
+        }
         FAMILIES
             .iter()
             .find_map(|(_, family)| Version::in_family(family, "", algorithm).ok())
@@ -136,5 +147,12 @@ mod tests {
             "{err}"
         );
         assert!(Version::for_family(&MIX_ALGORITHMS, "mixture", "block-v1").is_err());
+    }
+
+    #[test]
+    fn committed_v1_is_pinned_to_perm_v2_whatever_the_default() {
+        // A literal, not ALGORITHM: a change of the default must leave this test standing.
+        assert_eq!(COMMITTED_PERMUTATION, "perm-v2");
+        assert_eq!(Version::of_order(COMMITTED_ALGORITHM), Some(Version::V2));
     }
 }

@@ -77,6 +77,11 @@ mod _core {
         m.add("BLOCK_ALGORITHM", permshard_core::BLOCK_ALGORITHM)?;
         m.add("BUDGET_ALGORITHM", permshard_core::BUDGET_ALGORITHM)?;
         m.add("IDENTITY_ALGORITHM", permshard_core::IDENTITY_ALGORITHM)?;
+        m.add("COMMITTED_ALGORITHM", permshard_core::COMMITTED_ALGORITHM)?;
+        m.add(
+            "COMMITTED_PERMUTATION",
+            permshard_core::COMMITTED_PERMUTATION,
+        )?;
         m.add("MAX_CHUNK", permshard_core::MAX_CHUNK)?;
         m.add("WEIGHTED_ALGORITHM", permshard_core::WEIGHTED_ALGORITHM)?;
         Ok(())

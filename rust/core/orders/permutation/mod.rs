@@ -19,7 +19,9 @@ mod table;
 
 use std::sync::Arc;
 
-pub use crate::algorithm::{Version, ALGORITHM, ALGORITHM_V1, ALGORITHM_V2};
+pub use crate::algorithm::{
+    Version, ALGORITHM, ALGORITHM_V1, ALGORITHM_V2, COMMITTED_ALGORITHM, COMMITTED_PERMUTATION,
+};
 use crate::error::{check_below, Error};
 use crate::splitmix::chain;
 use feistel::*;

@@ -139,7 +139,15 @@ def test_a_state_dict_of_0_2_loads_and_continues_its_plan():
     # run's history, which starts at the load (the first pass's taken bits, if any).
     fields = {f.name for f in dataclasses.fields(BudgetConfig)} - {"dealing", "permutation"}
     saved = s.state_dict()
-    assert set(saved) - {"history_taken"} == fields | {"window_index", "steps", "taken", "dataset", "history"}
+    assert set(saved) == fields | {
+        "window_index",
+        "steps",
+        "taken",
+        "dataset",
+        "history",
+        "history_taken",
+        "kind",
+    }
     assert [row[0] for row in saved["history"]] == [0]  # one segment: the start, at the load
 
 

@@ -16,6 +16,7 @@ __all__ = [
     "BUDGET_ALGORITHM",
     "COMMITTED_ALGORITHM",
     "COMMITTED_PERMUTATION",
+    "KINDS",
     "BudgetBatches",
     "BudgetIndex",
     "BudgetRun",
@@ -65,6 +66,7 @@ __version__: str
 ALGORITHM: str
 COMMITTED_ALGORITHM: str
 COMMITTED_PERMUTATION: str
+KINDS: list[str]
 ALGORITHM_V1: str
 ALGORITHM_V2: str
 IDENTITY_ALGORITHM: str

@@ -148,6 +148,29 @@ def _reads(native: list[Any]) -> list[Read]:
     return [Read(r.epoch, r.step, r.rank, r.position, r.sample, r.padding) for r in native]
 
 
+def kind_of(state_dict: Mapping[str, Any]) -> str:
+    """The kind of run a sampler's state dict records (one of ``_core.KINDS``): its
+    ``"kind"``, or for a state of 0.1-0.6, which names none, what its keys say.
+
+    Args:
+        state_dict (Mapping): a state dict saved by a sampler or a torchft loader.
+    """
+    kind = state_dict.get("kind")
+    if kind is not None:
+        if kind not in _core.KINDS:
+            raise ValueError(
+                f"state_dict['kind'] is {kind!r}, not one of {_core.KINDS}: pass a dict a sampler saved"
+            )
+        return str(kind)
+    if "max_tokens" in state_dict:
+        return "budget"
+    if "draws" in state_dict:
+        return "weighted"
+    if state_dict.get("algorithm") == _core.COMMITTED_ALGORITHM:
+        return "committed"
+    return "sharded"
+
+
 class Run:
     r"""A run's history, from the state dict of its latest checkpoint.
 
@@ -193,14 +216,20 @@ class Run:
         self._lengths: Any = None
         self._budget: Optional[_core.BudgetRun] = None
         self._index: Optional[_core.BudgetIndex] = None  # a token-budget run's, at its first answer
-        if "max_tokens" in state_dict:
+        self.kind = kind_of(state_dict)
+        if self.kind == "committed":
+            raise ValueError(
+                "this is a torchft CommittedLoader's state: its record is every rank's, audited "
+                "together by permshard.torchft.audit(states) (permshard audit --state FILE, repeated)"
+            )
+        if self.kind == "budget":
             self._budget_run(state_dict, lengths, strict)
             return
         if lengths is not None:
             raise ValueError(
                 "lengths= is for a TokenBudgetBatchSampler's state; this state is another sampler's"
             )
-        self.weighted = "draws" in state_dict  # positions are draws: samples repeat by design
+        self.weighted = self.kind == "weighted"  # positions are draws: samples repeat by design
         self.schedule = state_dict.get("schedule")
         core = {k: v for k, v in state_dict.items() if k not in _BESIDE}
         if self.weighted:
@@ -409,9 +438,10 @@ def _load_state(path: str) -> dict[str, Any]:
     return obj
 
 
-def _history_of(path: str, lengths: Optional[str]) -> Run:
-    """The run of the state dict in ``path``; a ValueError where it holds no history."""
-    run = Run(_load_state(path), lengths=_load_lengths(lengths))
+def _history_of(path: str, lengths: Optional[str], state: Optional[dict[str, Any]] = None) -> Run:
+    """The run of the state dict in ``path`` (``state``, where already read); a ValueError
+    where it holds no history."""
+    run = Run(_load_state(path) if state is None else state, lengths=_load_lengths(lengths))
     if not run.segments:
         raise ValueError(
             f"{path} holds no history: it was saved by permshard 0.5 or before, or before any pass "
@@ -529,7 +559,7 @@ def show(args: argparse.Namespace) -> int:
 
 def audit(args: argparse.Namespace) -> int:
     states = [_load_state(path) for path in args.state]
-    if any(state.get("algorithm") == "committed-v1" for state in states):
+    if any(kind_of(state) == "committed" for state in states):
         from ._committed import audit as committed_audit
 
         proof = committed_audit(states)
@@ -542,7 +572,7 @@ def audit(args: argparse.Namespace) -> int:
         return 0
     if len(states) > 1:
         raise ValueError("pass one --state: a sampler's (several only for the loaders of a torchft run)")
-    result = _history_of(args.state[0], args.lengths).audit(recount=not args.no_recount)
+    result = _history_of(args.state[0], args.lengths, states[0]).audit(recount=not args.no_recount)
     if args.json:
         print(json.dumps(result._asdict()))
     else:

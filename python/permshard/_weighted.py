@@ -201,7 +201,9 @@ class WeightedShardedSampler(ShardedSampler):
             consumed_samples (int, optional): global draws of the epoch consumed so far
                 (see :meth:`ShardedSampler.state_dict`).
         """
-        return dict(super().state_dict(consumed_samples, **kwargs), **self._table.state())
+        state = dict(super().state_dict(consumed_samples, **kwargs), **self._table.state())
+        state["kind"] = "weighted"  # positions are draws: a Run answers in the samples drawn
+        return state
 
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> None:
         """Restores a resume point of :meth:`state_dict`, on any number of ranks: the

@@ -434,6 +434,7 @@ class CommittedLoader:
         of steps read under one membership. A restarted group needs none of it to go on."""
         self._settle()
         return {
+            "kind": "committed",
             "algorithm": ALGORITHM,
             "n": self.n,
             "seed": self.seed,
@@ -455,11 +456,13 @@ class CommittedLoader:
             strict (bool, optional): refuse keys this loader does not save.
         """
         mine = self.state_dict()
+        if "kind" not in state_dict:  # saved by 0.6, which named no kind
+            state_dict = {"kind": "committed", **state_dict}
         if strict and set(state_dict) != set(mine):
             unknown = sorted(set(state_dict) - set(mine))
             missing = sorted(set(mine) - set(state_dict))
             raise ValueError(f"not a CommittedLoader state: unknown keys {unknown}, missing {missing}")
-        for key in ("algorithm", "n", "seed", "shuffle", "batch_size", "global_batch_size"):
+        for key in ("kind", "algorithm", "n", "seed", "shuffle", "batch_size", "global_batch_size"):
             if state_dict.get(key) != mine[key]:
                 raise ValueError(
                     f"the state was saved with {key}={state_dict.get(key)!r}, this loader has "

@@ -99,6 +99,6 @@ pub use run::{
 };
 pub use sharding::{Sharding, IDENTITY_ALGORITHM};
 pub use splitmix::splitmix64;
-pub use state::{BudgetEpoch, BudgetResume, Value, BUDGET, DRAWS, LAYER, SHARD};
+pub use state::{BudgetEpoch, BudgetResume, Value, BUDGET, DRAWS, KINDS, LAYER, SHARD};
 pub use verdict::Verdict;
 pub use weighted::{AliasTable, EpochDraws, Weights, WEIGHTED_ALGORITHM};

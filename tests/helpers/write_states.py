@@ -4,7 +4,8 @@ release yields on every rank after loading it, on the world size it was saved wi
 on another. Run it with a release installed (not this checkout) to freeze what that
 release did; ``tests/test_perm_v2.py`` loads every such file into today's samplers.
 
-Run: ``python -m helpers.write_states`` in ``tests/`` (the version is the installed one's).
+Run: ``python -m helpers.write_states [VERSION]`` in ``tests/`` (the version is the installed
+one's unless named).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import pathlib
+import sys
 
 import numpy as np
 
@@ -39,14 +41,17 @@ def build(case: dict, world: int, rank: int):
 
 
 def state_of(case: dict, world: int) -> dict:
-    """The case's state, taken mid-epoch on rank 0 of ``world`` ranks."""
+    """The case's state, taken mid-epoch on rank 0 of ``world`` ranks: after ``consumed``
+    global samples, or after reading ``take`` items (batches), first resumed from a state of
+    another world size (``after``: that world and what it took) where given. A resumed case
+    that takes nothing is saved unread, at the resume point."""
     sampler = build(case, world, 0)
     sampler.set_epoch(case["epoch"])
-    if case["kind"] == "TokenBudgetBatchSampler":
-        if "after" in case:  # first resumed from a state of another world size
-            world_before, taken_before = case["after"]
-            before = {k: v for k, v in case.items() if k != "after"}
-            sampler.load_state_dict(state_of({**before, "take": taken_before}, world_before))
+    if "after" in case:  # first resumed from a state of another world size
+        world_before, taken_before = case["after"]
+        before = {k: v for k, v in case.items() if k != "after"}
+        sampler.load_state_dict(state_of({**before, "take": taken_before}, world_before))
+    if "take" in case:
         it = iter(sampler)
         for _ in range(case["take"]):
             next(it)
@@ -153,11 +158,42 @@ CASES = [
         "take": 2,
         "after": (3, 8),
     },
+    # Since 0.6, whose states carry the run's history.
+    {
+        "name": "ShardedSampler history",
+        "kind": "ShardedSampler",
+        "n": 1000,
+        "kwargs": {"seed": 7, "exclude": [5, 17]},
+        "worlds": (4, 3),
+        "take": 30,
+    },
+    {
+        "name": "ShardedBatchSampler resumed onto 3 ranks, unread",
+        "kind": "ShardedBatchSampler",
+        "n": 1000,
+        "kwargs": {"seed": 9},
+        "batch_size": 8,
+        "worlds": (3, 2),
+        "take": 0,
+        "after": (4, 5),
+    },
+    {
+        "name": "StepBatchSampler resumed onto 2 ranks and read",
+        "kind": "StepBatchSampler",
+        "n": 1000,
+        "kwargs": {"seed": 9},
+        "batch_size": 8,
+        "worlds": (2, 3),
+        "take": 3,
+        "after": (4, 5),
+    },
 ]
 
 
 def main() -> None:
-    version = permshard.__version__
+    # The release to name the file after, where the package's own version lags (0.6.0, on
+    # main at e8805d2 unreleased, still said 0.5.0).
+    version = sys.argv[1] if len(sys.argv) > 1 else permshard.__version__
     cases = []
     for spec in CASES:
         case = {**spec, "epoch": 1 if spec["kind"] != "ShardedSampler" else 2}

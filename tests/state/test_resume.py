@@ -108,6 +108,7 @@ def test_state_dict_contents_and_o1():
         "block_size": 0,
         "window_blocks": 0,
         "weight_changes": 0,
+        "kind": "sharded",
         # One segment: opened by the run's start, epoch 4, positions [0, 8000), step 0, 8
         # ranks, no batch (an item sampler), round-robin, nothing excluded.
         "history": [[0, 4, 0, 8000, 0, 8, 0, 0, 0, 0]],

@@ -284,6 +284,7 @@ impl BudgetRun {
         let history = vec![
             ("history", Value::Rows(rows)),
             ("history_taken", Value::Str(base64::encode(taken))),
+            ("kind", Value::Str("budget".into())),
         ];
         Ok(now.state_with(resume, history))
     }
@@ -293,6 +294,7 @@ impl BudgetRun {
     pub fn from_state(state: &[(String, Value)], strict: bool) -> Result<BudgetRun, Error> {
         let (epoch, _) = BudgetEpoch::from_state(state, strict)?;
         let saved = BUDGET.read(state, strict)?;
+        saved.kind(&["budget"])?;
         let taken = base64::decode(saved.text("history_taken")).ok_or_else(|| {
             Error::Invalid(
                 "state_dict['history_taken'] is not valid base64: the state was edited".into(),

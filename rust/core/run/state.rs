@@ -71,6 +71,7 @@ impl Run {
         // template (torch.distributed.checkpoint) keeps only the keys the template has.
         fields.push(("weight_changes", Value::Int(weight_changes.into())));
         fields.push(("history", Value::Rows(rows)));
+        fields.push(("kind", Value::Str("sharded".into())));
         Ok(SHARD.write(fields))
     }
 
@@ -80,7 +81,9 @@ impl Run {
         let (sharding, consumed) = Sharding::from_state(state, strict)?;
         let saved = SHARD.read(state, strict)?;
         let log = saved.ids("exclude")?;
-        let mut run = Run::from_rows(sharding, log, saved.rows("history"), consumed)?;
+        // A state that names its kind (0.7 on) ends its history with its own segment.
+        let named = saved.kind(&["sharded", "weighted"])?.is_some();
+        let mut run = Run::from_rows(sharding, log, saved.rows("history"), consumed, named)?;
         run.weight_changes = saved.int("weight_changes")?;
         run.resume = consumed;
         Ok((run, consumed))

@@ -176,7 +176,7 @@ fn forged(rows: &mut Vec<Vec<i128>>, edit: impl Fn(&mut Vec<Vec<i128>>)) -> Resu
         Dealing::new("round-robin", 4, false).unwrap(),
         &[],
     );
-    let run = Run::from_rows(base, vec![], rows, last[3] as u64)?;
+    let run = Run::from_rows(base, vec![], rows, last[3] as u64, true)?;
     run.audit(true, 1)
 }
 
@@ -231,7 +231,7 @@ fn an_exclusion_that_shrinks_is_named() {
         vec![2, 0, 12, 39, 3, 2, 2, 0, 0, 0],
     ];
     let base = epoch(n, 2, 0, d, &[]);
-    let run = Run::from_rows(base, log, &rows, 39).unwrap();
+    let run = Run::from_rows(base, log, &rows, 39, true).unwrap();
     let err = run.audit(true, 1).unwrap_err().to_string();
     assert!(err.contains("sample 5 was excluded"), "{err}");
 }
@@ -246,11 +246,11 @@ fn a_history_must_end_at_its_state() {
         &[],
     );
     let rows = vec![vec![0, 0, 0, 12, 0, 2, 2, 0, 0, 0]];
-    let err = Run::from_rows(base.clone(), vec![], &rows, 14)
+    let err = Run::from_rows(base.clone(), vec![], &rows, 14, true)
         .unwrap_err()
         .to_string();
     assert!(err.contains("ends in epoch 0 at position 12"), "{err}");
-    let err = Run::from_rows(base, vec![], &[vec![0, 0, 0, 12]], 12)
+    let err = Run::from_rows(base, vec![], &[vec![0, 0, 0, 12]], 12, true)
         .unwrap_err()
         .to_string();
     assert!(err.contains("has 4 integers"), "{err}");
@@ -274,7 +274,7 @@ fn a_history_is_checked_as_evidence_naming_the_row_and_the_field() {
             &[],
         );
         let stop = rows.last().map_or(0, |r| r[3].max(0) as u64);
-        Run::from_rows(base, vec![], &rows, stop).map(|_| ())
+        Run::from_rows(base, vec![], &rows, stop, true).map(|_| ())
     };
     assert!(load(&|_| {}).is_ok());
     let huge = 1i128 << 40;
@@ -313,6 +313,6 @@ fn a_history_is_checked_as_evidence_naming_the_row_and_the_field() {
     // A world of more ranks than samples is a run's right (each rank pads), up to 2^20.
     let base = epoch(5, 8, 0, Dealing::new("round-robin", 1, false).unwrap(), &[]);
     let rows = vec![vec![0, 0, 0, 8, 0, 8, 1, 0, 0, 0]];
-    let run = Run::from_rows(base, vec![], &rows, 8).unwrap();
+    let run = Run::from_rows(base, vec![], &rows, 8, true).unwrap();
     assert_eq!(run.audit(true, 1).unwrap().reads, 5);
 }

@@ -82,6 +82,7 @@ mod _core {
             "COMMITTED_PERMUTATION",
             permshard_core::COMMITTED_PERMUTATION,
         )?;
+        m.add("KINDS", permshard_core::KINDS.to_vec())?;
         m.add("MAX_CHUNK", permshard_core::MAX_CHUNK)?;
         m.add("WEIGHTED_ALGORITHM", permshard_core::WEIGHTED_ALGORITHM)?;
         Ok(())

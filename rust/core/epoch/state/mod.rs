@@ -101,6 +101,7 @@ pub const SHARD: Schema = Schema {
     name: "ShardConfig",
     saved_by: "ShardedSampler (or a ShardedBatchSampler or StepBatchSampler)",
     keys: epoch_keys![
+        key("kind", Kind::Str, Presence::WhenNotEmpty),
         key("block_size", Kind::Int, Presence::Since(0)),
         key("window_blocks", Kind::Int, Presence::Since(0)),
         key("consumed", Kind::Int, Presence::Always),
@@ -118,6 +119,7 @@ pub const BUDGET: Schema = Schema {
     name: "BudgetConfig",
     saved_by: "TokenBudgetBatchSampler",
     keys: epoch_keys![
+        key("kind", Kind::Str, Presence::WhenNotEmpty),
         key("max_tokens", Kind::Int, Presence::Always),
         key("window", Kind::Int, Presence::Always),
         key("window_index", Kind::Int, Presence::Always),
@@ -159,6 +161,11 @@ pub const DRAWS: Schema = Schema {
     order_keys: &[],
 };
 
+/// The kinds of run a state dict names in its `"kind"` (0.7 on; a state of 0.1-0.6 names
+/// none): an item, batch or step sampler's, a weighted stream's, a token budget's, a torchft
+/// loader's committed reads.
+pub const KINDS: [&str; 4] = ["sharded", "weighted", "budget", "committed"];
+
 /// A state dict read against its schema: every key present (or its default) and of its
 /// type. Ranges are checked as each value is taken out.
 pub struct Saved {
@@ -195,6 +202,29 @@ impl Saved {
     /// The bool at `name`.
     pub fn flag(&self, name: &str) -> bool {
         matches!(self.get(name), Some(Value::Bool(true)))
+    }
+
+    /// The kind of run the state names, one of `allowed` (of [`KINDS`]); `None` for a state
+    /// of 0.1-0.6, which names none.
+    pub fn kind(&self, allowed: &[&str]) -> Result<Option<&str>, Error> {
+        match self.get("kind") {
+            None => Ok(None),
+            Some(Value::Str(kind)) if allowed.contains(&kind.as_str()) => Ok(Some(kind)),
+            Some(other) => Err(Error::Invalid(format!(
+                "state_dict['kind'] is {}, not {}: a state of another kind of run; load it \
+                 where a {} state loads",
+                repr(other),
+                allowed
+                    .iter()
+                    .map(|k| py_str(k))
+                    .collect::<Vec<_>>()
+                    .join(" or "),
+                match other {
+                    Value::Str(k) => k.as_str(),
+                    _ => "sampler's",
+                }
+            ))),
+        }
     }
 
     /// The string at `name`.

@@ -3,6 +3,8 @@ frequencies (chi-square) against the weights, errors, state dicts, loaders, proc
 
 from __future__ import annotations
 
+import collections
+import itertools
 import json
 import pickle
 import random
@@ -242,3 +244,58 @@ def test_processes_read_one_stream_and_agree_on_the_weights():
     assert dealt == (whole + whole)[:42]
     errors = launch(stream_workers.weighted_ranks, 2, weights, 41, True)
     assert all("ShardingError" in r["error"] and "weights" in r["error"] for r in errors)
+
+
+def test_a_weighted_run_answers_in_the_samples_its_ranks_drew(tmp_path, capsys):
+    """Two ranks draw 5 batches of 4, three ranks resume to the end of the epoch and into
+    the next: ``where`` of every drawn sample and ``show`` of every step, given the run's
+    weights, equal what the ranks read (samples, not positions of the stream)."""
+    from permshard import Run
+
+    weights = np.linspace(0.1, 3.0, 50) ** 2
+    make = lambda world, rank: WeightedShardedSampler(weights, 101, num_replicas=world, rank=rank, seed=5)  # noqa: E731
+    reads, step = collections.defaultdict(list), 0
+
+    def read(samplers, epoch, steps):  # lockstep batches of 4 from every rank's stream
+        nonlocal step
+        streams = [iter(s) for s in samplers]
+        for _ in range(steps):
+            for rank, stream in enumerate(streams):
+                for k, sample in enumerate(itertools.islice(stream, 4)):
+                    reads[sample].append((epoch, step, rank, k))
+            step += 1
+
+    first = [make(2, r) for r in range(2)]
+    read(first, 0, 5)
+    state = first[0].state_dict(consumed_samples=5 * 4 * 2)
+    resumed = [make(3, r) for r in range(3)]
+    for s in resumed:
+        s.load_state_dict(state)
+    read(resumed, 0, -(-len(resumed[0]) // 4))
+    for s in resumed:
+        s.set_epoch(1)
+    read(resumed, 1, 3)
+    final = resumed[0].state_dict(consumed_samples=3 * 4 * 3)
+    run = Run(final, weights=weights)
+    for sample in range(50):
+        got = sorted((r.epoch, r.step, r.rank, r.position) for r in run.where(sample, batch_size=4))
+        assert got == sorted(reads[sample]), sample
+    by_step = collections.defaultdict(list)
+    for sample, hits in reads.items():
+        for _epoch, at, rank, k in hits:
+            by_step[at].append((rank, k, sample))
+    for at, want in by_step.items():
+        assert sorted((r.rank, r.position, r.sample) for r in run.show(at, batch_size=4)) == sorted(want)
+    with pytest.raises(ValueError, match=r"pass Run\(state_dict, weights=weights\)"):
+        Run(final).show(0, batch_size=4)
+    # The CLI, from files, the same.
+    from permshard import _cli
+
+    (tmp_path / "state.json").write_text(json.dumps(final))
+    np.save(tmp_path / "weights.npy", weights)
+    files = ["--state", str(tmp_path / "state.json"), "--weights", str(tmp_path / "weights.npy")]
+    assert _cli.main(["show", "7", *files, "--batch-size", "4", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert sorted((d["rank"], d["position"], d["sample"]) for d in shown) == sorted(by_step[7])
+    with pytest.raises(ValueError, match="weights="):
+        Run(final, weights=weights[::-1])

@@ -12,6 +12,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 from . import _core
 from ._config import as_u64
+from ._drawn import DrawnSamples
 
 #: Keys a sampler adds beside the core's state: checked on load, not part of the stream.
 _BESIDE = ("schedule", "dataset")
@@ -192,6 +193,8 @@ class Run:
         state_dict (Mapping): a dict saved by a sampler's ``state_dict()``.
         lengths (1-D integer array, optional): a token-budget run's lengths (required for
             its state, refused for others).
+        weights (1-D array of float, optional): a weighted run's weights (required for its
+            ``where`` and ``show``, which answer in the samples drawn; refused for others).
         strict (bool, optional): refuse keys the sampler does not save. Default: ``True``.
 
     Example::
@@ -208,7 +211,9 @@ class Run:
         80
     """
 
-    def __init__(self, state_dict: Mapping[str, Any], *, lengths: Any = None, strict: bool = True) -> None:
+    def __init__(
+        self, state_dict: Mapping[str, Any], *, lengths: Any = None, weights: Any = None, strict: bool = True
+    ) -> None:
         if not isinstance(state_dict, Mapping):
             raise TypeError(
                 f"state_dict must be a mapping saved by a sampler, got {type(state_dict).__name__}"
@@ -230,6 +235,13 @@ class Run:
                 "lengths= is for a TokenBudgetBatchSampler's state; this state is another sampler's"
             )
         self.weighted = self.kind == "weighted"  # positions are draws: samples repeat by design
+        self._drawn: Optional[DrawnSamples] = None
+        if weights is not None:
+            if not self.weighted:
+                raise ValueError(
+                    "weights= is for a WeightedShardedSampler's state; this state is another sampler's"
+                )
+            self._drawn = DrawnSamples(state_dict, weights)
         self.schedule = state_dict.get("schedule")
         core = {k: v for k, v in state_dict.items() if k not in _BESIDE}
         if self.weighted:
@@ -298,18 +310,42 @@ class Run:
         """Every read of ``sample`` over the run's history, in order.
 
         Args:
-            sample (int): a dataset index (for a weighted run: a draw's sample id is not
-                searchable; pass a position of the stream instead).
+            sample (int): a dataset index (for a weighted run, one its ranks drew: every
+                position of the history is searched, a chunk of draws at a time).
             batch_size (int, optional): an item sampler's DataLoader batch size, to count
                 its steps. Default: ``None`` (steps are ``None`` for an item sampler).
         """
         sample = as_u64("sample", sample)
+        if self.weighted:
+            return self._where_drawn(sample, batch_size)
         if not sample < self.n:
             raise ValueError(f"sample {sample} is not in range({self.n})")
         if self._budget is not None:
             self._no_batch_size(batch_size)
             return _reads(self._budget.where_read(self._lengths, self._budget_index(), sample))
         return _reads(self._run.where_read(sample, self._batch(batch_size)))
+
+    def _where_drawn(self, sample: int, batch_size: Optional[int]) -> list[Read]:
+        """A weighted run's reads of ``sample``: every position of the history that drew it."""
+        drawn = self._drawn_samples()
+        spans: dict[int, list[tuple[int, int]]] = {}
+        for segment in self.segments:
+            spans.setdefault(segment["epoch"], []).append((segment["start"], segment["stop"]))
+        reads = []
+        for epoch, ranges in spans.items():
+            for position in drawn.positions_of(sample, epoch, ranges):
+                native = self._run.where_read(position, self._batch(batch_size))
+                reads += [r._replace(sample=sample) for r in _reads(native) if r.epoch == epoch]
+        return sorted(reads, key=lambda r: (r.epoch, -1 if r.step is None else r.step, r.rank, r.position))
+
+    def _drawn_samples(self) -> DrawnSamples:
+        if self._drawn is None:
+            raise ValueError(
+                "this is a WeightedShardedSampler's state: its history records positions of the stream, "
+                "and the samples drawn there follow from the run's weights, which the state keeps only a "
+                "digest of; pass Run(state_dict, weights=weights) (permshard where/show: --weights FILE.npy)"
+            )
+        return self._drawn
 
     def where_document(
         self, dataset: Any, source: int, document: int, *, batch_size: Optional[int] = None
@@ -349,7 +385,11 @@ class Run:
         if self._budget is not None:
             self._no_batch_size(batch_size)
             return _reads(self._budget.show(self._lengths, self._budget_index(), as_u64("step", step)))
-        return _reads(self._run.show(as_u64("step", step), self._batch(batch_size)))
+        reads = _reads(self._run.show(as_u64("step", step), self._batch(batch_size)))
+        if self.weighted:  # positions of the stream: the samples drawn there
+            drawn = self._drawn_samples()
+            reads = [r._replace(sample=drawn.sample_at(r.epoch, r.sample)) for r in reads]
+        return reads
 
     def audit(self, *, recount: bool = True, threads: int = 0) -> Audit:
         """Proves from the history that every kept sample was read exactly once per epoch
@@ -438,10 +478,13 @@ def _load_state(path: str) -> dict[str, Any]:
     return obj
 
 
-def _history_of(path: str, lengths: Optional[str], state: Optional[dict[str, Any]] = None) -> Run:
+def _history_of(
+    path: str, lengths: Optional[str], state: Optional[dict[str, Any]] = None, weights: Optional[str] = None
+) -> Run:
     """The run of the state dict in ``path`` (``state``, where already read); a ValueError
     where it holds no history."""
-    run = Run(_load_state(path) if state is None else state, lengths=_load_lengths(lengths))
+    state = _load_state(path) if state is None else state
+    run = Run(state, lengths=_load_array(lengths, "--lengths"), weights=_load_array(weights, "--weights"))
     if not run.segments:
         raise ValueError(
             f"{path} holds no history: it was saved by permshard 0.5 or before, or before any pass "
@@ -489,8 +532,9 @@ def history_show_parser(count: Callable[[str], int]) -> argparse.ArgumentParser:
 _LENGTHS_HELP = "a TokenBudgetBatchSampler run's lengths (a .npy file): its steps are planned from them"
 
 
-def _load_lengths(path: Optional[str]) -> Any:
-    """The lengths in the ``.npy`` file at ``path`` (memory-mapped), or ``None``."""
+def _load_array(path: Optional[str], option: str) -> Any:
+    """The array in the ``.npy`` file at ``path`` (memory-mapped), or ``None``; ``option``
+    names it in errors."""
     if path is None:
         return None
     import numpy as np
@@ -498,17 +542,21 @@ def _load_lengths(path: Optional[str]) -> Any:
     try:
         return np.load(path, mmap_mode="r")
     except OSError as e:
-        raise ValueError(f"cannot read --lengths {path}: {e.strerror or e}") from None
+        raise ValueError(f"cannot read {option} {path}: {e.strerror or e}") from None
     except Exception as e:  # a file that is not a .npy array
         raise ValueError(
-            f"--lengths {path} is not a .npy array ({type(e).__name__}: {str(e)[:200]}): "
-            "save the lengths with numpy.save"
+            f"{option} {path} is not a .npy array ({type(e).__name__}: {str(e)[:200]}): save it with numpy.save"
         ) from None
 
 
 def _history_args(p: argparse.ArgumentParser, count: Callable[[str], int]) -> None:
     p.add_argument("--state", required=True, metavar="FILE", help="a sampler's state dict (.pt or .json)")
     p.add_argument("--lengths", metavar="FILE.npy", help=_LENGTHS_HELP)
+    p.add_argument(
+        "--weights",
+        metavar="FILE.npy",
+        help="a WeightedShardedSampler run's weights: its answers name the samples drawn",
+    )
     p.add_argument(
         "--batch-size", type=count, help="an item sampler's DataLoader batch size (to count steps)"
     )
@@ -530,7 +578,7 @@ def _print(reads: list[Any], as_json: bool, *, sample: bool) -> None:
 
 
 def where(args: argparse.Namespace) -> int:
-    run = _history_of(args.state, args.lengths)
+    run = _history_of(args.state, args.lengths, weights=args.weights)
     if args.source is not None or args.document is not None:
         if args.source is None or args.document is None or args.data_path is None or args.seq_len is None:
             raise ValueError("--source needs --document, --data-path and --seq-len (the run's blend)")
@@ -551,7 +599,7 @@ def where(args: argparse.Namespace) -> int:
 
 
 def show(args: argparse.Namespace) -> int:
-    run = _history_of(args.state, args.lengths)
+    run = _history_of(args.state, args.lengths, weights=args.weights)
     reads = run.show(args.step, batch_size=args.batch_size)
     _print(reads, args.json, sample=True)
     return 0

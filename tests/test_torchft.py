@@ -405,3 +405,13 @@ def test_workers_end_with_a_crashed_trainer(start):
     while any(map(alive, workers)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(map(alive, workers)), f"{start} workers {workers} outlived the trainer"
+
+
+def test_batches_prefetched_for_steps_that_did_not_come_are_discarded():
+    """Async quorum, one prefetching worker, a constant global batch: group 1 does not
+    commit step 3, so the next steps' reads differ from what its worker fetched ahead. The
+    loader takes the batches in flight and hands the one fetched for this step's read (each
+    batch travels with the read it was fetched for); the samples of every batch are those of
+    the positions the loader says it read (``misread``), and the reference holds."""
+    record = run_groups(async_quorum=True, global_batch_size=6, num_workers=1, error_at={(1, 3)})
+    check_exactly_once(record)

@@ -367,9 +367,11 @@ def test_a_token_budget_sampler_copied_mid_pass_carries_its_history():
 
 _FORGE = r"""
 import copy, json, random, resource, sys
-from permshard import Run, ShardedBatchSampler, ShardedSampler, ShardingError
+import numpy as np
+from permshard import Run, ShardedBatchSampler, ShardedSampler, ShardingError, TokenBudgetBatchSampler
 
-state = json.loads(sys.argv[1])
+state = json.loads(open(sys.argv[1]).read())
+lengths = np.load(sys.argv[4]) if len(sys.argv) > 4 else None  # a token-budget run's
 # The reader may use what it holds now and 1 GiB more: a forged integer that made it allocate
 # more is a MemoryError (or an abort), and fails the test.
 size = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmSize:")) * 1024
@@ -396,12 +398,16 @@ for trial in range(int(sys.argv[3])):
             j = rng.randrange(len(rows))
             rows[i], rows[j] = rows[j], rows[i]
     try:
-        run = Run(forged)
+        run = Run(forged, lengths=lengths)
     except (ValueError, TypeError) as e:
         outcomes["refused"] += 1
-        sampler = ShardedSampler(state["n"], num_replicas=state["num_replicas"], rank=0, seed=1, shuffle=False)
+        if lengths is not None:
+            sampler = TokenBudgetBatchSampler(lengths, state["max_tokens"], state["num_replicas"], 0, seed=state["seed"], window=state["window"])
+        else:
+            sampler = ShardedSampler(state["n"], num_replicas=state["num_replicas"], rank=0, seed=1, shuffle=False)
+            sampler = ShardedBatchSampler(sampler, 3)
         try:  # what Run refuses, a sampler refuses too
-            ShardedBatchSampler(sampler, 3).load_state_dict(forged)
+            sampler.load_state_dict(forged)
         except (ValueError, TypeError):
             continue
         raise AssertionError(f"load_state_dict accepted what Run refused ({e}): {rows}")
@@ -410,27 +416,36 @@ for trial in range(int(sys.argv[3])):
         outcomes["passed"] += 1
     except ShardingError:
         outcomes["audit failed"] += 1
-    for s in range(0, run.n, 7):  # answers never crash, whatever the audit said
-        run.where(s)
-    for step in range(0, 200, 9):
-        try:
-            run.show(step)
-        except ValueError:  # a step past the history
-            pass
+    try:  # answers never crash, whatever the audit said
+        for s in range(0, run.n, 7):
+            run.where(s)
+        for step in range(0, 200, 9):
+            try:
+                run.show(step)
+            except ValueError as e:  # a step past the history
+                assert "step" in str(e), e
+    except ValueError as e:  # a token budget's forged plan is found by planning it
+        assert lengths is not None, e
 print(json.dumps(outcomes))
 """
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_forged_histories_are_refused_or_fail_the_audit_within_a_memory_limit(recorded, seed):
-    """Randomised forgeries of the recorded run's history (cells moved by small and huge
-    deltas, values of the wrong type, rows dropped, duplicated and swapped), read by a
-    process that may allocate 1 GiB beyond what it holds: each is refused with a
-    ValueError/TypeError naming the row, fails the audit, or passes it whole; never an
-    abort, a MemoryError or another exception."""
-    state, _ = recorded
+@pytest.mark.parametrize("kind", ["sharded", "budget"])
+def test_forged_histories_are_refused_or_fail_the_audit_within_a_memory_limit(request, kind, tmp_path):
+    """Randomised forgeries of a recorded run's history (an item run's and a token
+    budget's: cells moved by small and huge deltas, values of the wrong type, rows dropped,
+    duplicated and swapped), read by a process that may allocate 1 GiB beyond what it
+    holds: each is refused with a ValueError/TypeError naming the row, fails the audit, or
+    passes it whole; never an abort, a MemoryError or another exception."""
+    if kind == "sharded":
+        state, _ = request.getfixturevalue("recorded")
+        extra = []
+    else:
+        state, _, folder = request.getfixturevalue("budget_recorded")
+        extra = [str(folder / "lengths.npy")]
+    (tmp_path / "state.json").write_text(json.dumps(state))
     out = subprocess.run(
-        [sys.executable, "-c", _FORGE, json.dumps(state), str(seed), "150"],
+        [sys.executable, "-c", _FORGE, str(tmp_path / "state.json"), "0", "150", *extra],
         capture_output=True,
         text=True,
         timeout=300,

@@ -160,6 +160,7 @@ impl BudgetRun {
                 s.world, base.window
             )));
         }
+        super::evidence::check_budget_evidence(&base, &segments)?;
         Ok(BudgetRun {
             base,
             taken,
@@ -830,8 +831,11 @@ mod tests {
         let forge = |edit: &dyn Fn(&mut Vec<Vec<i128>>)| {
             let mut rows = rows.clone();
             edit(&mut rows);
-            let run = BudgetRun::restore(epoch(0, 2), &rows, Vec::new(), false).unwrap();
-            run.audit(&lengths[..]).unwrap_err()
+            // Refused on reading (a row no run writes), or by the audit.
+            match BudgetRun::restore(epoch(0, 2), &rows, Vec::new(), false) {
+                Err(e) => e,
+                Ok(run) => run.audit(&lengths[..]).unwrap_err(),
+            }
         };
         // The second pass starts 2 steps later: their samples are never read.
         let skipped = forge(&|rows| {
@@ -861,5 +865,24 @@ mod tests {
         );
         let long = forge(&|rows| rows[1][6] += 1);
         assert!(long.to_string().contains("past its pass's end"), "{long}");
+        // Integers no run writes: refused on reading, naming the row.
+        let far = forge(&|rows| rows[1][2] = 1 << 40);
+        assert!(
+            far.to_string()
+                .contains("[1] starts in window 1099511627776, past the epoch's"),
+            "{far}"
+        );
+        let many = forge(&|rows| rows[0][6] = 1 << 40);
+        assert!(
+            many.to_string()
+                .contains("[0] has steps=0 and done=1099511627776"),
+            "{many}"
+        );
+        let huge = forge(&|rows| rows[0][5] = 1 << 63);
+        assert!(
+            huge.to_string()
+                .contains("[0] has step=9223372036854775808, past 2**62"),
+            "{huge}"
+        );
     }
 }

@@ -5,8 +5,9 @@
 //! exactly-once (a break before an epoch's end, an epoch iterated again) loads, and is
 //! the audit's to name.
 
-use super::{Run, Segment};
+use super::{BudgetSegment, Run, Segment};
 use crate::error::Error;
+use crate::state::BudgetEpoch;
 
 /// Ranks or batch items a row may hold beyond the run's own size: a world (or a batch) of
 /// more ranks than samples is a run's right, up to this many; past both, the row would make
@@ -91,6 +92,47 @@ impl Run {
         }
         Ok(())
     }
+}
+
+/// A token-budget history read back is evidence too (as a [`Run`]'s is): each row
+/// within the epoch (its window among the epoch's, its plan's steps within a window, steps
+/// done within the epoch's samples, a step that cannot overflow) and starting at the step
+/// the row before ended at. O(#segments); a [`Error::Invalid`] naming the row and field.
+pub(super) fn check_budget_evidence(
+    base: &BudgetEpoch,
+    segments: &[BudgetSegment],
+) -> Result<(), Error> {
+    let n = base.spec.n;
+    let windows = n.div_ceil(base.window.max(1));
+    for (i, s) in segments.iter().enumerate() {
+        let bad = |what: String| row_error(i, what);
+        if s.window > windows {
+            return Err(bad(format!(
+                "starts in window {}, past the epoch's {windows} windows",
+                s.window
+            )));
+        }
+        if s.steps > base.window || s.done > n {
+            return Err(bad(format!(
+                "has steps={} and done={}: more steps than a window's {} or the epoch's {n} \
+                 samples",
+                s.steps, s.done, base.window
+            )));
+        }
+        if s.step > MOST_STEP {
+            return Err(bad(format!("has step={}, past 2**62 steps", s.step)));
+        }
+        if let Some(before) = i.checked_sub(1).map(|j| &segments[j]) {
+            if s.step != before.step + before.done {
+                return Err(bad(format!(
+                    "has step={}, but the segment before starts at step {} and takes {} \
+                     step(s): the steps do not add up",
+                    s.step, before.step, before.done
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn row_error(i: usize, what: String) -> Error {

@@ -402,7 +402,8 @@ for trial in range(int(sys.argv[3])):
     except (ValueError, TypeError) as e:
         outcomes["refused"] += 1
         if lengths is not None:
-            sampler = TokenBudgetBatchSampler(lengths, state["max_tokens"], state["num_replicas"], 0, seed=state["seed"], window=state["window"])
+            world, seed, window = state["num_replicas"], state["seed"], state["window"]
+            sampler = TokenBudgetBatchSampler(lengths, state["max_tokens"], world, 0, seed=seed, window=window)
         else:
             sampler = ShardedSampler(state["n"], num_replicas=state["num_replicas"], rank=0, seed=1, shuffle=False)
             sampler = ShardedBatchSampler(sampler, 3)

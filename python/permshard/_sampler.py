@@ -232,14 +232,15 @@ class ShardedSampler(PassLifecycle, ShardFields, DistributedSampler[int], Proven
         if reader is not None:  # a dataset that checks how it is read, and changes against it
             reader.read_by(self)
         start = self._run.resume_point
-        part = config.partition(start)
-        dealt = config.replace(**dealing) if dealing else config
+        sharding = config.sharding()  # the epoch's order, built once
+        part = sharding.partition(start)
+        dealt = config.replace(**dealing).sharding() if dealing else sharding
         previous = self._pass.consumed() if self._pass is not None and self._run.is_open else None
-        self._run.begin(dealt.sharding(), start, previous)
+        self._run.begin(dealt, start, previous)
         prefetch = None
-        told = prefetches(self.dataset)
-        if config.block_size and told is not None:
-            prefetch = WindowPrefetch(told, part, self.rank, config.sharding().window_len)
+        told = prefetches(self.dataset) if config.block_size else None
+        if told is not None:
+            prefetch = WindowPrefetch(told, part, self.rank, sharding.window_len)
         self._pass = SamplerPass(
             config.epoch,
             part,

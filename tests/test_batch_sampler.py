@@ -227,8 +227,8 @@ def test_the_batches_iterated_are_the_batches_proven(monkeypatch):
         sampler = ShardedSampler(1000, 4, 1, seed=3, check_consensus=False)
         batches = ShardedBatchSampler(sampler, 8)
         if batch_size_of_the_plan is not None:
-            broken = sampler._dealt(dealing="round-robin", batch_size=batch_size_of_the_plan)
-            monkeypatch.setattr(batches, "_dealt", lambda: broken)
+            broken = sampler.dealt(dealing="round-robin", batch_size=batch_size_of_the_plan)
+            monkeypatch.setattr(batches, "dealt", lambda: broken)
         return [list(b) for b in batches], batches.verify()
 
     honest, proven = run()

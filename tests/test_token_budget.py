@@ -572,3 +572,23 @@ def test_plan_and_locate_say_what_every_rank_yields(drop_last, rank_streams, whe
     assert [s.locate(x, epoch=1) for x in range(0, 1500, 7)] == [found.get(x, []) for x in range(0, 1500, 7)]
     with pytest.raises(ValueError, match=r"not in range\(1500\)"):
         s.locate(1500)
+
+
+def test_a_resume_point_past_its_windows_plan_is_refused_on_loading():
+    """A state whose ``steps`` run past its window's plan (edited, or saved over other
+    lengths) is a ValueError naming the field when it is loaded, on the world it was saved
+    with (it panicked when the pass was counted) and on another (it was clamped silently);
+    the sampler is left as it was."""
+    lengths = np.arange(1, 301) % 31 + 1
+    saver = TokenBudgetBatchSampler(lengths, 256, 2, 0, seed=3, window=64)
+    it = iter(saver)
+    next(it)
+    state = dict(saver.state_dict(), steps=701)
+    for world in (2, 3):
+        loader = TokenBudgetBatchSampler(lengths, 256, world, 0, seed=3, window=64)
+        before = len(loader)
+        with pytest.raises(
+            ValueError, match=r"state_dict\['steps'\] is 701, but window 0's plan has \d+ steps"
+        ):
+            loader.load_state_dict(state)
+        assert len(loader) == before and loader.state_dict()["steps"] == 0

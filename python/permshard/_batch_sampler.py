@@ -79,14 +79,14 @@ class ShardedBatchSampler(BatchSampler, ProvenStream):
         """How this sampler deals and batches a pass: the fields of :class:`ShardConfig`."""
         return {"dealing": self.dealing, "batch_size": self.batch_size, "drop_last_batch": self.drop_last}
 
-    def _dealt(self) -> tuple[_core.Partition, ShardConfig]:
+    def dealt(self) -> tuple[_core.Partition, ShardConfig]:
         """The pass being run as this sampler deals and batches it."""
-        return self._sharded._dealt(**self._dealing())
+        return self._sharded.dealt(**self._dealing())
 
     def _proof_target(self) -> ProofTarget:
         """The pass being run, dealt and batched as this sampler yields it (a dropped
         last batch is declared dropped); see :class:`~permshard._proof.ProvenStream`."""
-        part, config = self._dealt()
+        part, config = self.dealt()
         return ProofTarget(part, config, self._sharded.rank, self._sharded.dataset)
 
     @property
@@ -95,8 +95,8 @@ class ShardedBatchSampler(BatchSampler, ProvenStream):
         return self.as_array if self.as_array is not None else wants_arrays(self._sharded.dataset)
 
     def __iter__(self) -> Iterator[Any]:
-        current = self._sharded._open_pass(**self._dealing())  # the batches agreed too
-        part, _ = self._dealt()  # what this sampler proves, dealt and batched by the core
+        current = self._sharded.open_pass(**self._dealing())  # the batches agreed too
+        part, _ = self.dealt()  # what this sampler proves, dealt and batched by the core
         arrays = self.yields_arrays
         take: Callable[[int, int, int], list[Any]] = part.take_batches if arrays else part.take_batches_list
         wrap: Callable[[Any], Any] = current.for_dataset_array if arrays else current.for_dataset
@@ -135,7 +135,7 @@ class ShardedBatchSampler(BatchSampler, ProvenStream):
         self._sharded.set_epoch(epoch)
 
     def __len__(self) -> int:
-        return self._dealt()[0].num_batches
+        return self.dealt()[0].num_batches
 
     def state_dict(self, consumed_samples: Optional[int] = None) -> dict[str, Any]:
         """The sampler's state dict: the batches the training loop received (from the

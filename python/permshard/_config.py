@@ -140,6 +140,19 @@ class EpochConfig:
         for name, value in values.items():
             object.__setattr__(self, name, value)  # frozen: normalise once, at construction
 
+    def labelled(self: _Config, *, algorithm: str, dealing: str) -> _Config:
+        """A copy naming another order and dealing: the configuration a proof's certificate
+        reports for what no sampler's configuration describes (a mixture's positions).
+
+        Args:
+            algorithm (str): the order's id.
+            dealing (str): how its positions were dealt.
+        """
+        fields = dict(self.__dict__, algorithm=algorithm, dealing=dealing)
+        again = object.__new__(type(self))
+        object.__setattr__(again, "__dict__", fields)
+        return again
+
     def replace(self: _Config, **changes: Any) -> _Config:
         """A copy with ``changes`` applied (and validated).
 

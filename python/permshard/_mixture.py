@@ -371,8 +371,9 @@ class Mixture:
         """The certificate of the core's proof ``(positions, per source, complete passes)``."""
         positions, per_source, complete = proof
         permutation = "perm-v1" if self.algorithm.endswith("v1") else "perm-v2"
-        config = EpochConfig(self.num_samples, 1, seed=self._seed, permutation=permutation)
-        config._set({"algorithm": self.algorithm, "dealing": "mixture"})
+        config = EpochConfig(self.num_samples, 1, seed=self._seed, permutation=permutation).labelled(
+            algorithm=self.algorithm, dealing="mixture"
+        )
         return Certificate(
             config=config,
             lengths=(positions,),

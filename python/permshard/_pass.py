@@ -212,7 +212,7 @@ class LoaderCount:
             raise _refusal("its iterator is gone and its batches were not counted as they left")
         return self._handed
 
-    def _left(self, handed: int) -> None:
+    def left(self, handed: int) -> None:
         """The iterator is handing out its ``handed``-th batch of the pass."""
         self._handed = handed
 
@@ -257,7 +257,7 @@ def _counting(ref: weakref.ref[Any], next_data: Callable[[Any], Any]) -> Callabl
         iterator = ref()
         assert iterator is not None  # the wrapper is called through the iterator
         data = next_data(iterator)
-        getattr(iterator, _ATTRIBUTE)._left(int(iterator._num_yielded) + 1)
+        getattr(iterator, _ATTRIBUTE).left(int(iterator._num_yielded) + 1)
         return data
 
     counted_next_data._permshard_counts = True  # type: ignore[attr-defined]
@@ -391,7 +391,7 @@ class PassLifecycle(EpochFields):
 
 
 class SamplerPass:
-    """One iteration over a sampler (``ShardedSampler._open_pass()``): which positions it
+    """One iteration over a sampler (``ShardedSampler.open_pass()``): which positions it
     deals and how many items it has handed out. An item sampler iterates :meth:`items`
     (the core's ``RankPass``); a batch sampler deals this rank's items of ``partition`` its
     own way, through :meth:`for_dataset`, :meth:`announce` before and :meth:`handed` after.
@@ -407,7 +407,7 @@ class SamplerPass:
 
     Example::
 
-        >>> current = sampler._open_pass()
+        >>> current = sampler.open_pass()
         >>> for i in range(0, current.num_samples, 4):
         ...     count = min(4, current.num_samples - i)
         ...     current.announce(i + count)

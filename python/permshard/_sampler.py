@@ -212,7 +212,7 @@ class ShardedSampler(PassLifecycle, ShardFields, DistributedSampler[int], Proven
                 "built; build a new ShardedSampler for the new dataset"
             )
 
-    def _open_pass(self, **dealing: Any) -> SamplerPass:
+    def open_pass(self, **dealing: Any) -> SamplerPass:
         """Starts a pass over this epoch (from a loaded resume point, if any): checks the
         dataset, warns on a repeated epoch, runs the consensus once per epoch. Iterating
         the sampler calls it; a batch sampler built on this sampler calls it to deal the
@@ -277,7 +277,7 @@ class ShardedSampler(PassLifecycle, ShardFields, DistributedSampler[int], Proven
         return None
 
     def __iter__(self) -> Iterator[int]:
-        current = self._open_pass()
+        current = self.open_pass()
         return current.items(self._take(current))
 
     def iter_with_padding(self) -> Iterator[tuple[int, bool]]:
@@ -286,7 +286,7 @@ class ShardedSampler(PassLifecycle, ShardFields, DistributedSampler[int], Proven
         ``is_padding`` marks the items that repeat a sample only to make ranks even: drop
         them from metrics for an exact evaluation.
         """
-        current = self._open_pass()
+        current = self.open_pass()
         first_padding = current.partition.first_padding(self.rank)
         for k, index in enumerate(current.items(self._take(current))):
             yield index, k >= first_padding
@@ -365,7 +365,7 @@ class ShardedSampler(PassLifecycle, ShardFields, DistributedSampler[int], Proven
         :meth:`verify_distributed` and :meth:`verify_in_background`."""
         return ProofTarget(self._current_partition(), self.config, self.rank, self.dataset)
 
-    def _dealt(self, **dealing: Any) -> tuple[_core.Partition, ShardConfig]:
+    def dealt(self, **dealing: Any) -> tuple[_core.Partition, ShardConfig]:
         """The pass being run (or the next one) dealt as a batch sampler deals it, and its
         configuration: what the batch sampler yields and proves.
 

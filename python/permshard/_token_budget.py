@@ -451,6 +451,8 @@ class TokenBudgetBatchSampler(PassLifecycle, ProvenStream, Sampler[list[int]]):
         config.check_resumable(saved)
         planner = self._planner if config == self.config else config.planner()
         start = _core.BudgetStart(planner, **resume)  # checked by the core, before any change
+        # Its steps within the resume window's plan (O(window)), before any change too.
+        planner.resume(self._lengths, start, saved.num_replicas, self.num_replicas)
         self._set_config(config, planner)
         self._resume_at(start, saved.num_replicas)
         self._run = run

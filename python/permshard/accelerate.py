@@ -159,7 +159,7 @@ def prepare_data_loader(accelerator: Any, dataloader: DataLoader[Any]) -> Any:
         def state_after(steps: Optional[int]) -> dict[str, Any]:
             if steps is None:
                 return sampler.state_dict()
-            return sampler.state_dict(batches._dealt()[0].consumed_after_batches(steps))
+            return sampler.state_dict(batches.dealt()[0].consumed_after_batches(steps))
 
         checkpoint = _Checkpoint(loader, sampler, state_after)
     accelerator.register_for_checkpointing(checkpoint)

@@ -107,17 +107,27 @@ impl TokenBudget {
         world: u64,
     ) -> Result<BudgetStart, Error> {
         let k = saved.window;
-        if saved_world == world || k >= self.windows() {
+        if k >= self.windows() || (saved.steps == 0 && saved_world == world) {
             return Ok(saved.clone());
         }
         let plan = self.plan(lengths, k, saved.taken.as_deref(), saved_world)?;
+        let steps = saved.steps;
+        if steps > plan.steps(saved_world) {
+            return Err(Error::Invalid(format!(
+                "state_dict['steps'] is {steps}, but window {k}'s plan has {} steps on {saved_world} \
+                 rank(s): the state was saved over other lengths or edited; pass the state the \
+                 sampler saved, over the run's lengths",
+                plan.steps(saved_world)
+            )));
+        }
+        if saved_world == world {
+            return Ok(saved.clone());
+        }
         let positions = self.window_positions(k);
         let mut taken = saved
             .taken
             .clone()
             .unwrap_or_else(|| vec![false; (positions.end - positions.start) as usize]);
-        // A saved step count past the plan (an edited state): all of it.
-        let steps = saved.steps.min(plan.steps(saved_world));
         let mut done: Vec<u64> = plan.bounds[..(steps * saved_world) as usize]
             .iter()
             .flat_map(|&(i, j)| plan.samples[i as usize..j as usize].iter().copied())

@@ -310,9 +310,29 @@ fn a_history_is_checked_as_evidence_naming_the_row_and_the_field() {
         let err = load(&|r| r[row][field] = value).unwrap_err().to_string();
         assert!(err.contains(want), "{want:?} not in {err:?}");
     }
-    // A world of more ranks than samples is a run's right (each rank pads), up to 2^20.
-    let base = epoch(5, 8, 0, Dealing::new("round-robin", 1, false).unwrap(), &[]);
+    // A world of more ranks than samples is a run's right (each rank pads), up to 2^20,
+    // whatever world the state is of; a batch too.
+    let d = |b| Dealing::new("round-robin", b, false).unwrap();
+    let base = epoch(5, 8, 0, d(1), &[]);
     let rows = vec![vec![0, 0, 0, 8, 0, 8, 1, 0, 0, 0]];
     let run = Run::from_rows(base, vec![], &rows, 8, true).unwrap();
     assert_eq!(run.audit(true, 1).unwrap().reads, 5);
+    let most = 1i128 << 20;
+    for (world, batch, ok) in [
+        (most, 1, true),
+        (most + 1, 1, false),
+        (1, most, true),
+        (1, most + 1, false),
+    ] {
+        // A segment of epoch 0 read whole by `world` ranks in batches of `batch`, then the
+        // state on 2 ranks at the start of epoch 1.
+        let end = (world.max(5)) as u64;
+        let rows = vec![
+            vec![0, 0, 0, end as i128, 0, world, batch, 0, 0, 0],
+            vec![1, 1, 0, 0, 1, 2, batch, 0, 0, 0],
+        ];
+        let base = epoch(5, 2, 1, d(batch as u64), &[]);
+        let read = Run::from_rows(base, vec![], &rows, 0, true);
+        assert_eq!(read.is_ok(), ok, "world {world} batch {batch}: {read:?}");
+    }
 }

@@ -4,17 +4,15 @@ group of one, generated documents for corpora, and every rank's stream of a samp
 from __future__ import annotations
 
 import pathlib
-import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import pytest
 
-# Test helpers (the plain-Python references, the battery, process launchers, workers).
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-
-from helpers import examples  # noqa: E402  (after the path above)
+# Test helpers (the plain-Python references, the battery, process launchers, workers):
+# on the path by pytest's `pythonpath`.
+from helpers import examples
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -15,8 +15,7 @@ import pytest
 from helpers.torchrun import finish, torchrun
 from permshard import Run, ShardedBatchSampler, ShardedSampler, ShardingError, StepBatchSampler
 
-SCRIPTS = pathlib.Path(__file__).parent / "scripts"
-sys.path.insert(0, str(SCRIPTS))
+SCRIPTS = pathlib.Path(__file__).parent / "scripts"  # on the path by pytest's `pythonpath`
 
 
 @pytest.fixture(scope="module")

@@ -386,9 +386,15 @@ def test_workers_end_with_a_crashed_trainer(start):
     import sys
     import time
 
-    script = pathlib.Path(__file__).parent / "scripts" / "crash_with_workers.py"
+    tests = pathlib.Path(__file__).parent
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tests), os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run(
-        [sys.executable, str(script), start], capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, str(tests / "scripts" / "crash_with_workers.py"), start],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
     )
     assert done.returncode == 1, done.stderr
     workers = [int(pid) for pid in done.stdout.split()]

@@ -5,15 +5,12 @@ ids, then exits at once, as a killed replica group does.
 """
 
 import os
-import pathlib
 import sys
 
 import torch
 
 import permshard.torchft
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent.parent))  # the tests' helpers
-from helpers.one_group import OneGroup  # noqa: E402
+from helpers.one_group import OneGroup  # the tests' helpers: on PYTHONPATH, as the test runs it
 
 
 class Numbers(torch.utils.data.Dataset):

@@ -21,9 +21,12 @@ def run(*args: str, timeout: int = 120) -> subprocess.CompletedProcess[str]:
 
 
 def test_help_on_every_command():
-    for command in ([], ["plan"], ["verify"], ["locate"], ["mix"], ["bench"], ["demo"]):
+    commands = ["plan", "verify", "locate", "mix", "inspect", "show", "where", "audit", "bench", "demo"]
+    for command in ([], *([c] for c in commands)):
         done = run(*command, "--help")
         assert done.returncode == 0 and "usage: permshard" in done.stdout
+    # The command list names every command.
+    assert "{" + ",".join(commands) + "}" in run("--help").stdout
 
 
 def test_help_does_not_import_torch():

@@ -7,7 +7,7 @@ use crate::epoch::EpochSpec;
 use crate::exclusion::Exclusions;
 use std::collections::BTreeMap;
 
-type Key = (u64, Option<u64>, u64, u64); // epoch, step, rank, position
+type Key = (u64, Option<u64>, u64, u64, bool); // epoch, step, rank, position, padding
 
 fn epoch(n: u64, world: u64, epoch: u64, dealing: Dealing, excluded: &[u64]) -> Sharding {
     Sharding::of_spec(
@@ -28,8 +28,8 @@ fn epoch(n: u64, world: u64, epoch: u64, dealing: Dealing, excluded: &[u64]) -> 
 /// Replays passes `(sharding, start, steps taken)` in lockstep: what each rank read.
 struct Sim {
     run: Run,
-    reads: BTreeMap<u64, Vec<Key>>,               // sample -> reads
-    by_step: BTreeMap<u64, Vec<(u64, u64, u64)>>, // step -> (rank, position, sample)
+    reads: BTreeMap<u64, Vec<Key>>, // sample -> reads
+    by_step: BTreeMap<u64, Vec<(u64, u64, u64, bool)>>, // step -> (rank, position, sample, padding)
     step: u64,
     consumed: u64,
 }
@@ -63,16 +63,19 @@ impl Sim {
                     break;
                 }
                 let step = self.step + local / b;
+                // Padding: a position past the epoch's kept samples, which repeats one.
+                let padding = part.position(rank, local) >= part.n();
                 self.reads.entry(sample).or_default().push((
                     s.spec.epoch,
                     Some(step),
                     rank,
                     local % b,
+                    padding,
                 ));
                 self.by_step
                     .entry(step)
                     .or_default()
-                    .push((rank, local % b, sample));
+                    .push((rank, local % b, sample, padding));
                 last_pos = last_pos.max(part.position(rank, local) + 1);
             }
         }
@@ -92,7 +95,7 @@ impl Sim {
                 .where_read(sample, 0)
                 .unwrap()
                 .iter()
-                .map(|r| (r.epoch, r.step, r.rank, r.position))
+                .map(|r| (r.epoch, r.step, r.rank, r.position, r.padding))
                 .collect();
             let mut want = self.reads.get(&sample).cloned().unwrap_or_default();
             want.sort();
@@ -105,7 +108,7 @@ impl Sim {
                 .show(step, 0)
                 .unwrap()
                 .iter()
-                .map(|r| (r.rank, r.position, r.sample))
+                .map(|r| (r.rank, r.position, r.sample, r.padding))
                 .collect();
             let mut want = want.clone();
             got.sort();
@@ -152,6 +155,9 @@ fn where_and_show_equal_a_replayed_run_across_resumes() {
     let start = sim.consumed;
     sim.pass(&e1b, start, None);
     sim.check();
+    // The replay pads (3 ranks over the rest of epoch 0): show's and where's flags are
+    // checked against it above.
+    assert!(sim.by_step.values().flatten().any(|r| r.3));
     let audit = sim.run.audit(true, 2).unwrap();
     assert_eq!(audit.epochs, vec![0, 1]);
     assert!(audit.recounted);

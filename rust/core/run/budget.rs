@@ -661,6 +661,24 @@ mod tests {
         }
     }
 
+    #[test]
+    fn rows_at_the_edges_of_the_evidence_load() {
+        // 500 samples in windows of 64: 8 windows. A row may start at the epoch's end
+        // (window 8), after a window's 64 steps, take every sample's step (500), at step
+        // 2^62; one more of any of them is refused.
+        let read = |row: Vec<i128>| BudgetRun::restore(epoch(0, 2), &[row], Vec::new(), false);
+        let most = 1i128 << 62;
+        assert!(read(vec![0, 0, 8, 64, 2, most, 500]).is_ok());
+        for row in [
+            vec![0, 0, 9, 0, 2, 0, 0],
+            vec![0, 0, 0, 65, 2, 0, 0],
+            vec![0, 0, 0, 0, 2, 0, 501],
+            vec![0, 0, 0, 0, 2, most + 1, 0],
+        ] {
+            assert!(read(row.clone()).is_err(), "{row:?}");
+        }
+    }
+
     /// (epoch, step, rank, position, sample, padding) of every read.
     type Recorded = Vec<(u64, u64, u64, u64, u64, bool)>;
 

@@ -342,3 +342,43 @@ fn a_history_is_checked_as_evidence_naming_the_row_and_the_field() {
         assert_eq!(read.is_ok(), ok, "world {world} batch {batch}: {read:?}");
     }
 }
+
+#[test]
+fn rows_round_trip_and_rows_at_the_edges_load() {
+    let dealing = Dealing::new("step", 4, true).unwrap();
+    for change in Change::ALL {
+        let segment = Segment {
+            change,
+            epoch: 3,
+            start: 8,
+            stop: 16,
+            step: 2,
+            world: 2,
+            dealing,
+            excluded: 0,
+        };
+        assert_eq!(Segment::from_row(&segment.row(), 0).unwrap(), segment);
+    }
+    assert_eq!(
+        Change::ALL.map(Change::name),
+        ["start", "epoch", "resume", "repeat"]
+    );
+    // A step of 2^62, the most a row may start at; an empty segment, the one a state
+    // resumed onto another world and saved unread ends with.
+    let base = epoch(
+        50,
+        2,
+        0,
+        Dealing::new("round-robin", 4, false).unwrap(),
+        &[],
+    );
+    let most = 1i128 << 62;
+    let far = vec![vec![0, 0, 0, 24, most, 2, 4, 0, 0, 0]];
+    assert!(Run::from_rows(base.clone(), vec![], &far, 24, true).is_ok());
+    let resumed = vec![
+        vec![0, 0, 0, 24, 0, 3, 4, 0, 0, 0],
+        vec![2, 0, 24, 24, 2, 2, 4, 0, 0, 0],
+    ];
+    let run = Run::from_rows(base, vec![], &resumed, 24, true).unwrap();
+    assert_eq!(run.segments().len(), 2);
+}

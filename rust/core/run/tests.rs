@@ -284,7 +284,10 @@ fn a_history_is_checked_as_evidence_naming_the_row_and_the_field() {
     };
     assert!(load(&|_| {}).is_ok());
     let huge = 1i128 << 40;
-    let cases: [(usize, usize, i128, &str); 11] = [
+    let cases: [(usize, usize, i128, &str); 14] = [
+        (0, 0, 4, "[0] has change=4, not in [0, 4)"),
+        (0, 7, 2, "[0] has dealing=2, not in [0, 2)"),
+        (0, 8, 2, "[0] has drop_last_batch=2, not in [0, 2)"),
         (0, 5, huge, "[0] has world=1099511627776, more ranks"),
         (0, 6, huge, "[0] has batch_size=1099511627776"),
         (

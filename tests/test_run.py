@@ -176,12 +176,23 @@ def test_item_sampler_runs_count_steps_with_the_loader_batch_and_equal_a_replay(
     ranks, a second epoch; the reads replayed by hand from the samplers' own streams."""
     n, batch = 101, 5
     reads = collections.defaultdict(list)
+    # Without a batch size, a read's position is its place in the stream the rank of that
+    # number read in the epoch, across the resume: counted here rank by rank.
+    items = collections.defaultdict(list)
+    taken = collections.Counter()
+
+    def took(epoch: int, rank: int, sample: int) -> None:
+        items[sample].append((epoch, rank, taken[epoch, rank]))
+        taken[epoch, rank] += 1
+
     samplers = [ShardedSampler(n, num_replicas=2, rank=r, seed=4) for r in range(2)]
     streams = [iter(s) for s in samplers]
     for step in range(4):
         for r, it in enumerate(streams):
             for k in range(batch):
-                reads[next(it)].append((0, step, r, k))
+                sample = next(it)
+                reads[sample].append((0, step, r, k))
+                took(0, r, sample)
     state = samplers[0].state_dict(consumed_samples=4 * batch * 2)
     resumed = [ShardedSampler(n, num_replicas=3, rank=r, seed=4) for r in range(3)]
     for s in resumed:
@@ -193,16 +204,19 @@ def test_item_sampler_runs_count_steps_with_the_loader_batch_and_equal_a_replay(
                 s.set_epoch(1)
         lists = [list(s) for s in resumed]
         steps = -(-len(lists[0]) // batch)
-        for r, items in enumerate(lists):
-            for i, sample in enumerate(items):
+        for r, stream in enumerate(lists):
+            for i, sample in enumerate(stream):
                 reads[sample].append((epoch, step0 + i // batch, r, i % batch))
+                took(epoch, r, sample)
         step0 += steps
     run = Run(resumed[0].state_dict())
     for sample in range(n):
         got = sorted((x.epoch, x.step, x.rank, x.position) for x in run.where(sample, batch_size=batch))
         assert got == sorted(reads[sample]), sample
-    # Without a batch size an item sampler's reads have no step.
-    assert all(r.step is None for r in run.where(0))
+        # Without a batch size an item sampler's reads have no step.
+        unbatched = run.where(sample)
+        assert all(r.step is None for r in unbatched)
+        assert sorted((r.epoch, r.rank, r.position) for r in unbatched) == sorted(items[sample]), sample
     with pytest.raises(ValueError, match="item sampler, which knows no batches"):
         run.show(0)
     assert run.audit().epochs == [0, 1]

@@ -155,6 +155,13 @@ fn where_and_show_equal_a_replayed_run_across_resumes() {
     let start = sim.consumed;
     sim.pass(&e1b, start, None);
     sim.check();
+    // A step past the history is refused, naming the steps it holds.
+    let run = Run::from_state(&owned(sim.state()), true).unwrap().0;
+    let err = run.show(sim.step, 0).unwrap_err().to_string();
+    assert!(
+        err.contains(&format!("holds steps [0, {})", sim.step)),
+        "{err}"
+    );
     // The replay pads (3 ranks over the rest of epoch 0): show's and where's flags are
     // checked against it above.
     assert!(sim.by_step.values().flatten().any(|r| r.3));
@@ -384,4 +391,50 @@ fn rows_round_trip_and_rows_at_the_edges_load() {
     ];
     let run = Run::from_rows(base, vec![], &resumed, 24, true).unwrap();
     assert_eq!(run.segments().len(), 2);
+}
+
+#[test]
+fn an_item_runs_reads_count_each_ranks_stream_across_a_resume() {
+    // An item sampler (no batch size): 2 ranks read positions [0, 20) of epoch 0, then 3
+    // ranks the rest. A read's position is its place in the stream the rank of that number
+    // read in the epoch: counted here by walking each segment's ranks in order.
+    let n = 50;
+    let items = Dealing::ROUND_ROBIN;
+    let first = epoch(n, 2, 0, items, &[]);
+    let rest = epoch(n, 3, 0, items, &[]);
+    let rows = vec![
+        vec![0, 0, 0, 20, 0, 2, 0, 0, 0, 0],
+        vec![2, 0, 20, 50, 0, 3, 0, 0, 0, 0],
+    ];
+    let run = Run::from_rows(rest.clone(), vec![], &rows, 50, true).unwrap();
+    let mut want: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
+    let mut taken = [0u64; 3];
+    for (sharding, start, stop) in [(&first, 0, 20), (&rest, 20, 50)] {
+        let part = sharding.partition(start).unwrap();
+        let mut out = vec![0; part.num_samples() as usize];
+        for rank in 0..sharding.spec.num_replicas {
+            part.fill_rank(rank, 0, &mut out).unwrap();
+            for (local, &sample) in out.iter().enumerate() {
+                if part.position(rank, local as u64) < stop {
+                    want.entry(sample)
+                        .or_default()
+                        .push((rank, taken[rank as usize]));
+                    taken[rank as usize] += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(taken, [10 + 10, 10 + 10, 10]);
+    for sample in 0..n {
+        let mut got: Vec<(u64, u64)> = run
+            .where_read(sample, 0)
+            .unwrap()
+            .iter()
+            .map(|r| (r.rank, r.position))
+            .collect();
+        got.sort();
+        let mut expected = want.remove(&sample).unwrap_or_default();
+        expected.sort();
+        assert_eq!(got, expected, "sample {sample}");
+    }
 }

@@ -97,7 +97,9 @@ def _config(args: argparse.Namespace, **given: Any) -> ShardConfig:
 def parser() -> argparse.ArgumentParser:
     top = _Parser(prog="permshard", description="O(1)-memory shuffled sharding for PyTorch, with proofs.")
     sub = top.add_subparsers(
-        dest="command", metavar="{plan,verify,locate,mix,inspect,show,where,audit,bench,demo}", parser_class=_Parser
+        dest="command",
+        metavar="{plan,verify,locate,mix,inspect,show,where,audit,bench,demo}",
+        parser_class=_Parser,
     )
     sub.required = True
 

@@ -7,10 +7,13 @@ the loaders' states, which names the positions read twice in a split brain."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import threading
 from collections import Counter
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -85,18 +88,26 @@ def test_a_step_one_group_does_not_commit_is_trained_by_the_others(async_quorum)
     assert [own for step, group, _, _, own in record.reads if (step, group) == (3, 1)] == [False]
 
 
-@pytest.mark.parametrize("start", ["fork", "spawn", "forkserver"])
-def test_prefetching_workers_through_a_restart(start):
-    # The groups are threads of a ThreadPoolExecutor, as in torchft's own tests. Forked from
-    # such a thread, a worker of Python 3.11 exits with code 1 at shutdown (the executor's
-    # atexit hook joins the forking thread: "cannot join current thread"), and torch's
-    # SIGCHLD handler, installed in this process's main thread by an earlier test's
-    # DataLoader, would report that as a crash there: the default handler for that run.
-    # Spawned workers start slowly (each imports torch): one per loader.
-    import signal
-
+@contextlib.contextmanager
+def default_sigchld(start: str) -> Iterator[None]:
+    """The default SIGCHLD handler while groups fork workers (``start="fork"``). The groups
+    are threads of a ThreadPoolExecutor, as in torchft's own tests. Forked from such a
+    thread, a worker of Python 3.11 exits with code 1 at shutdown (the executor's atexit
+    hook joins the forking thread: "cannot join current thread"), and torch's SIGCHLD
+    handler, installed in this process's main thread by an earlier test's DataLoader, would
+    report that as a crash there."""
     before = signal.signal(signal.SIGCHLD, signal.SIG_DFL) if start == "fork" else None
     try:
+        yield
+    finally:
+        if before is not None:
+            signal.signal(signal.SIGCHLD, before)
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn", "forkserver"])
+def test_prefetching_workers_through_a_restart(start):
+    # Spawned workers start slowly (each imports torch): one per loader.
+    with default_sigchld(start):
         record = run_groups(
             async_quorum=True,
             injectors=[EventInjector(), EventInjector(), EventInjector().fail_at(0, 5)],
@@ -105,9 +116,6 @@ def test_prefetching_workers_through_a_restart(start):
             multiprocessing_context=start,
             seed=7,
         )
-    finally:
-        if before is not None:
-            signal.signal(signal.SIGCHLD, before)
     check_exactly_once(record, seed=7)
 
 
@@ -419,5 +427,6 @@ def test_batches_prefetched_for_steps_that_did_not_come_are_discarded():
     loader takes the batches in flight and hands the one fetched for this step's read (each
     batch travels with the read it was fetched for); the samples of every batch are those of
     the positions the loader says it read (``misread``), and the reference holds."""
-    record = run_groups(async_quorum=True, global_batch_size=6, num_workers=1, error_at={(1, 3)})
+    with default_sigchld("fork"):
+        record = run_groups(async_quorum=True, global_batch_size=6, num_workers=1, error_at={(1, 3)})
     check_exactly_once(record)

@@ -299,3 +299,7 @@ def test_a_weighted_run_answers_in_the_samples_its_ranks_drew(tmp_path, capsys):
     assert sorted((d["rank"], d["position"], d["sample"]) for d in shown) == sorted(by_step[7])
     with pytest.raises(ValueError, match="weights="):
         Run(final, weights=weights[::-1])
+    with pytest.raises(
+        ValueError, match="weights= is for a WeightedShardedSampler's state; this state is a sharded"
+    ):
+        Run(ShardedSampler(10, num_replicas=1, rank=0).state_dict(), weights=weights)

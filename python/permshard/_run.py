@@ -219,9 +219,14 @@ class Run:
                 f"state_dict must be a mapping saved by a sampler, got {type(state_dict).__name__}"
             )
         self._lengths: Any = None
+        self._drawn: Optional[DrawnSamples] = None  # a weighted run's draws, given its weights
         self._budget: Optional[_core.BudgetRun] = None
         self._index: Optional[_core.BudgetIndex] = None  # a token-budget run's, at its first answer
-        self.kind = kind_of(state_dict)
+        self.kind = kind_of(state_dict)  # what recorded the run: one of _core.KINDS
+        if weights is not None and self.kind != "weighted":
+            raise ValueError(
+                f"weights= is for a WeightedShardedSampler's state; this state is a {self.kind} run's"
+            )
         if self.kind == "committed":
             raise ValueError(
                 "this is a torchft CommittedLoader's state: its record is every rank's, audited "
@@ -235,13 +240,7 @@ class Run:
                 "lengths= is for a TokenBudgetBatchSampler's state; this state is another sampler's"
             )
         self.weighted = self.kind == "weighted"  # positions are draws: samples repeat by design
-        self._drawn: Optional[DrawnSamples] = None
-        if weights is not None:
-            if not self.weighted:
-                raise ValueError(
-                    "weights= is for a WeightedShardedSampler's state; this state is another sampler's"
-                )
-            self._drawn = DrawnSamples(state_dict, weights)
+        self._drawn = None if weights is None else DrawnSamples(state_dict, weights)
         self.schedule = state_dict.get("schedule")
         core = {k: v for k, v in state_dict.items() if k not in _BESIDE}
         if self.weighted:

@@ -148,10 +148,7 @@ class EpochConfig:
             algorithm (str): the order's id.
             dealing (str): how its positions were dealt.
         """
-        fields = dict(self.__dict__, algorithm=algorithm, dealing=dealing)
-        again = object.__new__(type(self))
-        object.__setattr__(again, "__dict__", fields)
-        return again
+        return self._copy_with(algorithm=algorithm, dealing=dealing)
 
     def replace(self: _Config, **changes: Any) -> _Config:
         """A copy with ``changes`` applied (and validated).
@@ -160,12 +157,15 @@ class EpochConfig:
             **changes: new values of fields, by name (``epoch=3``).
         """
         if len(changes) == 1 and "epoch" in changes:  # every epoch's path: no other field depends on it
-            fields = self.__dict__.copy()
-            fields["epoch"] = as_u64("epoch", changes["epoch"])
-            again = object.__new__(type(self))
-            object.__setattr__(again, "__dict__", fields)
-            return again
+            return self._copy_with(epoch=as_u64("epoch", changes["epoch"]))
         return dataclasses.replace(self, **changes)
+
+    def _copy_with(self: _Config, **values: Any) -> _Config:
+        """A copy with ``values`` set as they are: checked by the caller, no field derived
+        from them (dataclasses.replace would run the whole construction again)."""
+        again = object.__new__(type(self))
+        object.__setattr__(again, "__dict__", dict(self.__dict__, **values))
+        return again
 
     def as_dict(self) -> dict[str, Any]:
         """The fields, in declaration order."""

@@ -33,9 +33,11 @@ class DrawnSamples:
         # The stream's positions in order, one rank: what the draws map.
         self._positions = ShardConfig(self._n, 1, shuffle=False).partition(0)
 
-    def sample_at(self, epoch: int, position: int) -> int:
-        """The sample drawn at ``position`` of ``epoch``."""
-        return int(self._table.epoch(self._seed, epoch, self._n).at(position))
+    def samples_at(self, epoch: int, positions: Iterable[int]) -> list[int]:
+        """The samples drawn at ``positions`` of ``epoch`` (its draws built once: without
+        replacement that costs O(len(weights)))."""
+        draws = self._table.epoch(self._seed, epoch, self._n)
+        return [int(draws.at(p)) for p in positions]
 
     def positions_of(self, sample: int, epoch: int, spans: Iterable[tuple[int, int]]) -> list[int]:
         """The positions of ``epoch`` within ``spans`` (``[start, stop)`` each) that drew

@@ -385,9 +385,11 @@ class Run:
             self._no_batch_size(batch_size)
             return _reads(self._budget.show(self._lengths, self._budget_index(), as_u64("step", step)))
         reads = _reads(self._run.show(as_u64("step", step), self._batch(batch_size)))
-        if self.weighted:  # positions of the stream: the samples drawn there
+        if self.weighted:  # positions of the stream: the samples drawn there (a step is of one epoch)
             drawn = self._drawn_samples()
-            reads = [r._replace(sample=drawn.sample_at(r.epoch, r.sample)) for r in reads]
+            epoch = reads[0].epoch if reads else 0
+            samples = drawn.samples_at(epoch, [r.sample for r in reads])
+            reads = [r._replace(sample=s) for r, s in zip(reads, samples)]
         return reads
 
     def audit(self, *, recount: bool = True, threads: int = 0) -> Audit:
